@@ -1,0 +1,27 @@
+//! domaind's gossip plane.
+//!
+//! Daemons of one NVLink clique learn about each other by gossip (chitchat's
+//! scuttlebutt with a phi-accrual failure detector), over TCP with mutual TLS. A node's
+//! certificate names it, its chitchat node id is that name, and a peer cannot gossip
+//! as anyone but the node its certificate names.
+//!
+//! - [`GossipNode`]: start, set and delete this node's keys, watch the membership, stop.
+//! - [`tls::NodeTls`]: certificates from files, reloaded when they change.
+//! - [`transport::TlsTransport`]: chitchat's transport over mutual TLS.
+//! - [`transport::FaultyTransport`]: loss, delay and partitions for simulations.
+//! - [`pki`]: a development CA and node certificates.
+
+pub mod config;
+pub mod identity;
+pub mod membership;
+pub mod metrics;
+mod node;
+pub mod pki;
+pub mod tls;
+pub mod transport;
+
+pub use chitchat::transport::{ChannelTransport, Socket, Transport};
+pub use config::{GossipConfig, GossipTiming, cluster_id_for_clique, default_generation};
+pub use identity::{NodeName, NodeNameError};
+pub use membership::{GossipEvent, Member, Membership};
+pub use node::{GossipError, GossipNode};

@@ -1,0 +1,296 @@
+//! What the rest of domaind sees of gossip: the live members with their keys, and the
+//! changes between two views. Pure functions over chitchat's live-node snapshots.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use chitchat::{ChitchatId, NodeState};
+
+/// One live node as gossip knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub node: String,
+    /// Chitchat generation: higher after every restart of the node.
+    pub generation: u64,
+    pub gossip_addr: SocketAddr,
+    pub keys: BTreeMap<String, String>,
+}
+
+/// Live members keyed by node name.
+pub type Membership = BTreeMap<String, Member>;
+
+/// A change between two views of the membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GossipEvent {
+    /// A node became live, or restarted (a new generation replaced the old).
+    NodeJoined {
+        node: String,
+        generation: u64,
+        gossip_addr: SocketAddr,
+    },
+    /// A node is no longer live (failure detector), or a restart retired its old
+    /// generation. Its keys are gone with it: no `KeyDeleted` follows.
+    NodeLeft {
+        node: String,
+        generation: u64,
+    },
+    KeySet {
+        node: String,
+        key: String,
+        value: String,
+    },
+    KeyDeleted {
+        node: String,
+        key: String,
+    },
+}
+
+/// Builds the membership from chitchat's live nodes. When a restarted node is briefly
+/// live under two generations, the newest one speaks for it: state of an old
+/// generation must not resurrect what the new one has dropped.
+pub fn membership_from(live: &BTreeMap<ChitchatId, NodeState>) -> Membership {
+    let mut members = Membership::new();
+    for (id, state) in live {
+        let candidate = Member {
+            node: id.node_id.to_string(),
+            generation: id.generation_id,
+            gossip_addr: id.gossip_advertise_addr,
+            keys: state
+                .key_values()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        };
+        match members.get(candidate.node.as_str()) {
+            Some(existing) if existing.generation >= candidate.generation => {}
+            _ => {
+                members.insert(candidate.node.clone(), candidate);
+            }
+        }
+    }
+    members
+}
+
+/// The events that turn `before` into `after`, node by node in name order: leaves first,
+/// then joins, then key changes of nodes present in both.
+pub fn diff(before: &Membership, after: &Membership) -> Vec<GossipEvent> {
+    let mut events = Vec::new();
+    for (node, old) in before {
+        match after.get(node) {
+            Some(new) if new.generation == old.generation => {}
+            _ => events.push(GossipEvent::NodeLeft {
+                node: node.clone(),
+                generation: old.generation,
+            }),
+        }
+    }
+    for (node, new) in after {
+        let old = before
+            .get(node)
+            .filter(|old| old.generation == new.generation);
+        let Some(old) = old else {
+            events.push(GossipEvent::NodeJoined {
+                node: node.clone(),
+                generation: new.generation,
+                gossip_addr: new.gossip_addr,
+            });
+            events.extend(new.keys.iter().map(|(key, value)| GossipEvent::KeySet {
+                node: node.clone(),
+                key: key.clone(),
+                value: value.clone(),
+            }));
+            continue;
+        };
+        for (key, value) in &new.keys {
+            if old.keys.get(key) != Some(value) {
+                events.push(GossipEvent::KeySet {
+                    node: node.clone(),
+                    key: key.clone(),
+                    value: value.clone(),
+                });
+            }
+        }
+        for key in old.keys.keys() {
+            if !new.keys.contains_key(key) {
+                events.push(GossipEvent::KeyDeleted {
+                    node: node.clone(),
+                    key: key.clone(),
+                });
+            }
+        }
+    }
+    events
+}
+
+/// Replays `events` onto `view`; `diff` followed by `apply` must reproduce `after`
+/// (the property the tests check).
+pub fn apply(view: &mut Membership, events: &[GossipEvent]) {
+    for event in events {
+        match event {
+            GossipEvent::NodeLeft { node, .. } => {
+                view.remove(node);
+            }
+            GossipEvent::NodeJoined {
+                node,
+                generation,
+                gossip_addr,
+            } => {
+                view.insert(
+                    node.clone(),
+                    Member {
+                        node: node.clone(),
+                        generation: *generation,
+                        gossip_addr: *gossip_addr,
+                        keys: BTreeMap::new(),
+                    },
+                );
+            }
+            GossipEvent::KeySet { node, key, value } => {
+                if let Some(member) = view.get_mut(node) {
+                    member.keys.insert(key.clone(), value.clone());
+                }
+            }
+            GossipEvent::KeyDeleted { node, key } => {
+                if let Some(member) = view.get_mut(node) {
+                    member.keys.remove(key);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn member(node: &str, generation: u64, keys: &[(&str, &str)]) -> Member {
+        Member {
+            node: node.to_owned(),
+            generation,
+            gossip_addr: "127.0.0.1:1".parse().unwrap(),
+            keys: keys
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        }
+    }
+
+    fn view(members: &[Member]) -> Membership {
+        members
+            .iter()
+            .map(|m| (m.node.clone(), m.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn join_brings_its_keys() {
+        let after = view(&[member("a", 1, &[("domain/x", "1")])]);
+        assert_eq!(
+            diff(&Membership::new(), &after),
+            vec![
+                GossipEvent::NodeJoined {
+                    node: "a".into(),
+                    generation: 1,
+                    gossip_addr: "127.0.0.1:1".parse().unwrap()
+                },
+                GossipEvent::KeySet {
+                    node: "a".into(),
+                    key: "domain/x".into(),
+                    value: "1".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn key_changes_and_deletions() {
+        let before = view(&[member("a", 1, &[("k1", "1"), ("k2", "2")])]);
+        let after = view(&[member("a", 1, &[("k1", "10")])]);
+        assert_eq!(
+            diff(&before, &after),
+            vec![
+                GossipEvent::KeySet {
+                    node: "a".into(),
+                    key: "k1".into(),
+                    value: "10".into()
+                },
+                GossipEvent::KeyDeleted {
+                    node: "a".into(),
+                    key: "k2".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn restart_is_leave_then_join_without_stale_keys() {
+        let before = view(&[member("a", 1, &[("old", "1")])]);
+        let after = view(&[member("a", 2, &[("new", "1")])]);
+        let events = diff(&before, &after);
+        assert_eq!(
+            events[0],
+            GossipEvent::NodeLeft {
+                node: "a".into(),
+                generation: 1
+            }
+        );
+        assert!(matches!(
+            events[1],
+            GossipEvent::NodeJoined { generation: 2, .. }
+        ));
+        let mut replay = before.clone();
+        apply(&mut replay, &events);
+        assert_eq!(replay, after);
+    }
+
+    #[test]
+    fn newest_generation_speaks_for_a_node() {
+        let mut live = BTreeMap::new();
+        let old = ChitchatId::new("a", 1, "127.0.0.1:1".parse().unwrap());
+        let new = ChitchatId::new("a", 2, "127.0.0.1:1".parse().unwrap());
+        live.insert(new, NodeState::for_test());
+        live.insert(old, NodeState::for_test());
+        let members = membership_from(&live);
+        assert_eq!(members.len(), 1);
+        assert_eq!(members["a"].generation, 2);
+    }
+
+    fn arb_view() -> impl Strategy<Value = Membership> {
+        proptest::collection::btree_map(
+            "[a-d]",
+            (
+                1u64..3,
+                proptest::collection::btree_map("[k-n]", "[0-2]", 0..4),
+            ),
+            0..4,
+        )
+        .prop_map(|nodes| {
+            nodes
+                .into_iter()
+                .map(|(node, (generation, keys))| {
+                    let m = Member {
+                        node: node.clone(),
+                        generation,
+                        gossip_addr: "127.0.0.1:1".parse().unwrap(),
+                        keys,
+                    };
+                    (node, m)
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn diff_then_apply_reproduces_the_new_view(before in arb_view(), after in arb_view()) {
+            let mut replay = before.clone();
+            apply(&mut replay, &diff(&before, &after));
+            prop_assert_eq!(replay, after);
+        }
+
+        #[test]
+        fn no_change_no_events(v in arb_view()) {
+            prop_assert!(diff(&v, &v).is_empty());
+        }
+    }
+}

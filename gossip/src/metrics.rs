@@ -1,0 +1,81 @@
+//! The gossip plane's metrics. Names are Prometheus-style; the exporter lives in the
+//! daemon. Every refusal of bad input is counted here with a `reason` label.
+
+/// Connections refused before any frame was accepted.
+pub const CONNECTIONS_REFUSED: &str = "domaind_gossip_connections_refused_total";
+/// Frames received and dropped because they are malformed or lie about the sender.
+pub const FRAMES_REJECTED: &str = "domaind_gossip_frames_rejected_total";
+/// Well-formed frames not delivered because a queue was full or a peer unreachable.
+pub const FRAMES_DROPPED: &str = "domaind_gossip_frames_dropped_total";
+pub const FRAMES_SENT: &str = "domaind_gossip_frames_sent_total";
+pub const FRAMES_RECEIVED: &str = "domaind_gossip_frames_received_total";
+pub const BYTES_SENT: &str = "domaind_gossip_bytes_sent_total";
+pub const BYTES_RECEIVED: &str = "domaind_gossip_bytes_received_total";
+pub const CONNECT_FAILURES: &str = "domaind_gossip_connect_failures_total";
+pub const TLS_RELOADS: &str = "domaind_gossip_tls_reloads_total";
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedConnection {
+    /// The client sent no certificate.
+    NoClientCert,
+    /// The client's certificate does not chain to our CA.
+    UnknownCa,
+    /// The client's certificate has expired or is not yet valid.
+    Expired,
+    /// Another TLS failure (bad signature, protocol error, wrong version...).
+    TlsError,
+    /// The peer closed or sent garbage before finishing the handshake.
+    HandshakeAborted,
+    /// The peer did not finish the handshake in time.
+    HandshakeTimeout,
+    /// The certificate names no node, or several.
+    BadIdentity,
+    /// Too many connections from one address, or in all.
+    ConnectionLimit,
+}
+
+impl RefusedConnection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoClientCert => "no_client_cert",
+            Self::UnknownCa => "unknown_ca",
+            Self::Expired => "expired",
+            Self::TlsError => "tls_error",
+            Self::HandshakeAborted => "handshake_aborted",
+            Self::HandshakeTimeout => "handshake_timeout",
+            Self::BadIdentity => "bad_identity",
+            Self::ConnectionLimit => "connection_limit",
+        }
+    }
+}
+
+pub(crate) fn connection_refused(reason: RefusedConnection) {
+    metrics::counter!(CONNECTIONS_REFUSED, "reason" => reason.as_str()).increment(1);
+}
+
+pub(crate) fn frame_rejected(reason: &'static str) {
+    metrics::counter!(FRAMES_REJECTED, "reason" => reason).increment(1);
+}
+
+pub(crate) fn frame_dropped(reason: &'static str) {
+    metrics::counter!(FRAMES_DROPPED, "reason" => reason).increment(1);
+}
+
+pub(crate) fn frame_sent(bytes: usize) {
+    metrics::counter!(FRAMES_SENT).increment(1);
+    metrics::counter!(BYTES_SENT).increment(bytes as u64);
+}
+
+pub(crate) fn frame_received(bytes: usize) {
+    metrics::counter!(FRAMES_RECEIVED).increment(1);
+    metrics::counter!(BYTES_RECEIVED).increment(bytes as u64);
+}
+
+pub(crate) fn connect_failed() {
+    metrics::counter!(CONNECT_FAILURES).increment(1);
+}
+
+pub(crate) fn tls_reload(result: &'static str) {
+    metrics::counter!(TLS_RELOADS, "result" => result).increment(1);
+}

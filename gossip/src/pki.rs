@@ -1,0 +1,230 @@
+//! A development PKI: one CA, and node certificates signed by it, for the demo, tests
+//! and clusters without a certificate manager. In production the chart mounts
+//! certificates issued elsewhere in the same layout (`ca.crt`, `tls.crt`, `tls.key`).
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use time::{Duration, OffsetDateTime};
+
+use crate::identity::NodeName;
+use crate::tls::TlsPaths;
+
+pub const CA_CERT_FILE: &str = "ca.crt";
+pub const CA_KEY_FILE: &str = "ca.key";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("cannot generate {what}: {source}")]
+    Generate {
+        what: &'static str,
+        source: rcgen::Error,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a usable CA: {source}")]
+    BadCa { path: PathBuf, source: rcgen::Error },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} exists; refusing to overwrite it (remove it first)")]
+    Exists { path: PathBuf },
+}
+
+/// A certificate authority that signs node certificates.
+pub struct DevCa {
+    cert_pem: String,
+    key_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl std::fmt::Debug for DevCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevCa").finish_non_exhaustive()
+    }
+}
+
+/// A node certificate and key, and the CA certificate that verifies its peers.
+#[derive(Debug, Clone)]
+pub struct NodeCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub ca_cert_pem: String,
+}
+
+/// What to put in a node certificate.
+#[derive(Debug, Clone)]
+pub struct NodeCertRequest {
+    pub node: NodeName,
+    /// Extra IP subject-alternative names; the node's identity is its DNS name alone.
+    pub ips: Vec<IpAddr>,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+}
+
+impl NodeCertRequest {
+    /// Valid from an hour ago (clock skew) for `valid_for`.
+    pub fn new(node: NodeName, valid_for: Duration) -> Self {
+        let now = OffsetDateTime::now_utc();
+        Self {
+            node,
+            ips: Vec::new(),
+            not_before: now - Duration::hours(1),
+            not_after: now + valid_for,
+        }
+    }
+}
+
+impl DevCa {
+    /// A new CA valid for `valid_for`.
+    pub fn generate(common_name: &str, valid_for: Duration) -> Result<Self, PkiError> {
+        let key = KeyPair::generate().map_err(|source| PkiError::Generate {
+            what: "CA key",
+            source,
+        })?;
+        let mut params = CertificateParams::default();
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - Duration::hours(1);
+        params.not_after = now + valid_for;
+        let cert = params
+            .self_signed(&key)
+            .map_err(|source| PkiError::Generate {
+                what: "CA certificate",
+                source,
+            })?;
+        Ok(Self {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    /// Loads a CA written by [`DevCa::write`].
+    pub fn load(dir: &Path) -> Result<Self, PkiError> {
+        let cert_path = dir.join(CA_CERT_FILE);
+        let key_path = dir.join(CA_KEY_FILE);
+        let read = |path: &PathBuf| {
+            std::fs::read_to_string(path).map_err(|source| PkiError::Read {
+                path: path.clone(),
+                source,
+            })
+        };
+        let cert_pem = read(&cert_path)?;
+        let key_pem = read(&key_path)?;
+        let key = KeyPair::from_pem(&key_pem).map_err(|source| PkiError::BadCa {
+            path: key_path,
+            source,
+        })?;
+        let issuer =
+            Issuer::from_ca_cert_pem(&cert_pem, key).map_err(|source| PkiError::BadCa {
+                path: cert_path,
+                source,
+            })?;
+        Ok(Self {
+            cert_pem,
+            key_pem,
+            issuer,
+        })
+    }
+
+    /// Writes `ca.crt` and `ca.key` (mode 0600) into `dir`, never over existing files.
+    pub fn write(&self, dir: &Path) -> Result<(), PkiError> {
+        for name in [CA_CERT_FILE, CA_KEY_FILE] {
+            let path = dir.join(name);
+            if path.exists() {
+                return Err(PkiError::Exists { path });
+            }
+        }
+        write_file(&dir.join(CA_CERT_FILE), &self.cert_pem)?;
+        write_file(&dir.join(CA_KEY_FILE), &self.key_pem)
+    }
+
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// Signs a certificate for one node, usable as both TLS client and server.
+    pub fn issue(&self, request: &NodeCertRequest) -> Result<NodeCert, PkiError> {
+        let key = KeyPair::generate().map_err(|source| PkiError::Generate {
+            what: "node key",
+            source,
+        })?;
+        let mut params = CertificateParams::default();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, request.node.as_str());
+        let dns = request
+            .node
+            .as_str()
+            .try_into()
+            .map_err(|source| PkiError::Generate {
+                what: "node name",
+                source,
+            })?;
+        params.subject_alt_names = std::iter::once(SanType::DnsName(dns))
+            .chain(request.ips.iter().copied().map(SanType::IpAddress))
+            .collect();
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        params.use_authority_key_identifier_extension = true;
+        params.not_before = request.not_before;
+        params.not_after = request.not_after;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(|source| PkiError::Generate {
+                what: "node certificate",
+                source,
+            })?;
+        Ok(NodeCert {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            ca_cert_pem: self.cert_pem.clone(),
+        })
+    }
+}
+
+impl NodeCert {
+    /// Writes `tls.crt`, `tls.key` (mode 0600) and `ca.crt` into `dir`, each atomically,
+    /// so a node watching the directory never reads half a rotation of one file.
+    pub fn write(&self, dir: &Path) -> Result<TlsPaths, PkiError> {
+        let paths = TlsPaths::in_dir(dir);
+        write_file(&paths.ca_cert, &self.ca_cert_pem)?;
+        write_file(&paths.key, &self.key_pem)?;
+        write_file(&paths.cert, &self.cert_pem)?;
+        Ok(paths)
+    }
+}
+
+/// Writes through a temporary file in the same directory (created with mode 0600),
+/// then renames it into place.
+fn write_file(path: &Path, contents: &str) -> Result<(), PkiError> {
+    let error = |source| PkiError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(error)?;
+    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(error)?;
+    file.write_all(contents.as_bytes()).map_err(error)?;
+    file.as_file().sync_all().map_err(error)?;
+    file.persist(path).map_err(|e| error(e.error))?;
+    Ok(())
+}

@@ -1,0 +1,245 @@
+//! Mutual-TLS material for the gossip plane: one CA, one certificate per node.
+//!
+//! Certificates are read from files (the Kubernetes TLS-secret layout: `ca.crt`,
+//! `tls.crt`, `tls.key`) and reloaded when the files change, so that rotation
+//! needs no restart. Only TLS 1.3 is offered: both ends are ours.
+
+mod reload;
+mod verify;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use crate::identity::{IdentityError, NodeName, node_name_of};
+
+pub use reload::NodeTls;
+
+/// The ring crypto provider, installed as the process default the first time it is
+/// asked for. aws-lc-rs is never compiled in; having both would make rustls unable to
+/// choose, so every config here is built from this provider explicitly.
+pub fn crypto_provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    PROVIDER
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            // Another library may have installed the same provider first; that is fine.
+            let _ = CryptoProvider::install_default((*provider).clone());
+            provider
+        })
+        .clone()
+}
+
+/// Where a node's TLS files live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsPaths {
+    pub ca_cert: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TlsPaths {
+    /// The layout of a Kubernetes `kubernetes.io/tls` secret and of `domaind certs issue`.
+    pub fn in_dir(dir: impl AsRef<Path>) -> Self {
+        let dir = dir.as_ref();
+        Self {
+            ca_cert: dir.join("ca.crt"),
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{what} in {path} is not valid PEM: {reason}")]
+    Pem {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("{path} holds no {what}")]
+    Empty { what: &'static str, path: PathBuf },
+    #[error("node certificate {path}: {source}")]
+    Identity {
+        path: PathBuf,
+        source: IdentityError,
+    },
+    #[error(
+        "node certificate {path} names node {found:?} but this node is {expected:?}; \
+         issue a certificate for {expected:?}"
+    )]
+    WrongNode {
+        path: PathBuf,
+        expected: NodeName,
+        found: NodeName,
+    },
+    #[error("node certificate {path} is not valid now (valid from {not_before} until {not_after})")]
+    NotValidNow {
+        path: PathBuf,
+        not_before: String,
+        not_after: String,
+    },
+    #[error("TLS configuration rejected: {0}")]
+    Config(String),
+}
+
+/// The raw bytes of the three files, as read.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct TlsFiles {
+    ca_cert: Vec<u8>,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
+impl TlsFiles {
+    pub(crate) fn read(paths: &TlsPaths) -> Result<Self, TlsError> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|source| TlsError::Read {
+                path: path.clone(),
+                source,
+            })
+        };
+        Ok(Self {
+            ca_cert: read(&paths.ca_cert)?,
+            cert: read(&paths.cert)?,
+            key: read(&paths.key)?,
+        })
+    }
+}
+
+/// Ready-to-use rustls configurations for one node, built from one set of files.
+#[derive(Debug)]
+pub struct TlsMaterial {
+    node: NodeName,
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
+}
+
+impl TlsMaterial {
+    pub(crate) fn build(
+        paths: &TlsPaths,
+        files: &TlsFiles,
+        expected: &NodeName,
+    ) -> Result<Self, TlsError> {
+        let ca_certs = parse_certs(&paths.ca_cert, &files.ca_cert, "CA certificate")?;
+        let chain = parse_certs(&paths.cert, &files.cert, "certificate")?;
+        let key = PrivateKeyDer::from_pem_slice(&files.key).map_err(|e| TlsError::Pem {
+            what: "private key",
+            path: paths.key.clone(),
+            reason: e.to_string(),
+        })?;
+
+        let node = node_name_of(&chain[0]).map_err(|source| TlsError::Identity {
+            path: paths.cert.clone(),
+            source,
+        })?;
+        if &node != expected {
+            return Err(TlsError::WrongNode {
+                path: paths.cert.clone(),
+                expected: expected.clone(),
+                found: node,
+            });
+        }
+        check_valid_now(&paths.cert, &chain[0])?;
+
+        let mut roots = RootCertStore::empty();
+        for ca in &ca_certs {
+            roots
+                .add(ca.clone())
+                .map_err(|e| TlsError::Config(format!("CA certificate: {e}")))?;
+        }
+        let roots = Arc::new(roots);
+        let provider = crypto_provider();
+        let config_error = |e: rustls::Error| TlsError::Config(e.to_string());
+
+        let client_verifier =
+            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+                .build()
+                .map_err(|e| TlsError::Config(e.to_string()))?;
+        let server = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(config_error)?
+            .with_client_cert_verifier(client_verifier)
+            .with_single_cert(chain.clone(), key.clone_key())
+            .map_err(config_error)?;
+
+        let server_verifier = verify::NodeServerVerifier::new(roots, provider.clone())?;
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(config_error)?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(server_verifier))
+            .with_client_auth_cert(chain, key)
+            .map_err(config_error)?;
+
+        Ok(Self {
+            node,
+            server: Arc::new(server),
+            client: Arc::new(client),
+        })
+    }
+
+    pub fn node(&self) -> &NodeName {
+        &self.node
+    }
+
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        self.server.clone()
+    }
+
+    pub fn client_config(&self) -> Arc<ClientConfig> {
+        self.client.clone()
+    }
+}
+
+fn parse_certs(
+    path: &Path,
+    pem: &[u8],
+    what: &'static str,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            what,
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Empty {
+            what,
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(certs)
+}
+
+/// Refuses to start (or to rotate to) a certificate that peers would refuse anyway:
+/// failing here names the file, where a peer's handshake error would not.
+fn check_valid_now(path: &Path, cert: &CertificateDer<'_>) -> Result<(), TlsError> {
+    let (_, parsed) = X509Certificate::from_der(cert.as_ref()).map_err(|e| TlsError::Identity {
+        path: path.to_path_buf(),
+        source: IdentityError::Unparsable(e.to_string()),
+    })?;
+    let validity = parsed.validity();
+    if validity.is_valid() {
+        Ok(())
+    } else {
+        Err(TlsError::NotValidNow {
+            path: path.to_path_buf(),
+            not_before: validity.not_before.to_string(),
+            not_after: validity.not_after.to_string(),
+        })
+    }
+}

@@ -1,0 +1,113 @@
+//! Bounds of the TLS transport, and reconnect backoff.
+
+use std::time::Duration;
+
+use super::frame::DEFAULT_MAX_FRAME_BYTES;
+
+/// Every queue, timeout and count the TLS transport holds to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportLimits {
+    /// Frames above this size are refused, inbound and outbound.
+    pub max_frame_bytes: usize,
+    /// Frames waiting for one peer's writer; beyond it new frames are dropped, as a
+    /// datagram would be, so that `send` never blocks the gossip loop.
+    pub outbound_queue: usize,
+    /// Frames received and not yet taken by the gossip loop.
+    pub inbound_queue: usize,
+    /// TCP connect plus TLS handshake, outbound.
+    pub connect_timeout: Duration,
+    /// TLS handshake, inbound: a peer that connects and never speaks is cut here.
+    pub handshake_timeout: Duration,
+    pub write_timeout: Duration,
+    /// An outbound connection with nothing to send for this long is closed.
+    pub outbound_idle_timeout: Duration,
+    /// An inbound connection that sends nothing for this long is closed. Longer than
+    /// the outbound one, so the sender closes first and never writes into a dead socket.
+    pub inbound_idle_timeout: Duration,
+    pub reconnect_backoff_min: Duration,
+    pub reconnect_backoff_max: Duration,
+    /// Concurrent inbound connections from one IP address.
+    pub max_connections_per_ip: usize,
+    /// Concurrent inbound connections in all.
+    pub max_connections: usize,
+}
+
+impl Default for TransportLimits {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            outbound_queue: 64,
+            inbound_queue: 1024,
+            connect_timeout: Duration::from_secs(2),
+            handshake_timeout: Duration::from_secs(3),
+            write_timeout: Duration::from_secs(2),
+            outbound_idle_timeout: Duration::from_secs(30),
+            inbound_idle_timeout: Duration::from_secs(60),
+            reconnect_backoff_min: Duration::from_millis(100),
+            reconnect_backoff_max: Duration::from_secs(5),
+            max_connections_per_ip: 16,
+            max_connections: 1024,
+        }
+    }
+}
+
+/// Exponential backoff between reconnect attempts to one peer. No jitter: every node
+/// dials a peer over its own connection, so there is no herd to spread.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    failures: u32,
+}
+
+impl Backoff {
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            min,
+            max: max.max(min),
+            failures: 0,
+        }
+    }
+
+    /// Records a failure and returns how long to wait before the next attempt.
+    pub fn fail(&mut self) -> Duration {
+        let delay = self
+            .min
+            .saturating_mul(1u32 << self.failures.min(16))
+            .min(self.max);
+        self.failures = self.failures.saturating_add(1);
+        delay
+    }
+
+    pub fn succeed(&mut self) {
+        self.failures = 0;
+    }
+
+    /// Failures since the last success.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let delays: Vec<_> = (0..6).map(|_| b.fail().as_millis()).collect();
+        assert_eq!(delays, vec![100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(b.failures(), 6);
+        b.succeed();
+        assert_eq!(b.fail(), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn backoff_survives_many_failures() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        for _ in 0..10_000 {
+            assert!(b.fail() <= Duration::from_secs(5));
+        }
+    }
+}

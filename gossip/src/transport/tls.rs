@@ -1,0 +1,537 @@
+//! Chitchat's `Transport` over TCP and mutual TLS.
+//!
+//! Inbound: one listener; each connection is admitted (per-address and total bounds),
+//! handshaken under a deadline, its peer named by its client certificate, then read as
+//! length-prefixed frames. A frame whose sender is not the certificate's node, or whose
+//! advertised address is not the connection's source address, is refused and the
+//! connection closed. Outbound: one writer task and one bounded queue per peer address,
+//! so `send` never waits on the network; writers connect on demand, back off after
+//! failures, and close when idle.
+//!
+//! The listener is polled inside `recv()` rather than by a task of its own: chitchat
+//! polls `recv()` whenever it is not busy, and dropping the socket then closes the
+//! listener and every connection at once.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use async_trait::async_trait;
+use bytes::Bytes;
+use chitchat::transport::{Socket, Transport};
+use chitchat::{ChitchatId, ChitchatMessage};
+use futures::{SinkExt, StreamExt};
+use rustls_pki_types::ServerName;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, timeout};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodecError};
+use tracing::{debug, info, warn};
+
+use super::admission::{Admission, Admitted};
+use super::frame;
+use super::limits::{Backoff, TransportLimits};
+use crate::identity::{NodeName, node_name_of};
+use crate::metrics::{self, RefusedConnection};
+use crate::tls::NodeTls;
+
+/// A TLS transport for one node: its certificate, its generation, its limits.
+#[derive(Debug)]
+pub struct TlsTransport {
+    tls: Arc<NodeTls>,
+    generation: u64,
+    advertise_addr: Option<SocketAddr>,
+    limits: TransportLimits,
+    prebound: Mutex<Option<TcpListener>>,
+}
+
+impl TlsTransport {
+    pub fn new(tls: Arc<NodeTls>, generation: u64, limits: TransportLimits) -> Self {
+        Self {
+            tls,
+            generation,
+            advertise_addr: None,
+            limits,
+            prebound: Mutex::new(None),
+        }
+    }
+
+    /// The address peers dial, when it is not the listen address (e.g. listening on
+    /// 0.0.0.0). Outbound connections are made from its IP.
+    pub fn with_advertise_addr(mut self, addr: SocketAddr) -> Self {
+        self.advertise_addr = Some(addr);
+        self
+    }
+
+    /// Binds the listener now and returns its address: with port 0, the caller learns
+    /// the port before handing the address to chitchat, which then `open`s it.
+    pub async fn bind(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
+        let listener = bind_listener(addr)?;
+        let local = listener.local_addr()?;
+        *self.prebound.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener);
+        Ok(local)
+    }
+
+    fn take_prebound(&self, addr: SocketAddr) -> Option<TcpListener> {
+        let mut slot = self.prebound.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_ref().map(TcpListener::local_addr) {
+            Some(Ok(local)) if local == addr => slot.take(),
+            _ => None,
+        }
+    }
+}
+
+fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // Lets a restarted node rebind while old connections sit in TIME_WAIT. Two live
+    // listeners on one address are still refused.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+#[async_trait]
+impl Transport for TlsTransport {
+    async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
+        let listener = match self.take_prebound(listen_addr) {
+            Some(listener) => listener,
+            None => bind_listener(listen_addr)
+                .with_context(|| format!("cannot listen for gossip on {listen_addr}"))?,
+        };
+        let local = listener.local_addr()?;
+        let advertise = self.advertise_addr.unwrap_or(local);
+        anyhow::ensure!(
+            !advertise.ip().is_unspecified() && advertise.port() != 0,
+            "gossip advertise address {advertise} is not dialable; set an explicit advertise address"
+        );
+        let (inbound_tx, inbound_rx) = mpsc::channel(self.limits.inbound_queue);
+        let shared = Arc::new(Shared {
+            tls: self.tls.clone(),
+            sender: ChitchatId::new(self.tls.node().as_str(), self.generation, advertise),
+            limits: self.limits.clone(),
+        });
+        info!(node = %self.tls.node(), listen = %local, advertise = %advertise, "gossip listening (mutual TLS)");
+        Ok(Box::new(TlsSocket {
+            admission: Admission::new(
+                self.limits.max_connections_per_ip,
+                self.limits.max_connections,
+            ),
+            shared,
+            listener,
+            connections: JoinSet::new(),
+            inbound_tx,
+            inbound_rx,
+            peers: HashMap::new(),
+        }))
+    }
+}
+
+/// What every task of one socket needs.
+#[derive(Debug)]
+struct Shared {
+    tls: Arc<NodeTls>,
+    /// Written into every outbound frame.
+    sender: ChitchatId,
+    limits: TransportLimits,
+}
+
+type Inbound = (SocketAddr, ChitchatMessage);
+
+struct TlsSocket {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    admission: Admission,
+    connections: JoinSet<()>,
+    inbound_tx: mpsc::Sender<Inbound>,
+    inbound_rx: mpsc::Receiver<Inbound>,
+    peers: HashMap<SocketAddr, mpsc::Sender<Bytes>>,
+}
+
+#[async_trait]
+impl Socket for TlsSocket {
+    async fn send(&mut self, to: SocketAddr, message: ChitchatMessage) -> anyhow::Result<()> {
+        let body = match frame::encode(
+            &self.shared.sender,
+            &message,
+            self.shared.limits.max_frame_bytes,
+        ) {
+            Ok(body) => body,
+            Err(error) => {
+                metrics::frame_dropped("oversized_outbound");
+                warn!(peer = %to, %error, "gossip message too large to send; dropped");
+                return Ok(());
+            }
+        };
+        let queue = self.peer_queue(to);
+        match queue.try_send(body) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => metrics::frame_dropped("queue_full"),
+            // The writer closed an idle connection and ended between our check and
+            // the send; start a new one.
+            Err(mpsc::error::TrySendError::Closed(body)) => {
+                self.peers.remove(&to);
+                if self.peer_queue(to).try_send(body).is_err() {
+                    metrics::frame_dropped("queue_full");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn recv(&mut self) -> anyhow::Result<(SocketAddr, ChitchatMessage)> {
+        loop {
+            tokio::select! {
+                received = self.inbound_rx.recv() => {
+                    // We hold a sender ourselves, so the channel never closes.
+                    return received.context("gossip inbound channel closed");
+                }
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, peer)) => self.admit(stream, peer),
+                    Err(error) => {
+                        // Out of file descriptors and the like: the listener itself
+                        // is fine, the next accept may succeed.
+                        warn!(%error, "gossip accept failed");
+                    }
+                },
+                Some(_) = self.connections.join_next(), if !self.connections.is_empty() => {}
+            }
+        }
+    }
+}
+
+impl TlsSocket {
+    fn peer_queue(&mut self, to: SocketAddr) -> &mpsc::Sender<Bytes> {
+        if self.peers.get(&to).is_none_or(mpsc::Sender::is_closed) {
+            self.peers.retain(|_, queue| !queue.is_closed());
+            let (tx, rx) = mpsc::channel(self.shared.limits.outbound_queue);
+            tokio::spawn(write_to_peer(to, rx, self.shared.clone()));
+            self.peers.insert(to, tx);
+        }
+        &self.peers[&to]
+    }
+
+    fn admit(&mut self, stream: TcpStream, peer: SocketAddr) {
+        match self.admission.admit(peer.ip()) {
+            Ok(place) => {
+                let shared = self.shared.clone();
+                let inbound = self.inbound_tx.clone();
+                self.connections
+                    .spawn(serve_connection(stream, peer, place, shared, inbound));
+            }
+            Err(refusal) => {
+                metrics::connection_refused(RefusedConnection::ConnectionLimit);
+                if refusal.first {
+                    warn!(%peer, "too many gossip connections from this address; refusing more until some close");
+                }
+            }
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    _place: Admitted,
+    shared: Arc<Shared>,
+    inbound: mpsc::Sender<Inbound>,
+) {
+    let limits = &shared.limits;
+    let acceptor = TlsAcceptor::from(shared.tls.material().server_config());
+    let tls_stream = match timeout(limits.handshake_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(tls_stream)) => tls_stream,
+        Ok(Err(error)) => {
+            let reason = classify_handshake_error(&error);
+            metrics::connection_refused(reason);
+            warn!(%peer, reason = reason.as_str(), %error, "gossip TLS handshake refused");
+            return;
+        }
+        Err(_) => {
+            metrics::connection_refused(RefusedConnection::HandshakeTimeout);
+            warn!(%peer, timeout = ?limits.handshake_timeout, "gossip peer did not complete the TLS handshake in time");
+            return;
+        }
+    };
+    let identity = tls_stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .ok_or_else(|| "no client certificate".to_owned())
+        .and_then(|cert| node_name_of(cert).map_err(|e| e.to_string()));
+    let node = match identity {
+        Ok(node) => node,
+        Err(error) => {
+            metrics::connection_refused(RefusedConnection::BadIdentity);
+            warn!(%peer, %error, "gossip peer's certificate names no node");
+            return;
+        }
+    };
+    debug!(%peer, %node, "gossip connection accepted");
+
+    let mut frames = FramedRead::new(tls_stream, frame::codec(limits.max_frame_bytes));
+    loop {
+        let next = match timeout(limits.inbound_idle_timeout, frames.next()).await {
+            Ok(next) => next,
+            Err(_) => {
+                debug!(%peer, %node, "closing idle gossip connection");
+                return;
+            }
+        };
+        let body = match next {
+            None => return,
+            Some(Ok(body)) => body,
+            Some(Err(error)) => {
+                let partial = !frames.read_buffer().is_empty();
+                report_read_error(&peer, &node, &error, partial);
+                return;
+            }
+        };
+        metrics::frame_received(body.len() + 4);
+        match accept_frame(&body, &node, peer.ip()) {
+            Ok((from, message)) => match inbound.try_send((from, message)) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    metrics::frame_dropped("inbound_queue_full")
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            },
+            Err(rejection) => {
+                metrics::frame_rejected(rejection.reason);
+                warn!(%peer, %node, reason = rejection.reason, error = %rejection.detail, "gossip frame refused; closing connection");
+                return;
+            }
+        }
+    }
+}
+
+struct Rejection {
+    reason: &'static str,
+    detail: String,
+}
+
+/// Decodes a frame and checks that it speaks for the node its connection is
+/// authenticated as, from the address that node advertises.
+fn accept_frame(
+    body: &[u8],
+    authenticated: &NodeName,
+    source_ip: IpAddr,
+) -> Result<Inbound, Rejection> {
+    let frame = frame::decode(body).map_err(|e| Rejection {
+        reason: e.reason(),
+        detail: e.to_string(),
+    })?;
+    if *frame.sender.node_id != *authenticated.as_str() {
+        return Err(Rejection {
+            reason: "identity_mismatch",
+            detail: format!(
+                "frame claims to be from node {:?} but the certificate names {authenticated:?}",
+                &*frame.sender.node_id
+            ),
+        });
+    }
+    let advertised = frame.sender.gossip_advertise_addr;
+    if advertised.ip() != source_ip {
+        return Err(Rejection {
+            reason: "address_mismatch",
+            detail: format!("frame advertises {advertised} but arrived from {source_ip}"),
+        });
+    }
+    Ok((advertised, frame.message))
+}
+
+fn report_read_error(peer: &SocketAddr, node: &NodeName, error: &io::Error, partial: bool) {
+    let oversized = error
+        .get_ref()
+        .is_some_and(|inner| inner.is::<LengthDelimitedCodecError>());
+    let reason = if oversized {
+        "oversized"
+    } else if partial {
+        "truncated"
+    } else {
+        // The connection broke between frames: nothing was lost that we had.
+        debug!(%peer, %node, %error, "gossip connection closed");
+        return;
+    };
+    metrics::frame_rejected(reason);
+    warn!(%peer, %node, reason, %error, "gossip frame refused; closing connection");
+}
+
+fn classify_handshake_error(error: &io::Error) -> RefusedConnection {
+    use rustls::CertificateError as C;
+    let Some(tls_error) = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    else {
+        return RefusedConnection::HandshakeAborted;
+    };
+    match tls_error {
+        rustls::Error::NoCertificatesPresented => RefusedConnection::NoClientCert,
+        rustls::Error::InvalidCertificate(cert_error) => match cert_error {
+            C::UnknownIssuer | C::BadSignature => RefusedConnection::UnknownCa,
+            C::Expired
+            | C::ExpiredContext { .. }
+            | C::NotValidYet
+            | C::NotValidYetContext { .. } => RefusedConnection::Expired,
+            _ => RefusedConnection::TlsError,
+        },
+        _ => RefusedConnection::TlsError,
+    }
+}
+
+type TlsWriter = FramedWrite<
+    tokio_rustls::client::TlsStream<TcpStream>,
+    tokio_util::codec::LengthDelimitedCodec,
+>;
+
+/// Drains one peer's queue into one connection, (re)connecting on demand.
+async fn write_to_peer(peer: SocketAddr, mut queue: mpsc::Receiver<Bytes>, shared: Arc<Shared>) {
+    let limits = &shared.limits;
+    let mut connection: Option<TlsWriter> = None;
+    let mut backoff = Backoff::new(limits.reconnect_backoff_min, limits.reconnect_backoff_max);
+    let mut next_attempt: Option<Instant> = None;
+    loop {
+        let body = match timeout(limits.outbound_idle_timeout, queue.recv()).await {
+            Ok(Some(body)) => body,
+            // The socket was dropped.
+            Ok(None) => return,
+            Err(_) => {
+                if connection.is_some() {
+                    debug!(%peer, "closing idle gossip connection");
+                }
+                return;
+            }
+        };
+        if connection.is_none() {
+            if next_attempt.is_some_and(|at| Instant::now() < at) {
+                metrics::frame_dropped("peer_unreachable");
+                continue;
+            }
+            match timeout(limits.connect_timeout, connect(peer, &shared)).await {
+                Ok(Ok(writer)) => {
+                    if backoff.failures() > 0 {
+                        info!(%peer, "gossip peer reachable again");
+                    }
+                    backoff.succeed();
+                    next_attempt = None;
+                    connection = Some(writer);
+                }
+                failed => {
+                    let error = match failed {
+                        Ok(Err(error)) => error.to_string(),
+                        _ => format!("timed out after {:?}", limits.connect_timeout),
+                    };
+                    metrics::connect_failed();
+                    metrics::frame_dropped("peer_unreachable");
+                    let delay = backoff.fail();
+                    if backoff.failures() == 1 {
+                        warn!(%peer, %error, retry_in = ?delay, "cannot connect to gossip peer");
+                    } else {
+                        debug!(%peer, %error, retry_in = ?delay, "cannot connect to gossip peer");
+                    }
+                    next_attempt = Some(Instant::now() + delay);
+                    continue;
+                }
+            }
+        }
+        let Some(writer) = connection.as_mut() else {
+            continue;
+        };
+        let size = body.len() + 4;
+        match timeout(limits.write_timeout, writer.send(body)).await {
+            Ok(Ok(())) => metrics::frame_sent(size),
+            failed => {
+                let error = match failed {
+                    Ok(Err(error)) => error.to_string(),
+                    _ => format!("timed out after {:?}", limits.write_timeout),
+                };
+                debug!(%peer, %error, "gossip write failed; reconnecting on the next frame");
+                metrics::frame_dropped("write_failed");
+                connection = None;
+            }
+        }
+    }
+}
+
+async fn connect(peer: SocketAddr, shared: &Shared) -> io::Result<TlsWriter> {
+    let socket = if peer.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // Receivers check that a frame comes from the IP it advertises.
+    socket.bind(SocketAddr::new(shared.sender.gossip_advertise_addr.ip(), 0))?;
+    let stream = socket.connect(peer).await?;
+    stream.set_nodelay(true)?;
+    let connector = TlsConnector::from(shared.tls.material().client_config());
+    // The name is not checked: any node of our CA may listen at a gossip address, and
+    // what it says is checked against its certificate when it speaks to us.
+    let tls_stream = connector
+        .connect(ServerName::IpAddress(peer.ip().into()), stream)
+        .await?;
+    Ok(FramedWrite::new(
+        tls_stream,
+        frame::codec(shared.limits.max_frame_bytes),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(node: &str, addr: &str) -> Bytes {
+        let message = frame::syn_for_tests("c");
+        frame::encode(
+            &ChitchatId::new(node, 1, addr.parse().unwrap()),
+            &message,
+            frame::DEFAULT_MAX_FRAME_BYTES,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn frame_from_the_certified_node_is_delivered_to_its_advertised_address() {
+        let node = NodeName::new("node-a").unwrap();
+        let (from, _) = accept_frame(
+            &body("node-a", "127.0.0.2:7000"),
+            &node,
+            "127.0.0.2".parse().unwrap(),
+        )
+        .ok()
+        .unwrap();
+        assert_eq!(from, "127.0.0.2:7000".parse().unwrap());
+    }
+
+    #[test]
+    fn frame_speaking_for_another_node_is_refused() {
+        let node = NodeName::new("node-a").unwrap();
+        let err = accept_frame(
+            &body("node-b", "127.0.0.2:7000"),
+            &node,
+            "127.0.0.2".parse().unwrap(),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(err.reason, "identity_mismatch");
+    }
+
+    #[test]
+    fn frame_advertising_another_address_is_refused() {
+        let node = NodeName::new("node-a").unwrap();
+        let err = accept_frame(
+            &body("node-a", "127.0.0.9:7000"),
+            &node,
+            "127.0.0.2".parse().unwrap(),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(err.reason, "address_mismatch");
+    }
+}
