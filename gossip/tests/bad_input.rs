@@ -1,0 +1,363 @@
+//! Bad input at the gossip listener: each case is refused, counted with its reason,
+//! and the listener goes on serving honest peers.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chitchat::transport::Transport;
+use chitchat::{ChitchatId, ChitchatMessage};
+use common::{Metrics, Pki, any_port, loopback, name, syn, within};
+use domaind_gossip::metrics::{CONNECTIONS_REFUSED, FRAMES_REJECTED};
+use domaind_gossip::pki::{DevCa, NodeCert, NodeCertRequest};
+use domaind_gossip::transport::frame;
+use domaind_gossip::transport::{TlsTransport, TransportLimits};
+use rustls::client::WebPkiServerVerifier;
+use rustls::{ClientConfig, RootCertStore};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+struct Listener {
+    addr: SocketAddr,
+    received: mpsc::UnboundedReceiver<(SocketAddr, ChitchatMessage)>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+async fn listen(pki: &Pki, limits: TransportLimits) -> Listener {
+    let transport = TlsTransport::new(pki.node_tls("server"), 1, limits);
+    let addr = transport.bind(any_port(1)).await.unwrap();
+    let mut socket = transport.open(addr).await.unwrap();
+    let (tx, received) = mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        while let Ok(message) = socket.recv().await {
+            if tx.send(message).is_err() {
+                return;
+            }
+        }
+    });
+    Listener {
+        addr,
+        received,
+        _task: task,
+    }
+}
+
+/// An honest node on another address gets a message through.
+async fn honest_peer_gets_through(pki: &Pki, listener: &mut Listener) {
+    let transport = TlsTransport::new(pki.node_tls("honest"), 1, TransportLimits::default());
+    let addr = transport.bind(any_port(2)).await.unwrap();
+    let mut socket = transport.open(addr).await.unwrap();
+    socket.send(listener.addr, syn("honest")).await.unwrap();
+    let (from, message) = within(LIMIT, "the honest message", listener.received.recv())
+        .await
+        .unwrap();
+    assert_eq!((from, message), (addr, syn("honest")));
+}
+
+fn client_config(trusted_ca: &str, identity: Option<&NodeCert>) -> Arc<ClientConfig> {
+    let provider = domaind_gossip::tls::crypto_provider();
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(trusted_ca.as_bytes()).unwrap())
+        .unwrap();
+    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .unwrap();
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_webpki_verifier(verifier);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some(cert) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(cert.cert_pem.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
+    Arc::new(config)
+}
+
+async fn tcp_from(source: u8, to: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(any_port(source)).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// Connects and handshakes. With TLS 1.3 a client finishes before the server has
+/// judged its certificate, so a refused client may still get a stream here.
+async fn tls_connect(
+    to: SocketAddr,
+    config: Arc<ClientConfig>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = tcp_from(1, to).await;
+    TlsConnector::from(config)
+        .connect(ServerName::try_from("server").unwrap(), tcp)
+        .await
+}
+
+/// Waits until the server has closed the connection.
+async fn closed_by_server<S: tokio::io::AsyncRead + Unpin>(mut stream: S) {
+    let mut buf = [0u8; 256];
+    within(LIMIT, "the server to close the connection", async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+}
+
+fn frame_as(node: &str, advertised: SocketAddr) -> Vec<u8> {
+    let body = frame::encode(
+        &ChitchatId::new(node, 1, advertised),
+        &syn("spoof"),
+        frame::DEFAULT_MAX_FRAME_BYTES,
+    )
+    .unwrap();
+    frame::encode_with_prefix(&body).to_vec()
+}
+
+#[tokio::test]
+async fn client_without_certificate_is_refused() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let mut listener = listen(&pki, TransportLimits::default()).await;
+    match tls_connect(listener.addr, client_config(pki.ca.cert_pem(), None)).await {
+        Ok(stream) => closed_by_server(stream).await,
+        Err(_) => {}
+    }
+    honest_peer_gets_through(&pki, &mut listener).await;
+    assert_eq!(
+        metrics.counter(CONNECTIONS_REFUSED, Some(("reason", "no_client_cert"))),
+        1
+    );
+}
+
+#[tokio::test]
+async fn certificate_from_another_ca_is_refused() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let mut listener = listen(&pki, TransportLimits::default()).await;
+    let rogue_ca = DevCa::generate("rogue", time::Duration::days(1)).unwrap();
+    let rogue = rogue_ca
+        .issue(&NodeCertRequest::new(
+            name("node-a"),
+            time::Duration::days(1),
+        ))
+        .unwrap();
+    // The rogue trusts our CA, so it gets as far as presenting its certificate.
+    let config = client_config(pki.ca.cert_pem(), Some(&rogue));
+    if let Ok(stream) = tls_connect(listener.addr, config).await {
+        closed_by_server(stream).await;
+    }
+    honest_peer_gets_through(&pki, &mut listener).await;
+    assert_eq!(
+        metrics.counter(CONNECTIONS_REFUSED, Some(("reason", "unknown_ca"))),
+        1
+    );
+}
+
+#[tokio::test]
+async fn expired_certificate_is_refused() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let mut listener = listen(&pki, TransportLimits::default()).await;
+    let now = time::OffsetDateTime::now_utc();
+    let expired = pki
+        .ca
+        .issue(&NodeCertRequest {
+            node: name("node-a"),
+            ips: Vec::new(),
+            not_before: now - time::Duration::days(2),
+            not_after: now - time::Duration::days(1),
+        })
+        .unwrap();
+    let config = client_config(pki.ca.cert_pem(), Some(&expired));
+    if let Ok(stream) = tls_connect(listener.addr, config).await {
+        closed_by_server(stream).await;
+    }
+    honest_peer_gets_through(&pki, &mut listener).await;
+    assert_eq!(
+        metrics.counter(CONNECTIONS_REFUSED, Some(("reason", "expired"))),
+        1
+    );
+}
+
+#[tokio::test]
+async fn certificate_of_node_a_cannot_gossip_as_node_b() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let mut listener = listen(&pki, TransportLimits::default()).await;
+    let config = client_config(pki.ca.cert_pem(), Some(&pki.issue("node-a")));
+    let mut stream = tls_connect(listener.addr, config).await.unwrap();
+    let advertised = SocketAddr::new(loopback(1), 7946);
+    stream
+        .write_all(&frame_as("node-b", advertised))
+        .await
+        .unwrap();
+    stream.flush().await.unwrap();
+    closed_by_server(stream).await;
+    honest_peer_gets_through(&pki, &mut listener).await;
+    assert_eq!(
+        metrics.counter(FRAMES_REJECTED, Some(("reason", "identity_mismatch"))),
+        1
+    );
+    assert!(
+        listener.received.try_recv().is_err(),
+        "the spoofed frame was delivered"
+    );
+}
+
+#[tokio::test]
+async fn frame_advertising_someone_elses_address_is_refused() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let mut listener = listen(&pki, TransportLimits::default()).await;
+    let config = client_config(pki.ca.cert_pem(), Some(&pki.issue("node-a")));
+    let mut stream = tls_connect(listener.addr, config).await.unwrap();
+    let elsewhere = SocketAddr::new(loopback(9), 7946);
+    stream
+        .write_all(&frame_as("node-a", elsewhere))
+        .await
+        .unwrap();
+    closed_by_server(stream).await;
+    honest_peer_gets_through(&pki, &mut listener).await;
+    assert_eq!(
+        metrics.counter(FRAMES_REJECTED, Some(("reason", "address_mismatch"))),
+        1
+    );
+}
+
+async fn authenticated_stream(pki: &Pki, listener: &Listener) -> TlsStream<TcpStream> {
+    let config = client_config(pki.ca.cert_pem(), Some(&pki.issue("node-a")));
+    tls_connect(listener.addr, config).await.unwrap()
+}
+
+#[tokio::test]
+async fn frame_larger_than_the_limit_is_refused() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let mut listener = listen(&pki, TransportLimits::default()).await;
+    let mut stream = authenticated_stream(&pki, &listener).await;
+    let oversized = vec![0u8; frame::DEFAULT_MAX_FRAME_BYTES + 1];
+    // The server refuses on the length prefix and may close before all is written.
+    let _ = stream
+        .write_all(&frame::encode_with_prefix(&oversized))
+        .await;
+    closed_by_server(stream).await;
+    honest_peer_gets_through(&pki, &mut listener).await;
+    assert_eq!(
+        metrics.counter(FRAMES_REJECTED, Some(("reason", "oversized"))),
+        1
+    );
+}
+
+#[tokio::test]
+async fn truncated_frame_is_refused() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let mut listener = listen(&pki, TransportLimits::default()).await;
+    let mut stream = authenticated_stream(&pki, &listener).await;
+    let whole = frame_as("node-a", SocketAddr::new(loopback(1), 7946));
+    stream.write_all(&whole[..whole.len() / 2]).await.unwrap();
+    stream.shutdown().await.unwrap();
+    closed_by_server(stream).await;
+    honest_peer_gets_through(&pki, &mut listener).await;
+    assert_eq!(
+        metrics.counter(FRAMES_REJECTED, Some(("reason", "truncated"))),
+        1
+    );
+    assert!(listener.received.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn random_bytes_after_the_handshake_are_refused() {
+    use rand::{RngCore, SeedableRng};
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let mut listener = listen(&pki, TransportLimits::default()).await;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(0x5eed);
+
+    // Garbage inside a well-formed length prefix: malformed.
+    let mut garbage = vec![0u8; 200];
+    rng.fill_bytes(&mut garbage);
+    let mut stream = authenticated_stream(&pki, &listener).await;
+    stream
+        .write_all(&frame::encode_with_prefix(&garbage))
+        .await
+        .unwrap();
+    closed_by_server(stream).await;
+
+    // Garbage where the length prefix should be: an absurd length, refused unread.
+    let mut stream = authenticated_stream(&pki, &listener).await;
+    let _ = stream.write_all(&[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]).await;
+    closed_by_server(stream).await;
+
+    honest_peer_gets_through(&pki, &mut listener).await;
+    assert_eq!(
+        metrics.counter(FRAMES_REJECTED, Some(("reason", "malformed"))),
+        1
+    );
+    assert_eq!(
+        metrics.counter(FRAMES_REJECTED, Some(("reason", "oversized"))),
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn peer_that_connects_and_never_speaks_is_cut_off() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let listener = listen(&pki, TransportLimits::default()).await;
+    // Time stands still until every task waits; then it jumps to the handshake deadline.
+    let silent = tcp_from(1, listener.addr).await;
+    closed_by_server(silent).await;
+    assert_eq!(
+        metrics.counter(CONNECTIONS_REFUSED, Some(("reason", "handshake_timeout"))),
+        1
+    );
+}
+
+#[tokio::test]
+async fn flood_of_connections_from_one_address_is_bounded() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let limits = TransportLimits {
+        max_connections_per_ip: 4,
+        ..TransportLimits::default()
+    };
+    let mut listener = listen(&pki, limits).await;
+    // Silent connections hold their places until the handshake deadline.
+    let mut flood = Vec::new();
+    for _ in 0..4 {
+        flood.push(tcp_from(1, listener.addr).await);
+    }
+    // The listener accepts inside recv(); an honest message proves it has seen the four.
+    honest_peer_gets_through(&pki, &mut listener).await;
+    let mut refused = Vec::new();
+    for _ in 0..10 {
+        refused.push(tcp_from(1, listener.addr).await);
+    }
+    for stream in refused {
+        closed_by_server(stream).await;
+    }
+    assert_eq!(
+        metrics.counter(CONNECTIONS_REFUSED, Some(("reason", "connection_limit"))),
+        10
+    );
+    honest_peer_gets_through(&pki, &mut listener).await;
+    drop(flood);
+}

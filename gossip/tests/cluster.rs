@@ -1,0 +1,191 @@
+//! Real nodes: GossipNode over mutual TLS on 127.0.0.x addresses.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Pki, any_port, name, within};
+use domaind_gossip::transport::TransportLimits;
+use domaind_gossip::{GossipConfig, GossipEvent, GossipNode, cluster_id_for_clique};
+use futures::StreamExt;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+async fn start(
+    pki: &Pki,
+    node: &str,
+    octet: u8,
+    seeds: &[&GossipNode],
+    generation: u64,
+) -> GossipNode {
+    let mut config = GossipConfig::new(
+        name(node),
+        any_port(octet),
+        cluster_id_for_clique("cluster-1.0"),
+    );
+    config.seeds = seeds.iter().map(|s| s.gossip_addr().to_string()).collect();
+    config.generation = generation;
+    GossipNode::start_tls(config, pki.node_tls(node), TransportLimits::default())
+        .await
+        .unwrap()
+}
+
+fn sees(observer: &GossipNode, nodes: &[&str]) -> bool {
+    let live = observer.live_nodes();
+    live.len() == nodes.len() && nodes.iter().all(|n| live.contains_key(*n))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_nodes_converge_share_keys_and_notice_a_stopped_node() {
+    let pki = Pki::new();
+    let n0 = start(&pki, "node-0", 11, &[], 1).await;
+    let n1 = start(&pki, "node-1", 12, &[&n0], 1).await;
+    let n2 = start(&pki, "node-2", 13, &[&n0], 1).await;
+    let n3 = start(&pki, "node-3", 14, &[&n0], 1).await;
+    let all = ["node-0", "node-1", "node-2", "node-3"];
+
+    common::wait_until(LIMIT, "all four nodes see each other", || {
+        [&n0, &n1, &n2, &n3].iter().all(|n| sees(n, &all))
+    })
+    .await;
+
+    let mut events_on_2 = Box::pin(n2.events());
+    n1.set("domain/cd-1", "slot=3").await;
+    within(LIMIT, "node-2 to hear of node-1's key", async {
+        while let Some(event) = events_on_2.next().await {
+            if event
+                == (GossipEvent::KeySet {
+                    node: "node-1".into(),
+                    key: "domain/cd-1".into(),
+                    value: "slot=3".into(),
+                })
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    common::wait_until(LIMIT, "every node to see node-1's key", || {
+        [&n0, &n2, &n3].iter().all(|n| {
+            n.live_nodes()["node-1"]
+                .keys
+                .get("domain/cd-1")
+                .map(String::as_str)
+                == Some("slot=3")
+        })
+    })
+    .await;
+
+    n1.delete("domain/cd-1").await;
+    within(LIMIT, "node-2 to hear of the deletion", async {
+        while let Some(event) = events_on_2.next().await {
+            if event
+                == (GossipEvent::KeyDeleted {
+                    node: "node-1".into(),
+                    key: "domain/cd-1".into(),
+                })
+            {
+                return;
+            }
+        }
+    })
+    .await;
+
+    n3.shutdown().await.unwrap();
+    let survivors = ["node-0", "node-1", "node-2"];
+    common::wait_until(LIMIT, "the survivors to declare node-3 dead", || {
+        [&n0, &n1, &n2].iter().all(|n| sees(n, &survivors))
+    })
+    .await;
+    within(LIMIT, "node-2's stream to report node-3 gone", async {
+        while let Some(event) = events_on_2.next().await {
+            if matches!(&event, GossipEvent::NodeLeft { node, .. } if node == "node-3") {
+                return;
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_node_with_a_new_generation_replaces_its_old_self() {
+    let pki = Pki::new();
+    let n0 = start(&pki, "node-0", 21, &[], 1).await;
+    let n1 = start(&pki, "node-1", 22, &[&n0], 1).await;
+    let old = start(&pki, "node-2", 23, &[&n0], 100).await;
+    old.set("domain/cd-old", "slot=1").await;
+    common::wait_until(LIMIT, "node-0 and node-1 to see node-2's key", || {
+        [&n0, &n1].iter().all(|n| {
+            n.live_nodes()
+                .get("node-2")
+                .is_some_and(|m| m.keys.contains_key("domain/cd-old"))
+        })
+    })
+    .await;
+    // The stream opens with the current view; read it up to the old generation.
+    let mut events_on_0 = Box::pin(n0.events());
+    within(LIMIT, "node-0's stream to show the old generation", async {
+        while let Some(event) = events_on_0.next().await {
+            if matches!(&event, GossipEvent::KeySet { node, key, .. } if node == "node-2" && key == "domain/cd-old") {
+                return;
+            }
+        }
+    })
+    .await;
+
+    // Killed and back at once: peers have not yet declared the old generation dead.
+    old.shutdown().await.unwrap();
+    let new = start(&pki, "node-2", 23, &[&n0], 101).await;
+    new.set("domain/cd-new", "slot=1").await;
+
+    common::wait_until(LIMIT, "peers to follow the new generation", || {
+        [&n0, &n1].iter().all(|n| {
+            n.live_nodes().get("node-2").is_some_and(|m| {
+                m.generation == 101
+                    && m.keys.contains_key("domain/cd-new")
+                    && !m.keys.contains_key("domain/cd-old")
+            })
+        })
+    })
+    .await;
+    within(
+        LIMIT,
+        "node-0's stream to show the generation change",
+        async {
+            let mut left_old = false;
+            while let Some(event) = events_on_0.next().await {
+                match event {
+                    GossipEvent::NodeLeft {
+                        node,
+                        generation: 100,
+                    } if node == "node-2" => left_old = true,
+                    GossipEvent::NodeJoined {
+                        node,
+                        generation: 101,
+                        ..
+                    } if node == "node-2" => {
+                        assert!(
+                            left_old,
+                            "the new generation joined before the old one left"
+                        );
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        },
+    )
+    .await;
+    // The old generation's death, when the failure detector gets to it, changes nothing.
+    assert_eq!(n0.live_nodes()["node-2"].generation, 101);
+}
+
+#[tokio::test]
+async fn certificate_for_another_node_cannot_start_gossip() {
+    let pki = Pki::new();
+    let config = GossipConfig::new(name("node-x"), any_port(33), "c");
+    let err = GossipNode::start_tls(config, pki.node_tls("node-y"), TransportLimits::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("node-y"), "{err}");
+}

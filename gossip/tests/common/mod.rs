@@ -1,0 +1,141 @@
+//! Test fixtures shared by the gossip integration tests.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chitchat::{ChitchatMessage, Deserializable, Serializable};
+use domaind_gossip::NodeName;
+use domaind_gossip::pki::{DevCa, NodeCert, NodeCertRequest};
+use domaind_gossip::tls::{NodeTls, TlsPaths};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use tempfile::TempDir;
+
+/// A CA in a temporary directory that issues node certificates on demand.
+pub struct Pki {
+    pub dir: TempDir,
+    pub ca: DevCa,
+}
+
+impl Pki {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            ca: DevCa::generate("domaind test CA", time::Duration::days(1)).unwrap(),
+        }
+    }
+
+    pub fn issue(&self, node: &str) -> NodeCert {
+        self.ca
+            .issue(&NodeCertRequest::new(name(node), time::Duration::days(1)))
+            .unwrap()
+    }
+
+    pub fn node_dir(&self, node: &str) -> PathBuf {
+        self.dir.path().join(node)
+    }
+
+    /// Issues and writes a node's files, and loads them.
+    pub fn node_tls(&self, node: &str) -> Arc<NodeTls> {
+        let paths = self.issue(node).write(&self.node_dir(node)).unwrap();
+        NodeTls::load(paths, name(node)).unwrap()
+    }
+
+    pub fn paths(&self, node: &str) -> TlsPaths {
+        TlsPaths::in_dir(self.node_dir(node))
+    }
+}
+
+pub fn name(node: &str) -> NodeName {
+    NodeName::new(node).unwrap()
+}
+
+pub fn loopback(last_octet: u8) -> IpAddr {
+    IpAddr::from([127, 0, 0, last_octet])
+}
+
+pub fn any_port(last_octet: u8) -> SocketAddr {
+    SocketAddr::new(loopback(last_octet), 0)
+}
+
+/// A Syn with an empty digest, built from its wire form since chitchat keeps the
+/// message parts private: magic 45139 (LE), protocol 0, type 0, digest, cluster id.
+pub fn syn(cluster_id: &str) -> ChitchatMessage {
+    let mut bytes = 45_139u16.to_le_bytes().to_vec();
+    bytes.extend([0u8, 0u8]);
+    0u16.serialize(&mut bytes);
+    cluster_id.to_string().serialize(&mut bytes);
+    ChitchatMessage::deserialize(&mut &bytes[..]).unwrap()
+}
+
+/// A metrics recorder for this thread only: tests run on current-thread runtimes, so
+/// every task of the test records here and tests do not see each other's counts.
+pub struct Metrics {
+    snapshotter: Snapshotter,
+    /// Snapshots drain counters, so their values are summed here.
+    totals: std::sync::Mutex<Vec<(metrics_util::CompositeKey, u64)>>,
+    _guard: metrics::LocalRecorderGuard<'static>,
+}
+
+impl Metrics {
+    pub fn install() -> Self {
+        let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
+        let snapshotter = recorder.snapshotter();
+        let guard = metrics::set_default_local_recorder(recorder);
+        Self {
+            snapshotter,
+            totals: Default::default(),
+            _guard: guard,
+        }
+    }
+
+    /// The counter `name`, summed over label sets that include `label` (if given).
+    pub fn counter(&self, name: &str, label: Option<(&str, &str)>) -> u64 {
+        let mut totals = self.totals.lock().unwrap();
+        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
+            let DebugValue::Counter(n) = value else {
+                continue;
+            };
+            match totals.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, total)) => *total += n,
+                None => totals.push((key, n)),
+            }
+        }
+        totals
+            .iter()
+            .filter(|(key, _)| key.key().name() == name)
+            .filter(|(key, _)| {
+                label
+                    .is_none_or(|(k, v)| key.key().labels().any(|l| l.key() == k && l.value() == v))
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// Polls `condition` until it holds, failing the test after `limit`. Under paused time
+/// the polling interval costs nothing; under real time it bounds the wait.
+pub async fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Awaits `future`, failing the test if it takes longer than `limit`.
+pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}"))
+}
+
+pub fn write(path: &Path, contents: &str) {
+    std::fs::write(path, contents).unwrap();
+}
