@@ -144,6 +144,43 @@ mod tests {
         }
     }
 
+    fn self_signed(names: &[&str]) -> CertificateDer<'static> {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        rcgen::generate_simple_self_signed(names)
+            .unwrap()
+            .cert
+            .der()
+            .clone()
+    }
+
+    #[test]
+    fn the_single_dns_name_is_the_node() {
+        assert_eq!(
+            node_name_of(&self_signed(&["node-a"])).unwrap().as_str(),
+            "node-a"
+        );
+    }
+
+    #[test]
+    fn several_dns_names_are_ambiguous() {
+        assert!(matches!(
+            node_name_of(&self_signed(&["node-a", "node-b"])),
+            Err(IdentityError::Ambiguous(names)) if names == "node-a, node-b"
+        ));
+    }
+
+    #[test]
+    fn no_dns_name_is_no_identity() {
+        assert_eq!(
+            node_name_of(&self_signed(&[])),
+            Err(IdentityError::NoNodeName)
+        );
+        assert!(matches!(
+            node_name_of(&self_signed(&["Not_A_Node"])),
+            Err(IdentityError::BadNodeName(_))
+        ));
+    }
+
     #[test]
     fn garbage_certificate_is_unparsable() {
         let junk = CertificateDer::from(vec![0x30, 0x03, 0x01, 0x02]);

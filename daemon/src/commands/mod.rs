@@ -1,0 +1,11 @@
+//! One module per subcommand.
+
+mod certs;
+
+use crate::cli::Command;
+
+pub fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Certs(certs) => certs::run(certs),
+    }
+}

@@ -1,0 +1,178 @@
+//! Certificates from files, and rotation without restart.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chitchat::transport::Transport;
+use common::{Metrics, Pki, any_port, name, syn, within};
+use domaind_gossip::metrics::{CONNECTIONS_REFUSED, TLS_RELOADS};
+use domaind_gossip::pki::{DevCa, NodeCertRequest};
+use domaind_gossip::tls::{NodeTls, TlsError};
+use domaind_gossip::transport::{TlsTransport, TransportLimits};
+
+#[test]
+fn rotated_certificate_is_picked_up() {
+    let pki = Pki::new();
+    let tls = pki.node_tls("node-a");
+    let before = tls.material();
+    assert!(!tls.reload_if_changed().unwrap(), "nothing changed yet");
+    pki.issue("node-a").write(&pki.node_dir("node-a")).unwrap();
+    assert!(tls.reload_if_changed().unwrap());
+    assert!(!Arc::ptr_eq(&before, &tls.material()));
+}
+
+#[test]
+fn rotation_to_another_nodes_certificate_is_refused_once_and_the_old_kept() {
+    let pki = Pki::new();
+    let tls = pki.node_tls("node-a");
+    let before = tls.material();
+    pki.issue("node-b").write(&pki.node_dir("node-a")).unwrap();
+    let err = tls.reload_if_changed().unwrap_err();
+    assert!(matches!(err, TlsError::WrongNode { .. }), "{err}");
+    assert!(Arc::ptr_eq(&before, &tls.material()));
+    // The same broken set is not retried until the files change again.
+    assert!(!tls.reload_if_changed().unwrap());
+}
+
+#[test]
+fn garbage_files_are_refused_with_the_file_named() {
+    let pki = Pki::new();
+    let tls = pki.node_tls("node-a");
+    let paths = pki.paths("node-a");
+    common::write(
+        &paths.cert,
+        "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+    );
+    let err = tls.reload_if_changed().unwrap_err().to_string();
+    assert!(err.contains("tls.crt"), "{err}");
+    common::write(&paths.cert, "");
+    let err = NodeTls::load(paths.clone(), name("node-a"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("holds no certificate"), "{err}");
+    std::fs::remove_file(&paths.key).unwrap();
+    let err = NodeTls::load(paths, name("node-a"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("tls.key"), "{err}");
+}
+
+#[test]
+fn expired_own_certificate_is_refused_at_load() {
+    let pki = Pki::new();
+    let now = time::OffsetDateTime::now_utc();
+    let expired = pki
+        .ca
+        .issue(&NodeCertRequest {
+            node: name("node-a"),
+            ips: Vec::new(),
+            not_before: now - time::Duration::days(2),
+            not_after: now - time::Duration::days(1),
+        })
+        .unwrap();
+    let paths = expired.write(&pki.node_dir("node-a")).unwrap();
+    let err = NodeTls::load(paths, name("node-a")).unwrap_err();
+    assert!(matches!(err, TlsError::NotValidNow { .. }), "{err}");
+}
+
+#[test]
+fn ip_names_beside_the_node_name_are_fine() {
+    let pki = Pki::new();
+    let mut request = NodeCertRequest::new(name("node-a"), time::Duration::days(1));
+    request.ips.push("127.0.0.5".parse().unwrap());
+    // An IP SAN is fine: the identity is the single DNS name.
+    let paths = pki
+        .ca
+        .issue(&request)
+        .unwrap()
+        .write(&pki.node_dir("node-a"))
+        .unwrap();
+    NodeTls::load(paths, name("node-a")).unwrap();
+}
+
+/// A live listener starts trusting a second CA when its CA bundle is rotated.
+#[tokio::test]
+async fn ca_bundle_rotation_applies_to_a_live_listener() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let server_tls = pki.node_tls("server");
+    let transport = TlsTransport::new(server_tls.clone(), 1, TransportLimits::default());
+    let server_addr = transport.bind(any_port(1)).await.unwrap();
+    let mut server = transport.open(server_addr).await.unwrap();
+
+    // A node certified by a second CA, trusting both.
+    let new_ca = DevCa::generate("next CA", time::Duration::days(1)).unwrap();
+    let bundle = format!("{}{}", pki.ca.cert_pem(), new_ca.cert_pem());
+    let newcomer_dir = pki.node_dir("newcomer");
+    let mut newcomer = new_ca
+        .issue(&NodeCertRequest::new(
+            name("newcomer"),
+            time::Duration::days(1),
+        ))
+        .unwrap();
+    newcomer.ca_cert_pem = bundle.clone();
+    let newcomer_paths = newcomer.write(&newcomer_dir).unwrap();
+    let newcomer_tls = NodeTls::load(newcomer_paths, name("newcomer")).unwrap();
+
+    let client_transport = TlsTransport::new(newcomer_tls.clone(), 1, TransportLimits::default());
+    let client_addr = client_transport.bind(any_port(2)).await.unwrap();
+    let mut client = client_transport.open(client_addr).await.unwrap();
+    client.send(server_addr, syn("before")).await.unwrap();
+    within(Duration::from_secs(10), "the refusal", async {
+        loop {
+            tokio::select! {
+                _ = server.recv() => panic!("a certificate of an untrusted CA got through"),
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {
+                    if metrics.counter(CONNECTIONS_REFUSED, Some(("reason", "unknown_ca"))) == 1 {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+
+    common::write(&pki.paths("server").ca_cert, &bundle);
+    assert!(server_tls.reload_if_changed().unwrap());
+
+    // A fresh connection (a new socket) now gets through.
+    drop(client);
+    let mut client = client_transport.open(client_addr).await.unwrap();
+    client.send(server_addr, syn("after")).await.unwrap();
+    let (from, message) = within(Duration::from_secs(10), "the message", server.recv())
+        .await
+        .unwrap();
+    assert_eq!((from, message), (client_addr, syn("after")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn reloader_task_rotates_on_its_own() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let tls = pki.node_tls("node-a");
+    let before = tls.material();
+    let reloader = tls.spawn_reloader(Duration::from_secs(10));
+    pki.issue("node-a").write(&pki.node_dir("node-a")).unwrap();
+    common::wait_until(Duration::from_secs(60), "the reloader to rotate", || {
+        !Arc::ptr_eq(&before, &tls.material())
+    })
+    .await;
+    assert_eq!(metrics.counter(TLS_RELOADS, Some(("result", "rotated"))), 1);
+
+    pki.issue("node-z").write(&pki.node_dir("node-a")).unwrap();
+    common::wait_until(Duration::from_secs(60), "the reloader to refuse", || {
+        metrics.counter(TLS_RELOADS, Some(("result", "refused"))) == 1
+    })
+    .await;
+    // Refused once, not on every tick.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(metrics.counter(TLS_RELOADS, Some(("result", "refused"))), 1);
+
+    // The reloader ends with the last handle on the TLS material.
+    drop(tls);
+    within(Duration::from_secs(60), "the reloader to stop", reloader)
+        .await
+        .unwrap();
+}
