@@ -1,6 +1,7 @@
 //! Simulated racks: GossipNode over chitchat's in-memory transport with injected loss,
-//! delay and partitions, in paused time. Deterministic for a given seed, and fast: a
-//! minute of gossip costs milliseconds.
+//! delay and partitions, in paused time: a minute of gossip costs milliseconds. Fault
+//! decisions are seeded, but chitchat picks gossip peers with its own RNG, so runs
+//! differ in detail: the tests assert outcomes within bounds, never a schedule.
 
 mod common;
 
@@ -90,10 +91,7 @@ async fn eighteen_nodes_converge_and_heal_a_partition() {
     let others: Vec<usize> = everyone.iter().copied().filter(|&i| i != 7).collect();
     let detected = rack.wait_all_see(&others, "the others drop node-07").await;
     println!("isolated node dropped by every survivor in {detected:?}");
-    assert!(
-        rack.nodes[7].live_nodes().len() == 1,
-        "node-07 should see itself alone"
-    );
+    rack.wait_all_see(&[7], "node-07 sees itself alone").await;
 
     rack.faults.heal();
     let healed = rack.wait_all_see(&everyone, "node-07 rejoins").await;

@@ -1,7 +1,8 @@
 //! Network faults for simulations: loss, delay and partitions, applied where messages
 //! arrive so that they wrap any transport (chitchat's in-memory `ChannelTransport`
-//! included) without reaching into it. Decisions come from a seeded RNG per socket, so
-//! a simulation with paused time replays the same way for the same seed.
+//! included) without reaching into it. Decisions come from a seeded RNG per socket;
+//! chitchat's own choice of gossip peers is not seeded, so simulations assert
+//! outcomes, not schedules.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
