@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use chitchat::{ChitchatId, NodeState};
+use futures::{Stream, StreamExt};
 
 /// One live node as gossip knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +120,22 @@ pub fn diff(before: &Membership, after: &Membership) -> Vec<GossipEvent> {
         }
     }
     events
+}
+
+/// Turns a stream of membership snapshots into the events between them, starting
+/// from an empty view: the first snapshot yields a join (and keys) for every member.
+pub fn event_stream(
+    snapshots: impl Stream<Item = Membership> + Send + 'static,
+) -> impl Stream<Item = GossipEvent> + Send + 'static {
+    futures::stream::unfold(
+        (Box::pin(snapshots), Membership::new()),
+        |(mut snapshots, before)| async move {
+            let after = snapshots.next().await?;
+            let events = diff(&before, &after);
+            Some((futures::stream::iter(events), (snapshots, after)))
+        },
+    )
+    .flatten()
 }
 
 /// Replays `events` onto `view`; `diff` followed by `apply` must reproduce `after`

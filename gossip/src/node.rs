@@ -15,7 +15,7 @@ use tracing::info;
 
 use crate::config::GossipConfig;
 use crate::identity::NodeName;
-use crate::membership::{GossipEvent, Membership, diff, membership_from};
+use crate::membership::{GossipEvent, Membership, event_stream, membership_from};
 use crate::tls::NodeTls;
 use crate::transport::{TlsTransport, TransportLimits};
 
@@ -174,17 +174,8 @@ impl GossipNode {
     /// the current view (a join and its keys for every live node, this one included),
     /// then follows changes, observed once per gossip round.
     pub fn events(&self) -> impl Stream<Item = GossipEvent> + Send + 'static + use<> {
-        let updates = WatchStream::new(self.live.clone());
-        futures::stream::unfold(
-            (updates, Membership::new()),
-            |(mut updates, before)| async move {
-                let live = updates.next().await?;
-                let after = membership_from(&live);
-                let events = diff(&before, &after);
-                Some((futures::stream::iter(events), (updates, after)))
-            },
-        )
-        .flatten()
+        let snapshots = WatchStream::new(self.live.clone()).map(|live| membership_from(&live));
+        event_stream(snapshots)
     }
 
     /// Stops gossiping and closes the listener. Peers notice through their failure

@@ -1,0 +1,760 @@
+//! Domain: one per ComputeDomain with claims on this node.
+//!
+//! It publishes this node's advertisement, turns the gossip view into members, slots,
+//! the IMEX peer set and readiness (pure rules), drives the IMEX daemon, keeps one
+//! ImexPeer per remote member and one Channel per claim, and — while this node is the
+//! domain's reporter — hands status documents to its StatusWriter.
+//!
+//! Supervised: if it stops unexpectedly it is restarted, and rebuilds its state from
+//! gossip (its own last advertisement, its peers') and the checkpoint (its claims).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::actors::channel::{ChannelActor, Progress, WaitReady};
+use crate::actors::imex_peer::{ImexPeerActor, PeerSignal, PeerVerdict};
+use crate::actors::imex_process::{ApplyPeers, ImexProcessActor, ImexReport, ReleaseImex};
+use crate::actors::status_writer::{PublishStatus, StatusWriterActor};
+use crate::config::NodeConfig;
+use crate::model::{Advertisement, DomainMember, DomainRef, NodeId, Phase, Slot};
+use crate::outcome::{PrepareError, Prepared};
+use crate::ports::{ClaimRecord, DomainEvent, Ports};
+use crate::rules::membership::{
+    decode_advertisement, domain_key, domain_members, encode_advertisement, status_key,
+};
+use crate::rules::peer_health::Verdict;
+use crate::rules::peers::{PeerSet, peer_set};
+use crate::rules::readiness::{Readiness, domain_readiness, node_ready};
+use crate::rules::reporter::reporter;
+use crate::rules::slots::{SlotAssignment, SlotCandidate, assign_slots};
+use crate::rules::status::status_document;
+
+pub const BAD_ADVERTISEMENTS: &str = "domaind_bad_advertisements_total";
+
+/// Gossip changed: recompute.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct GossipChanged;
+
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct AddClaim(pub ClaimRecord);
+
+/// Returns how many claims remain.
+#[derive(Debug, Message)]
+#[rtype(result = "usize")]
+pub struct RemoveClaim(pub String);
+
+#[derive(Debug, Message)]
+#[rtype(result = "Result<Prepared, PrepareError>")]
+pub struct WaitClaim(pub String);
+
+/// The last claim left: retract the advertisement, stop IMEX, retire. The actor ends
+/// once the node drops its address.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Leave;
+
+/// Retire now, as if the process died: retract nothing.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Halt;
+
+/// Fault injection: stop as on an internal error, to be restarted by the supervisor.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Crash;
+
+/// This node's slot in a domain changed (for the checkpoint).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct SlotChanged {
+    pub domain: crate::model::DomainUid,
+    pub slot: Option<Slot>,
+}
+
+#[derive(Debug, Message)]
+#[rtype(result = "DomainSnapshot")]
+pub struct GetDomainSnapshot;
+
+/// A domain as one node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, MessageResponse)]
+pub struct DomainSnapshot {
+    pub domain: DomainRef,
+    pub members: Vec<NodeId>,
+    pub lost: Vec<NodeId>,
+    pub dropped: Vec<NodeId>,
+    pub slots: BTreeMap<NodeId, Slot>,
+    pub my_slot: Option<Slot>,
+    pub peer_set: PeerSet,
+    pub phase: Phase,
+    pub ready: usize,
+    pub total: usize,
+    pub local_ready: bool,
+    pub reporter: Option<NodeId>,
+    pub claims: Vec<String>,
+    /// How many times this actor was restarted by its supervisor.
+    pub restarts: u32,
+}
+
+#[derive(Debug, Clone)]
+struct LostMember {
+    member: DomainMember,
+    since: Instant,
+}
+
+pub struct DomainActor {
+    domain: DomainRef,
+    config: Arc<NodeConfig>,
+    ports: Ports,
+    imex: Addr<ImexProcessActor>,
+    slot_listener: Recipient<SlotChanged>,
+    restarts: u32,
+
+    // Everything below is rebuilt on (re)start.
+    claims: BTreeMap<String, (ClaimRecord, Addr<ChannelActor>)>,
+    my_ad: Option<Advertisement>,
+    published: Option<String>,
+    publishing: bool,
+    members: BTreeMap<NodeId, DomainMember>,
+    lost: BTreeMap<NodeId, LostMember>,
+    peers: BTreeMap<NodeId, Addr<ImexPeerActor>>,
+    dropped: BTreeSet<NodeId>,
+    assignment: SlotAssignment,
+    peer_set: PeerSet,
+    peer_version: u64,
+    imex_report: Option<ImexReport>,
+    links: BTreeMap<NodeId, bool>,
+    readiness: Option<Readiness>,
+    progress: Option<Progress>,
+    status_writer: Option<Addr<StatusWriterActor>>,
+    announced: Option<Announced>,
+    recompute_scheduled: bool,
+    retention_timer: Option<SpawnHandle>,
+    leaving: bool,
+}
+
+/// What the reporter last told users through events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Announced {
+    members: BTreeSet<NodeId>,
+    lost: BTreeSet<NodeId>,
+    phase: Phase,
+}
+
+impl std::fmt::Debug for DomainActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DomainActor")
+            .field("domain", &self.domain.uid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DomainActor {
+    pub fn new(
+        domain: DomainRef,
+        config: Arc<NodeConfig>,
+        ports: Ports,
+        imex: Addr<ImexProcessActor>,
+        slot_listener: Recipient<SlotChanged>,
+    ) -> Self {
+        Self {
+            domain,
+            config,
+            ports,
+            imex,
+            slot_listener,
+            restarts: 0,
+            claims: BTreeMap::new(),
+            my_ad: None,
+            published: None,
+            publishing: false,
+            members: BTreeMap::new(),
+            lost: BTreeMap::new(),
+            peers: BTreeMap::new(),
+            dropped: BTreeSet::new(),
+            assignment: SlotAssignment::default(),
+            peer_set: PeerSet::default(),
+            peer_version: 0,
+            imex_report: None,
+            links: BTreeMap::new(),
+            readiness: None,
+            progress: None,
+            status_writer: None,
+            announced: None,
+            recompute_scheduled: false,
+            retention_timer: None,
+            leaving: false,
+        }
+    }
+
+    fn me(&self) -> &str {
+        &self.config.node
+    }
+
+    fn has_fabric(&self) -> bool {
+        self.config.clique.has_fabric()
+    }
+
+    /// Rebuilds from the checkpoint (claims, last slot) and gossip (our previous
+    /// advertisement, if this is a restart of the actor within a running node).
+    fn rebuild(&mut self, ctx: &mut Context<Self>) {
+        let checkpoint = self.ports.checkpoint.clone();
+        ctx.wait(async move { checkpoint.load().await }.into_actor(self).map(|loaded, act, ctx| {
+            let checkpoint = match loaded {
+                Ok(checkpoint) => checkpoint,
+                Err(error) => {
+                    warn!(domain = %act.domain, %error, "checkpoint unreadable; rebuilding from gossip alone");
+                    Default::default()
+                }
+            };
+            let previous = act
+                .ports
+                .gossip
+                .live()
+                .get(act.me())
+                .and_then(|m| m.keys.get(&domain_key(&act.domain.uid)).cloned())
+                .and_then(|v| decode_advertisement(&v).ok());
+            let preferred = previous
+                .as_ref()
+                .and_then(|ad| ad.slot)
+                .or_else(|| checkpoint.slots.get(&act.domain.uid).copied());
+            act.my_ad = Some(Advertisement {
+                namespace: act.domain.namespace.clone(),
+                name: act.domain.name.clone(),
+                num_nodes: act.domain.num_nodes,
+                ip: act.config.ip,
+                clique: act.config.clique.clone(),
+                slot: preferred,
+                imex_ready: !act.has_fabric(),
+                joined_at_ms: previous
+                    .map(|ad| ad.joined_at_ms)
+                    .unwrap_or_else(|| act.ports.clock.now_ms()),
+            });
+            for record in checkpoint.claims.into_values() {
+                if record.info.domain.uid == act.domain.uid {
+                    act.add_claim(record, ctx);
+                }
+            }
+            act.recompute(ctx);
+        }));
+    }
+
+    fn add_claim(&mut self, record: ClaimRecord, ctx: &mut Context<Self>) {
+        if self.claims.contains_key(&record.claim.uid) {
+            return;
+        }
+        let channel = ChannelActor::new(
+            record.clone(),
+            self.config.node.clone(),
+            self.config.prepare_deadline,
+        )
+        .start();
+        if let Some(progress) = &self.progress {
+            channel.do_send(progress.clone());
+        }
+        info!(domain = %self.domain, claim = %record.claim.uid, "claim joined the domain on this node");
+        self.claims
+            .insert(record.claim.uid.clone(), (record, channel));
+        self.schedule_recompute(ctx);
+    }
+
+    fn schedule_recompute(&mut self, ctx: &mut Context<Self>) {
+        if !self.recompute_scheduled && !self.leaving {
+            self.recompute_scheduled = true;
+            ctx.notify(Recompute);
+        }
+    }
+
+    fn publish(&mut self, ctx: &mut Context<Self>) {
+        let Some(ad) = &self.my_ad else { return };
+        let encoded = encode_advertisement(ad);
+        if self.publishing || self.published.as_deref() == Some(encoded.as_str()) || self.leaving {
+            return;
+        }
+        self.publishing = true;
+        let gossip = self.ports.gossip.clone();
+        let key = domain_key(&self.domain.uid);
+        let value = encoded.clone();
+        ctx.spawn(
+            async move { gossip.set(&key, &value).await }
+                .into_actor(self)
+                .map(move |(), act, ctx| {
+                    act.publishing = false;
+                    act.published = Some(encoded);
+                    // Changed again while we were publishing: publish the newest.
+                    act.publish(ctx);
+                }),
+        );
+    }
+
+    fn peer(&mut self, node: &str, ctx: &mut Context<Self>) -> Addr<ImexPeerActor> {
+        if let Some(peer) = self.peers.get(node) {
+            return peer.clone();
+        }
+        let verdicts = ctx.address().recipient::<PeerVerdict>().downgrade();
+        let peer = ImexPeerActor::new(node.to_owned(), self.config.peer_health, verdicts).start();
+        self.peers.insert(node.to_owned(), peer.clone());
+        peer
+    }
+
+    fn recompute(&mut self, ctx: &mut Context<Self>) {
+        let Some(my_ad) = self.my_ad.clone() else {
+            return;
+        };
+        if self.leaving {
+            return;
+        }
+        let now = Instant::now();
+        let live = self.ports.gossip.live();
+        let mut view = domain_members(&self.domain.uid, &live, &self.config.clique);
+        for (node, error) in &view.malformed {
+            metrics::counter!(BAD_ADVERTISEMENTS).increment(1);
+            debug!(domain = %self.domain, %node, %error, "unreadable advertisement ignored");
+        }
+        let my_generation = live.get(self.me()).map_or(0, |m| m.generation);
+        view.members.insert(
+            self.me().to_owned(),
+            DomainMember {
+                node: self.me().to_owned(),
+                generation: my_generation,
+                ad: my_ad.clone(),
+            },
+        );
+
+        // Who left, and how: a node still alive without the key left cleanly (its last
+        // claim went); a node gone from gossip died.
+        let departed: Vec<(NodeId, DomainMember)> = self
+            .members
+            .iter()
+            .filter(|(node, _)| !view.members.contains_key(*node))
+            .map(|(n, m)| (n.clone(), m.clone()))
+            .collect();
+        for (node, member) in departed {
+            if live.contains_key(&node) {
+                info!(domain = %self.domain, %node, "member left the domain");
+                self.peers.remove(&node);
+                self.dropped.remove(&node);
+                self.links.remove(&node);
+            } else {
+                info!(domain = %self.domain, %node, "member lost: gossip declared it dead");
+                self.peer(&node, ctx)
+                    .do_send(PeerSignal::Gossip { alive: false });
+                self.lost.insert(node, LostMember { member, since: now });
+            }
+        }
+        for (node, member) in &view.members {
+            if node == self.me() {
+                continue;
+            }
+            if self.lost.remove(node).is_some() {
+                info!(domain = %self.domain, %node, "lost member is back");
+            }
+            let peer = self.peer(node, ctx);
+            peer.do_send(PeerSignal::Gossip { alive: true });
+            peer.do_send(PeerSignal::Advertised {
+                generation: member.generation,
+                imex_ready: member.ad.imex_ready,
+            });
+        }
+        let retention = self.config.lost_retention;
+        let forgotten: Vec<NodeId> = self
+            .lost
+            .iter()
+            .filter(|(_, l)| now.duration_since(l.since) >= retention)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for node in forgotten {
+            info!(domain = %self.domain, %node, "lost member forgotten after {:?}", retention);
+            self.lost.remove(&node);
+            self.peers.remove(&node);
+            self.dropped.remove(&node);
+        }
+        if let Some(timer) = self.retention_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        if let Some(first) = self.lost.values().map(|l| l.since + retention).min() {
+            self.retention_timer = Some(ctx.run_later(
+                first.saturating_duration_since(now),
+                |act, ctx| {
+                    act.retention_timer = None;
+                    act.schedule_recompute(ctx);
+                },
+            ));
+        }
+
+        // Lost members inside their grace keep their slot and their place in IMEX.
+        let mut candidates_members = view.members.clone();
+        for (node, lost) in &self.lost {
+            if !self.dropped.contains(node) {
+                candidates_members.insert(node.clone(), lost.member.clone());
+            }
+        }
+        let candidates: Vec<SlotCandidate> = candidates_members
+            .values()
+            .map(|m| SlotCandidate {
+                node: m.node.clone(),
+                joined_at_ms: m.ad.joined_at_ms,
+                preferred: m.ad.slot,
+            })
+            .collect();
+        let assignment = assign_slots(&candidates, self.config.max_slots);
+        let my_slot = assignment.slot_of(self.me());
+        let dropped = self.dropped.clone();
+        let admitted = |n: &str| !dropped.contains(n);
+        let peers = if my_slot.is_some() && self.has_fabric() {
+            peer_set(&candidates_members, &assignment, admitted)
+        } else {
+            PeerSet::default()
+        };
+
+        if peers != self.peer_set {
+            self.peer_set = peers.clone();
+            if peers.is_empty() {
+                self.imex.do_send(ReleaseImex);
+            } else {
+                self.peer_version += 1;
+                self.imex.do_send(ApplyPeers {
+                    owner: ctx.address().recipient::<ImexReport>().downgrade(),
+                    version: self.peer_version,
+                    peers,
+                });
+            }
+        }
+
+        let imex_ready = if !self.has_fabric() {
+            true
+        } else {
+            self.imex_report.as_ref().is_some_and(|r| {
+                r.running
+                    && r.ready
+                    && r.version == Some(self.peer_version)
+                    && !self.peer_set.is_empty()
+            })
+        };
+        let mut new_ad = my_ad.clone();
+        new_ad.slot = my_slot;
+        new_ad.imex_ready = imex_ready;
+        if new_ad.slot != my_ad.slot {
+            self.slot_listener.do_send(SlotChanged {
+                domain: self.domain.uid.clone(),
+                slot: my_slot,
+            });
+        }
+        if new_ad != my_ad {
+            self.my_ad = Some(new_ad.clone());
+            if let Some(me) = view.members.get_mut(self.me()) {
+                me.ad = new_ad;
+            }
+        }
+        self.publish(ctx);
+
+        let lost_names: BTreeSet<NodeId> = self.lost.keys().cloned().collect();
+        let readiness = domain_readiness(
+            &view.members,
+            &assignment,
+            admitted,
+            &lost_names,
+            self.domain.num_nodes,
+        );
+        let local_ready = view
+            .members
+            .get(self.me())
+            .is_some_and(|me| node_ready(me, &assignment, true));
+        let progress = Progress {
+            local_ready,
+            domain_ready: readiness.is_ready(),
+            slot: my_slot,
+            summary: format!("domain {}: {readiness}", self.domain),
+        };
+        if self.progress.as_ref() != Some(&progress) {
+            for (_, channel) in self.claims.values() {
+                channel.do_send(progress.clone());
+            }
+            self.progress = Some(progress);
+        }
+
+        self.members = view.members;
+        self.assignment = assignment;
+        self.report(&readiness, ctx);
+        self.readiness = Some(readiness);
+    }
+
+    /// Writes status and events, if this node is the reporter.
+    fn report(&mut self, readiness: &Readiness, _ctx: &mut Context<Self>) {
+        if reporter(&self.members) != Some(self.me()) {
+            if self.status_writer.take().is_some() {
+                info!(domain = %self.domain, "no longer the domain's reporter");
+            }
+            self.announced = None;
+            return;
+        }
+        let writer = self.status_writer.get_or_insert_with(|| {
+            info!(domain = %self.domain, "this node is now the domain's reporter");
+            StatusWriterActor::new(
+                self.domain.clone(),
+                self.ports.status.clone(),
+                self.ports.gossip.clone(),
+                self.config.status_coalesce,
+            )
+            .start()
+        });
+        let lost_ads: BTreeMap<NodeId, Advertisement> = self
+            .lost
+            .iter()
+            .map(|(n, l)| (n.clone(), l.member.ad.clone()))
+            .collect();
+        writer.do_send(PublishStatus(status_document(
+            &self.members,
+            &lost_ads,
+            &self.assignment,
+            readiness,
+        )));
+
+        let now = Announced {
+            members: self.members.keys().cloned().collect(),
+            lost: self.lost.keys().cloned().collect(),
+            phase: readiness.phase,
+        };
+        let before = self.announced.clone().unwrap_or_else(|| Announced {
+            // A new reporter announces what is news to users: losses, and the phase.
+            members: now.members.clone(),
+            lost: BTreeSet::new(),
+            phase: if now.phase == Phase::Ready {
+                Phase::NotReady
+            } else {
+                Phase::Ready
+            },
+        });
+        let mut events = Vec::new();
+        events.extend(
+            now.members
+                .difference(&before.members)
+                .map(|n| DomainEvent::NodeJoined { node: n.clone() }),
+        );
+        events.extend(
+            now.lost
+                .difference(&before.lost)
+                .map(|n| DomainEvent::NodeLost { node: n.clone() }),
+        );
+        if now.phase != before.phase {
+            let message = readiness.to_string();
+            events.push(match now.phase {
+                Phase::Ready => DomainEvent::Ready { message },
+                Phase::NotReady => DomainEvent::NotReady { message },
+            });
+        }
+        self.announced = Some(now);
+        if !events.is_empty() {
+            let sink = self.ports.events.clone();
+            let domain = self.domain.clone();
+            actix::spawn(async move {
+                for event in events {
+                    if let Err(error) = sink.emit(&domain, event).await {
+                        warn!(%domain, %error, "event not recorded");
+                    }
+                }
+            });
+        }
+    }
+
+    fn snapshot(&self) -> DomainSnapshot {
+        let readiness = self.readiness.clone();
+        DomainSnapshot {
+            domain: self.domain.clone(),
+            members: self.members.keys().cloned().collect(),
+            lost: self.lost.keys().cloned().collect(),
+            dropped: self.dropped.iter().cloned().collect(),
+            slots: self.assignment.slots.clone(),
+            my_slot: self.assignment.slot_of(self.me()),
+            peer_set: self.peer_set.clone(),
+            phase: readiness.as_ref().map_or(Phase::NotReady, |r| r.phase),
+            ready: readiness.as_ref().map_or(0, |r| r.ready),
+            total: readiness.as_ref().map_or(0, |r| r.total),
+            local_ready: self.progress.as_ref().is_some_and(|p| p.local_ready),
+            reporter: reporter(&self.members).map(str::to_owned),
+            claims: self.claims.keys().cloned().collect(),
+            restarts: self.restarts,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.claims.clear();
+        self.my_ad = None;
+        self.published = None;
+        self.publishing = false;
+        self.members.clear();
+        self.lost.clear();
+        self.peers.clear();
+        self.dropped.clear();
+        self.assignment = SlotAssignment::default();
+        // Keep the peer set: the daemon still runs with it, and an unchanged set after
+        // the rebuild must not reconfigure it.
+        self.imex_report = None;
+        self.links.clear();
+        self.readiness = None;
+        self.progress = None;
+        self.status_writer = None;
+        self.announced = None;
+        self.recompute_scheduled = false;
+        self.retention_timer = None;
+    }
+}
+
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct Recompute;
+
+impl Actor for DomainActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        info!(domain = %self.domain, node = %self.config.node, "domain started on this node");
+        self.rebuild(ctx);
+    }
+}
+
+impl Supervised for DomainActor {
+    fn restarting(&mut self, _: &mut Self::Context) {
+        self.restarts += 1;
+        warn!(domain = %self.domain, restarts = self.restarts, "domain actor restarting; rebuilding from gossip and the checkpoint");
+        self.reset();
+    }
+}
+
+impl Handler<Recompute> for DomainActor {
+    type Result = ();
+    fn handle(&mut self, _: Recompute, ctx: &mut Self::Context) {
+        self.recompute_scheduled = false;
+        self.recompute(ctx);
+    }
+}
+
+impl Handler<GossipChanged> for DomainActor {
+    type Result = ();
+    fn handle(&mut self, _: GossipChanged, ctx: &mut Self::Context) {
+        self.schedule_recompute(ctx);
+    }
+}
+
+impl Handler<ImexReport> for DomainActor {
+    type Result = ();
+    fn handle(&mut self, report: ImexReport, ctx: &mut Self::Context) {
+        for (slot, up) in &report.links {
+            let Some(peer) = self.peer_set.peers.get(slot) else {
+                continue;
+            };
+            let node = peer.node.clone();
+            if self.links.get(&node) != Some(up) {
+                self.links.insert(node.clone(), *up);
+                self.peer(&node, ctx)
+                    .do_send(PeerSignal::ImexLink { up: *up });
+            }
+        }
+        if self.imex_report.as_ref() != Some(&report) {
+            self.imex_report = Some(report);
+            self.schedule_recompute(ctx);
+        }
+    }
+}
+
+impl Handler<PeerVerdict> for DomainActor {
+    type Result = ();
+    fn handle(&mut self, PeerVerdict { node, verdict }: PeerVerdict, ctx: &mut Self::Context) {
+        match verdict {
+            Verdict::Drop(cause) => {
+                info!(domain = %self.domain, %node, ?cause, "dropping peer from the IMEX peer set");
+                self.dropped.insert(node);
+            }
+            Verdict::Readmit => {
+                info!(domain = %self.domain, %node, "re-admitting peer to the IMEX peer set");
+                self.dropped.remove(&node);
+            }
+        }
+        self.schedule_recompute(ctx);
+    }
+}
+
+impl Handler<AddClaim> for DomainActor {
+    type Result = ();
+    fn handle(&mut self, AddClaim(record): AddClaim, ctx: &mut Self::Context) {
+        self.add_claim(record, ctx);
+    }
+}
+
+impl Handler<RemoveClaim> for DomainActor {
+    type Result = usize;
+    fn handle(&mut self, RemoveClaim(uid): RemoveClaim, _: &mut Self::Context) -> usize {
+        if self.claims.remove(&uid).is_some() {
+            info!(domain = %self.domain, claim = %uid, "claim left the domain on this node");
+        }
+        self.claims.len()
+    }
+}
+
+impl Handler<WaitClaim> for DomainActor {
+    type Result = ResponseFuture<Result<Prepared, PrepareError>>;
+    fn handle(&mut self, WaitClaim(uid): WaitClaim, _: &mut Self::Context) -> Self::Result {
+        let channel = self.claims.get(&uid).map(|(_, c)| c.clone());
+        Box::pin(async move {
+            match channel {
+                Some(channel) => channel.send(WaitReady).await.unwrap_or_else(|_| {
+                    Err(PrepareError::Transient(
+                        "the claim's channel stopped; call again".into(),
+                    ))
+                }),
+                None => Err(PrepareError::Transient(format!(
+                    "claim {uid} is not registered with its domain yet; call again"
+                ))),
+            }
+        })
+    }
+}
+
+impl Handler<Leave> for DomainActor {
+    type Result = ResponseActFuture<Self, ()>;
+    fn handle(&mut self, _: Leave, _: &mut Self::Context) -> Self::Result {
+        self.leaving = true;
+        info!(domain = %self.domain, "last claim gone: leaving the domain");
+        self.imex.do_send(ReleaseImex);
+        let gossip = self.ports.gossip.clone();
+        let uid = self.domain.uid.clone();
+        Box::pin(
+            async move {
+                gossip.delete(&domain_key(&uid)).await;
+                gossip.delete(&status_key(&uid)).await;
+            }
+            .into_actor(self)
+            // Not ctx.stop(): the supervisor would restart us while anyone holds our
+            // address. Retired, we stop by ourselves once the node lets go of us.
+            .map(|(), act, _| act.reset()),
+        )
+    }
+}
+
+impl Handler<Halt> for DomainActor {
+    type Result = ();
+    fn handle(&mut self, _: Halt, _: &mut Self::Context) {
+        self.leaving = true;
+        self.reset();
+    }
+}
+
+impl Handler<Crash> for DomainActor {
+    type Result = ();
+    fn handle(&mut self, _: Crash, ctx: &mut Self::Context) {
+        warn!(domain = %self.domain, "domain actor crashing (fault injection)");
+        ctx.stop();
+    }
+}
+
+impl Handler<GetDomainSnapshot> for DomainActor {
+    type Result = DomainSnapshot;
+    fn handle(&mut self, _: GetDomainSnapshot, _: &mut Self::Context) -> DomainSnapshot {
+        self.snapshot()
+    }
+}

@@ -1,0 +1,100 @@
+//! ImexPeer: one per remote member of the local domain. Feeds the member's signals to
+//! its [`PeerHealth`] and tells the domain when to drop or re-admit it.
+
+use actix::WeakRecipient;
+use actix::prelude::*;
+use tokio::time::Instant;
+use tracing::info;
+
+use crate::model::NodeId;
+use crate::rules::peer_health::{PeerHealth, PeerHealthConfig, Verdict};
+
+/// A decision about one peer, for its domain.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct PeerVerdict {
+    pub node: NodeId,
+    pub verdict: Verdict,
+}
+
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub enum PeerSignal {
+    /// The failure detector's view.
+    Gossip { alive: bool },
+    /// Our IMEX daemon's link to this peer.
+    ImexLink { up: bool },
+    /// The peer's advertisement, as last seen.
+    Advertised { generation: u64, imex_ready: bool },
+}
+
+pub struct ImexPeerActor {
+    node: NodeId,
+    health: PeerHealth,
+    domain: WeakRecipient<PeerVerdict>,
+    timer: Option<SpawnHandle>,
+}
+
+impl std::fmt::Debug for ImexPeerActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImexPeerActor")
+            .field("node", &self.node)
+            .field("state", &self.health.state())
+            .finish()
+    }
+}
+
+impl ImexPeerActor {
+    pub fn new(node: NodeId, config: PeerHealthConfig, domain: WeakRecipient<PeerVerdict>) -> Self {
+        Self {
+            node,
+            health: PeerHealth::new(config),
+            domain,
+            timer: None,
+        }
+    }
+
+    fn report(&mut self, verdict: Option<Verdict>, ctx: &mut Context<Self>) {
+        if let Some(verdict) = verdict {
+            info!(peer = %self.node, ?verdict, "IMEX peer decision");
+            if let Some(domain) = self.domain.upgrade() {
+                domain.do_send(PeerVerdict {
+                    node: self.node.clone(),
+                    verdict,
+                });
+            }
+        }
+        if let Some(timer) = self.timer.take() {
+            ctx.cancel_future(timer);
+        }
+        if let Some(deadline) = self.health.deadline() {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            self.timer = Some(ctx.run_later(wait, |act, ctx| {
+                act.timer = None;
+                let verdict = act.health.tick(Instant::now());
+                act.report(verdict, ctx);
+            }));
+        }
+    }
+}
+
+impl Actor for ImexPeerActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<PeerSignal> for ImexPeerActor {
+    type Result = ();
+
+    fn handle(&mut self, signal: PeerSignal, ctx: &mut Self::Context) {
+        let now = Instant::now();
+        let verdict = match signal {
+            PeerSignal::Gossip { alive } => self.health.gossip(alive, now),
+            PeerSignal::ImexLink { up } => self.health.imex_link(up, now),
+            PeerSignal::Advertised {
+                generation,
+                imex_ready,
+            } => self.health.advertisement(generation, imex_ready, now),
+        };
+        self.report(verdict, ctx);
+    }
+}

@@ -1,0 +1,272 @@
+//! ImexProcess: supervises the node's one IMEX daemon through the [`Imex`] port.
+//!
+//! It holds the peer set the node's domain wants, starts the daemon or applies the set
+//! to the running one (only the latest set: bursts coalesce), polls readiness, and
+//! restarts the daemon with backoff when it exits on its own. It reports every poll to
+//! the domain that owns it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::WeakRecipient;
+use actix::prelude::*;
+use domaind_gossip::transport::Backoff;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::config::NodeConfig;
+use crate::model::Slot;
+use crate::ports::{Imex, ImexStatus, PortError};
+use crate::rules::peers::PeerSet;
+
+/// What the daemon reported, for the peer set of `version`.
+#[derive(Debug, Clone, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct ImexReport {
+    /// The peer-set version the daemon runs with (none before the first start).
+    pub version: Option<u64>,
+    pub running: bool,
+    pub ready: bool,
+    pub links: BTreeMap<Slot, bool>,
+}
+
+/// Run the daemon with this peer set.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ApplyPeers {
+    pub owner: WeakRecipient<ImexReport>,
+    pub version: u64,
+    pub peers: PeerSet,
+}
+
+/// The domain is gone: stop the daemon.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ReleaseImex;
+
+/// Lifecycle counts, for tests and the demo.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, MessageResponse)]
+pub struct ImexLifecycle {
+    pub starts: u32,
+    /// Starts after the daemon exited on its own.
+    pub restarts: u32,
+    pub applies: u32,
+    pub stops: u32,
+    pub failures: u32,
+    pub running: bool,
+}
+
+#[derive(Debug, Message)]
+#[rtype(result = "ImexLifecycle")]
+pub struct GetImexLifecycle;
+
+pub struct ImexProcessActor {
+    imex: Arc<dyn Imex>,
+    poll_interval: Duration,
+    owner: Option<WeakRecipient<ImexReport>>,
+    desired: Option<(u64, PeerSet)>,
+    applied: Option<u64>,
+    running: bool,
+    busy: bool,
+    backoff: Backoff,
+    not_before: Option<Instant>,
+    exited_unexpectedly: bool,
+    lifecycle: ImexLifecycle,
+}
+
+impl std::fmt::Debug for ImexProcessActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImexProcessActor")
+            .field("lifecycle", &self.lifecycle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ImexProcessActor {
+    pub fn new(imex: Arc<dyn Imex>, config: &NodeConfig) -> Self {
+        Self {
+            imex,
+            poll_interval: config.imex_poll_interval,
+            owner: None,
+            desired: None,
+            applied: None,
+            running: false,
+            busy: false,
+            backoff: Backoff::new(
+                config.imex_restart_backoff_min,
+                config.imex_restart_backoff_max,
+            ),
+            not_before: None,
+            exited_unexpectedly: false,
+            lifecycle: ImexLifecycle::default(),
+        }
+    }
+
+    /// Moves the daemon one step towards the desired state.
+    fn drive(&mut self, ctx: &mut Context<Self>) {
+        if self.busy {
+            return;
+        }
+        let Some((version, peers)) = self.desired.clone() else {
+            if self.running {
+                self.stop(ctx);
+            }
+            return;
+        };
+        if self.running && self.applied == Some(version) {
+            return;
+        }
+        if let Some(at) = self.not_before {
+            let now = Instant::now();
+            if now < at {
+                ctx.run_later(at - now, |act, ctx| act.drive(ctx));
+                return;
+            }
+        }
+        self.busy = true;
+        let imex = self.imex.clone();
+        let starting = !self.running;
+        ctx.spawn(
+            async move {
+                if starting {
+                    imex.start(&peers).await
+                } else {
+                    imex.apply(&peers).await
+                }
+            }
+            .into_actor(self)
+            .map(move |result: Result<(), PortError>, act, ctx| {
+                act.busy = false;
+                match result {
+                    Ok(()) => {
+                        act.running = true;
+                        act.applied = Some(version);
+                        act.not_before = None;
+                        act.backoff.succeed();
+                        if starting {
+                            act.lifecycle.starts += 1;
+                            if std::mem::take(&mut act.exited_unexpectedly) {
+                                act.lifecycle.restarts += 1;
+                                info!(version, "IMEX daemon restarted");
+                            } else {
+                                info!(version, peers = act.desired.as_ref().map_or(0, |d| d.1.len()), "IMEX daemon started");
+                            }
+                        } else {
+                            act.lifecycle.applies += 1;
+                        }
+                    }
+                    Err(error) => {
+                        act.lifecycle.failures += 1;
+                        let delay = act.backoff.fail();
+                        act.not_before = Some(Instant::now() + delay);
+                        warn!(%error, retry_in = ?delay, starting, "IMEX daemon could not be configured");
+                        if !starting {
+                            // A failed reload may mean the daemon is gone; the next
+                            // poll tells.
+                            act.applied = None;
+                        }
+                    }
+                }
+                act.drive(ctx);
+            }),
+        );
+    }
+
+    fn stop(&mut self, ctx: &mut Context<Self>) {
+        self.busy = true;
+        let imex = self.imex.clone();
+        ctx.spawn(async move { imex.stop().await }.into_actor(self).map(
+            |result: Result<(), PortError>, act, ctx| {
+                act.busy = false;
+                act.running = false;
+                act.applied = None;
+                act.lifecycle.stops += 1;
+                match result {
+                    Ok(()) => info!("IMEX daemon stopped: this node serves no domain"),
+                    Err(error) => warn!(%error, "IMEX daemon did not stop cleanly"),
+                }
+                act.drive(ctx);
+            },
+        ));
+    }
+
+    fn poll(&mut self, ctx: &mut Context<Self>) {
+        if self.desired.is_none() || self.busy {
+            return;
+        }
+        let imex = self.imex.clone();
+        ctx.spawn(async move { imex.status().await }.into_actor(self).map(
+            |result: Result<ImexStatus, PortError>, act, ctx| {
+                let status = match result {
+                    Ok(status) => status,
+                    Err(error) => {
+                        // A daemon that does not answer is not ready; whether it runs
+                        // is the next poll's question.
+                        warn!(%error, "IMEX status query failed");
+                        ImexStatus {
+                            running: act.running,
+                            ..ImexStatus::default()
+                        }
+                    }
+                };
+                if act.running && !status.running && act.desired.is_some() {
+                    warn!("IMEX daemon exited; restarting with backoff");
+                    act.running = false;
+                    act.applied = None;
+                    act.exited_unexpectedly = true;
+                    let delay = act.backoff.fail();
+                    act.not_before = Some(Instant::now() + delay);
+                    act.drive(ctx);
+                }
+                if let Some(owner) = act.owner.as_ref().and_then(WeakRecipient::upgrade) {
+                    owner.do_send(ImexReport {
+                        version: act.applied,
+                        running: act.running,
+                        ready: act.running && status.ready,
+                        links: status.links,
+                    });
+                }
+            },
+        ));
+    }
+}
+
+impl Actor for ImexProcessActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(self.poll_interval, |act, ctx| act.poll(ctx));
+    }
+}
+
+impl Handler<ApplyPeers> for ImexProcessActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ApplyPeers, ctx: &mut Self::Context) {
+        self.owner = Some(msg.owner);
+        self.desired = Some((msg.version, msg.peers));
+        self.drive(ctx);
+    }
+}
+
+impl Handler<ReleaseImex> for ImexProcessActor {
+    type Result = ();
+
+    fn handle(&mut self, _: ReleaseImex, ctx: &mut Self::Context) {
+        self.owner = None;
+        self.desired = None;
+        self.drive(ctx);
+    }
+}
+
+impl Handler<GetImexLifecycle> for ImexProcessActor {
+    type Result = ImexLifecycle;
+
+    fn handle(&mut self, _: GetImexLifecycle, _: &mut Self::Context) -> ImexLifecycle {
+        ImexLifecycle {
+            running: self.running,
+            ..self.lifecycle
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! StatusWriter: the only writer of a domain's status from this node, and only while
+//! this node is the domain's reporter. Changes within the coalescing window become one
+//! write; a document already written (by this node, or by a predecessor that
+//! published its digest in gossip) is not written again; failed writes are retried
+//! with backoff, always with the newest document.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use domaind_gossip::transport::Backoff;
+use tracing::{debug, warn};
+
+use crate::model::DomainRef;
+use crate::ports::{Gossip, PortError, StatusSink};
+use crate::rules::membership::status_key;
+use crate::rules::status::{DomainStatus, digest};
+
+pub const STATUS_WRITES: &str = "domaind_status_writes_total";
+pub const STATUS_WRITE_FAILURES: &str = "domaind_status_write_failures_total";
+
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct PublishStatus(pub DomainStatus);
+
+pub struct StatusWriterActor {
+    domain: DomainRef,
+    sink: Arc<dyn StatusSink>,
+    gossip: Arc<dyn Gossip>,
+    coalesce: Duration,
+    pending: Option<DomainStatus>,
+    written: Option<String>,
+    flush_scheduled: bool,
+    writing: bool,
+    backoff: Backoff,
+}
+
+impl std::fmt::Debug for StatusWriterActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusWriterActor")
+            .field("domain", &self.domain.uid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StatusWriterActor {
+    pub fn new(
+        domain: DomainRef,
+        sink: Arc<dyn StatusSink>,
+        gossip: Arc<dyn Gossip>,
+        coalesce: Duration,
+    ) -> Self {
+        Self {
+            domain,
+            sink,
+            gossip,
+            coalesce,
+            pending: None,
+            written: None,
+            flush_scheduled: false,
+            writing: false,
+            backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
+        }
+    }
+
+    fn schedule(&mut self, delay: Duration, ctx: &mut Context<Self>) {
+        if self.flush_scheduled {
+            return;
+        }
+        self.flush_scheduled = true;
+        ctx.run_later(delay, |act, ctx| {
+            act.flush_scheduled = false;
+            act.flush(ctx);
+        });
+    }
+
+    /// Whether some live member already published this digest as written.
+    fn written_by_someone(&self, digest: &str) -> bool {
+        let key = status_key(&self.domain.uid);
+        self.gossip
+            .live()
+            .values()
+            .any(|m| m.keys.get(&key).is_some_and(|d| d == digest))
+    }
+
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        if self.writing {
+            return;
+        }
+        let Some(status) = self.pending.take() else {
+            return;
+        };
+        let fingerprint = digest(&status);
+        if self.written.as_deref() == Some(fingerprint.as_str()) {
+            return;
+        }
+        if self.written.is_none() && self.written_by_someone(&fingerprint) {
+            debug!(domain = %self.domain, "status already written by the previous reporter");
+            self.written = Some(fingerprint);
+            return;
+        }
+        self.writing = true;
+        let sink = self.sink.clone();
+        let gossip = self.gossip.clone();
+        let domain = self.domain.clone();
+        ctx.spawn(
+            async move {
+                let result = sink.write(&domain, &status).await;
+                if result.is_ok() {
+                    gossip.set(&status_key(&domain.uid), &fingerprint).await;
+                }
+                (result, status, fingerprint)
+            }
+            .into_actor(self)
+            .map(|(result, status, fingerprint): (Result<(), PortError>, DomainStatus, String), act, ctx| {
+                act.writing = false;
+                match result {
+                    Ok(()) => {
+                        metrics::counter!(STATUS_WRITES).increment(1);
+                        act.backoff.succeed();
+                        act.written = Some(fingerprint);
+                        if act.pending.is_some() {
+                            act.schedule(act.coalesce, ctx);
+                        }
+                    }
+                    Err(error) => {
+                        metrics::counter!(STATUS_WRITE_FAILURES).increment(1);
+                        let delay = act.backoff.fail();
+                        warn!(domain = %act.domain, %error, retry_in = ?delay, "status write failed");
+                        // Retry with the newest document, whichever that is.
+                        act.pending.get_or_insert(status);
+                        act.schedule(delay, ctx);
+                    }
+                }
+            }),
+        );
+    }
+}
+
+impl Actor for StatusWriterActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<PublishStatus> for StatusWriterActor {
+    type Result = ();
+
+    fn handle(&mut self, PublishStatus(status): PublishStatus, ctx: &mut Self::Context) {
+        self.pending = Some(status);
+        self.schedule(self.coalesce, ctx);
+    }
+}

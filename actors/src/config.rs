@@ -1,0 +1,51 @@
+//! A node's configuration, with the defaults a production node runs with.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::model::{CliqueId, DEFAULT_MAX_SLOTS, NodeId, ReadinessPolicy, Slot};
+use crate::rules::peer_health::PeerHealthConfig;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeConfig {
+    pub node: NodeId,
+    /// The address IMEX daemons use to reach this node.
+    pub ip: IpAddr,
+    /// This node's NVLink clique; empty without fabric (a no-op member).
+    pub clique: CliqueId,
+    /// IMEX slots per domain: 18 for an NVL72 rack, up to the clique size.
+    pub max_slots: Slot,
+    /// For claims whose opaque config does not say.
+    pub default_readiness: ReadinessPolicy,
+    /// How long a prepare call waits for its readiness policy before answering with a
+    /// retryable error (the kubelet calls again).
+    pub prepare_deadline: Duration,
+    /// Status changes within this window become one write.
+    pub status_coalesce: Duration,
+    pub peer_health: PeerHealthConfig,
+    /// How often the IMEX daemon's readiness is queried.
+    pub imex_poll_interval: Duration,
+    pub imex_restart_backoff_min: Duration,
+    pub imex_restart_backoff_max: Duration,
+    /// How long a member that died stays listed (NotReady) before it is forgotten.
+    pub lost_retention: Duration,
+}
+
+impl NodeConfig {
+    pub fn new(node: impl Into<NodeId>, ip: IpAddr, clique: CliqueId) -> Self {
+        Self {
+            node: node.into(),
+            ip,
+            clique,
+            max_slots: DEFAULT_MAX_SLOTS,
+            default_readiness: ReadinessPolicy::Local,
+            prepare_deadline: Duration::from_secs(10),
+            status_coalesce: Duration::from_millis(100),
+            peer_health: PeerHealthConfig::default(),
+            imex_poll_interval: Duration::from_millis(250),
+            imex_restart_backoff_min: Duration::from_millis(200),
+            imex_restart_backoff_max: Duration::from_secs(10),
+            lost_retention: Duration::from_secs(600),
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The domain's vocabulary. No Kubernetes, tonic or NVML types: adapters translate.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// A Kubernetes node name, as gossip knows it.
+pub type NodeId = String;
+
+/// A ComputeDomain's UID.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DomainUid(pub String);
+
+impl fmt::Display for DomainUid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A ComputeDomain: identity, and the part of its spec the node needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainRef {
+    pub uid: DomainUid,
+    pub namespace: String,
+    pub name: String,
+    /// `spec.numNodes`: 0 follows the workload; above 0, the domain is not Ready until
+    /// this many nodes are.
+    #[serde(default)]
+    pub num_nodes: u32,
+}
+
+impl fmt::Display for DomainRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{} ({})", self.namespace, self.name, self.uid)
+    }
+}
+
+/// `<clusterUUID>.<cliqueId>`, or empty for a node without NVLink fabric.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CliqueId(pub String);
+
+impl CliqueId {
+    pub fn has_fabric(&self) -> bool {
+        !self.0.is_empty()
+    }
+}
+
+impl fmt::Display for CliqueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An IMEX slot: the index of a node in the domain's IMEX nodes config.
+pub type Slot = u16;
+
+/// The default and usual maximum: an NVL72 rack has 18 nodes.
+pub const DEFAULT_MAX_SLOTS: Slot = 18;
+
+/// When a prepared claim's pod may start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadinessPolicy {
+    /// This node's IMEX daemon is ready (the anchor's behaviour).
+    #[default]
+    Local,
+    /// Every member of the domain is ready: a barrier across nodes.
+    Domain,
+}
+
+/// Which channel devices a claim gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AllocationMode {
+    /// The domain's channel only.
+    #[default]
+    Single,
+    /// Every channel device.
+    All,
+}
+
+/// What a node tells its clique about its part in one domain: the value of its
+/// `domain/<uid>` gossip key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Advertisement {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default)]
+    pub num_nodes: u32,
+    /// The address IMEX daemons use to reach this node.
+    pub ip: IpAddr,
+    pub clique: CliqueId,
+    /// The slot this node holds, or none yet.
+    pub slot: Option<Slot>,
+    /// This node's IMEX daemon reports ready for the current peer set.
+    pub imex_ready: bool,
+    /// When this node joined the domain (ms since the epoch, its own clock): seniority
+    /// in slot conflicts. Only the order matters, never the value.
+    pub joined_at_ms: u64,
+}
+
+/// A live member of a domain, from gossip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainMember {
+    pub node: NodeId,
+    /// The node's gossip generation (higher after each restart).
+    pub generation: u64,
+    pub ad: Advertisement,
+}
+
+/// Whether a domain, or one node of it, is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    Ready,
+    NotReady,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Ready => "Ready",
+            Self::NotReady => "NotReady",
+        })
+    }
+}
+
+/// A claim as the kubelet names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ClaimRef {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// What the claim source knows about a claim allocated on this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimInfo {
+    pub domain: DomainRef,
+    pub allocation_mode: AllocationMode,
+    /// From the claim's opaque config; the daemon's default when absent.
+    pub readiness: Option<ReadinessPolicy>,
+}

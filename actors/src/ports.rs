@@ -1,0 +1,175 @@
+//! Ports: everything the actors need from outside, as traits. Real adapters live
+//! where their dependencies are (the daemon: Kubernetes, IMEX, files); the gossip
+//! adapter is here because gossip is ours. Fakes are in [`crate::testing`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+
+use domaind_gossip::{GossipEvent, GossipNode, Membership};
+
+use crate::model::{ClaimInfo, ClaimRef, DomainRef, DomainUid, NodeId, ReadinessPolicy, Slot};
+use crate::rules::peers::PeerSet;
+use crate::rules::status::DomainStatus;
+
+/// A port's failure, in words fit for a log line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PortError(pub String);
+
+/// This node's gossip membership.
+#[async_trait]
+pub trait Gossip: Send + Sync + 'static {
+    fn node(&self) -> NodeId;
+    /// Publishes a key of this node.
+    async fn set(&self, key: &str, value: &str);
+    /// Deletes a key of this node; peers see the deletion.
+    async fn delete(&self, key: &str);
+    /// Live members (this node included) and their keys.
+    fn live(&self) -> Membership;
+    /// Changes to `live()`, starting with the current view.
+    fn events(&self) -> BoxStream<'static, GossipEvent>;
+}
+
+#[async_trait]
+impl Gossip for GossipNode {
+    fn node(&self) -> NodeId {
+        GossipNode::node(self).to_string()
+    }
+    async fn set(&self, key: &str, value: &str) {
+        GossipNode::set(self, key, value).await;
+    }
+    async fn delete(&self, key: &str) {
+        GossipNode::delete(self, key).await;
+    }
+    fn live(&self) -> Membership {
+        self.live_nodes()
+    }
+    fn events(&self) -> BoxStream<'static, GossipEvent> {
+        Box::pin(GossipNode::events(self))
+    }
+}
+
+/// What the local IMEX daemon reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImexStatus {
+    /// The daemon process is running.
+    pub running: bool,
+    /// It reports READY: connected to every peer it can resolve.
+    pub ready: bool,
+    /// Its connection to each peer, by slot.
+    pub links: BTreeMap<Slot, bool>,
+}
+
+/// The local `nvidia-imex` daemon (or its simulator).
+#[async_trait]
+pub trait Imex: Send + Sync + 'static {
+    /// Writes the configuration for `peers` and starts the daemon.
+    async fn start(&self, peers: &PeerSet) -> Result<(), PortError>;
+    /// Applies a new peer set to the running daemon: rewrites the name mapping and
+    /// reloads (DNS-names mode), or restarts (IPs mode).
+    async fn apply(&self, peers: &PeerSet) -> Result<(), PortError>;
+    /// Asks the running daemon to re-resolve and reconnect.
+    async fn reload(&self) -> Result<(), PortError>;
+    async fn status(&self) -> Result<ImexStatus, PortError>;
+    async fn stop(&self) -> Result<(), PortError>;
+}
+
+/// Where a domain's status is written (the ComputeDomain's status, or a file).
+#[async_trait]
+pub trait StatusSink: Send + Sync + 'static {
+    async fn write(&self, domain: &DomainRef, status: &DomainStatus) -> Result<(), PortError>;
+}
+
+/// Something users should see about a domain (Kubernetes Events on the CD).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DomainEvent {
+    NodeJoined { node: NodeId },
+    NodeLost { node: NodeId },
+    Ready { message: String },
+    NotReady { message: String },
+    PrepareRefused { claim: String, reason: String },
+}
+
+#[async_trait]
+pub trait EventSink: Send + Sync + 'static {
+    async fn emit(&self, domain: &DomainRef, event: DomainEvent) -> Result<(), PortError>;
+}
+
+/// Why a claim could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    /// Will not get better by asking again: bad config, namespace mismatch, unknown CD.
+    #[error("{0}")]
+    Permanent(String),
+    /// May get better: the API is unreachable, the CD not yet in the cache.
+    #[error("{0}")]
+    Transient(String),
+}
+
+/// Resolves a prepared claim to its domain.
+#[async_trait]
+pub trait ClaimSource: Send + Sync + 'static {
+    async fn resolve(&self, claim: &ClaimRef) -> Result<ClaimInfo, ClaimError>;
+}
+
+/// A claim this node has accepted, as the checkpoint keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRecord {
+    pub claim: ClaimRef,
+    pub info: ClaimInfo,
+    pub policy: ReadinessPolicy,
+}
+
+/// What survives a daemon restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// By claim UID.
+    pub claims: BTreeMap<String, ClaimRecord>,
+    /// The slot this node last held in each domain: its preference when it rejoins.
+    pub slots: BTreeMap<DomainUid, Slot>,
+}
+
+#[async_trait]
+pub trait CheckpointStore: Send + Sync + 'static {
+    async fn load(&self) -> Result<Checkpoint, PortError>;
+    async fn save(&self, checkpoint: &Checkpoint) -> Result<(), PortError>;
+}
+
+/// Wall-clock time, for seniority (`joined_at_ms`). Timeouts use tokio's clock.
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> u64;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        domaind_gossip::default_generation()
+    }
+}
+
+/// Every port a node needs.
+#[derive(Clone)]
+pub struct Ports {
+    pub gossip: Arc<dyn Gossip>,
+    pub imex: Arc<dyn Imex>,
+    pub status: Arc<dyn StatusSink>,
+    pub events: Arc<dyn EventSink>,
+    pub claims: Arc<dyn ClaimSource>,
+    pub checkpoint: Arc<dyn CheckpointStore>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Ports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ports")
+            .field("node", &self.gossip.node())
+            .finish_non_exhaustive()
+    }
+}

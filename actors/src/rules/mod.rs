@@ -1,0 +1,10 @@
+//! The rules, as pure functions: given what gossip says, every node computes the same
+//! answer, so nodes agree without negotiating.
+
+pub mod membership;
+pub mod peer_health;
+pub mod peers;
+pub mod readiness;
+pub mod reporter;
+pub mod slots;
+pub mod status;

@@ -1,0 +1,521 @@
+//! In-memory fakes of every port. Each honours its port's contract, records what it
+//! was asked, and can be told to fail.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use domaind_gossip::membership::event_stream;
+use domaind_gossip::{GossipEvent, Member, Membership};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tokio::sync::watch;
+use tokio_stream::wrappers::WatchStream;
+
+use crate::model::{ClaimInfo, ClaimRef, DomainRef, NodeId, Slot};
+use crate::ports::{
+    Checkpoint, CheckpointStore, ClaimError, ClaimSource, Clock, DomainEvent, EventSink, Gossip,
+    Imex, ImexStatus, PortError, StatusSink,
+};
+use crate::rules::peers::PeerSet;
+use crate::rules::status::DomainStatus;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A failure to inject: the next `remaining` calls fail with `message`.
+#[derive(Debug, Default)]
+struct Failure {
+    remaining: u32,
+    message: String,
+}
+
+impl Failure {
+    fn take(&mut self) -> Result<(), PortError> {
+        if self.remaining == 0 {
+            return Ok(());
+        }
+        self.remaining -= 1;
+        Err(PortError(self.message.clone()))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Gossip
+
+/// A gossip network in memory: every node sees every other's keys at once. Killing a
+/// node removes it, as a failure detector's verdict would.
+#[derive(Debug, Clone)]
+pub struct FakeGossipNet {
+    members: Arc<watch::Sender<Membership>>,
+}
+
+impl Default for FakeGossipNet {
+    fn default() -> Self {
+        Self {
+            members: Arc::new(watch::channel(Membership::new()).0),
+        }
+    }
+}
+
+impl FakeGossipNet {
+    /// Adds `node` (generation `generation`) and returns its handle.
+    pub fn join(&self, node: &str, generation: u64) -> FakeGossip {
+        self.members.send_modify(|m| {
+            m.insert(
+                node.to_owned(),
+                Member {
+                    node: node.to_owned(),
+                    generation,
+                    gossip_addr: "127.0.0.1:7946".parse().expect("valid address"),
+                    keys: BTreeMap::new(),
+                },
+            );
+        });
+        FakeGossip {
+            net: self.clone(),
+            node: node.to_owned(),
+            calls: Arc::default(),
+        }
+    }
+
+    /// Removes a node, as the failure detector would declare it dead.
+    pub fn kill(&self, node: &str) {
+        self.members.send_modify(|m| {
+            m.remove(node);
+        });
+    }
+
+    /// Sets a key on another node's behalf (to play a peer in a test).
+    pub fn set_key_of(&self, node: &str, key: &str, value: &str) {
+        self.members.send_modify(|m| {
+            if let Some(member) = m.get_mut(node) {
+                member.keys.insert(key.to_owned(), value.to_owned());
+            }
+        });
+    }
+
+    pub fn delete_key_of(&self, node: &str, key: &str) {
+        self.members.send_modify(|m| {
+            if let Some(member) = m.get_mut(node) {
+                member.keys.remove(key);
+            }
+        });
+    }
+
+    pub fn snapshot(&self) -> Membership {
+        self.members.borrow().clone()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GossipCall {
+    Set { key: String, value: String },
+    Delete { key: String },
+}
+
+/// One node's handle on a [`FakeGossipNet`].
+#[derive(Debug, Clone)]
+pub struct FakeGossip {
+    net: FakeGossipNet,
+    node: NodeId,
+    calls: Arc<Mutex<Vec<GossipCall>>>,
+}
+
+impl FakeGossip {
+    pub fn calls(&self) -> Vec<GossipCall> {
+        lock(&self.calls).clone()
+    }
+}
+
+#[async_trait]
+impl Gossip for FakeGossip {
+    fn node(&self) -> NodeId {
+        self.node.clone()
+    }
+    async fn set(&self, key: &str, value: &str) {
+        lock(&self.calls).push(GossipCall::Set {
+            key: key.to_owned(),
+            value: value.to_owned(),
+        });
+        self.net.set_key_of(&self.node, key, value);
+    }
+    async fn delete(&self, key: &str) {
+        lock(&self.calls).push(GossipCall::Delete {
+            key: key.to_owned(),
+        });
+        self.net.delete_key_of(&self.node, key);
+    }
+    fn live(&self) -> Membership {
+        self.net.snapshot()
+    }
+    fn events(&self) -> BoxStream<'static, GossipEvent> {
+        event_stream(WatchStream::new(self.net.members.subscribe())).boxed()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// IMEX
+
+/// One simulated IMEX daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DaemonState {
+    pub running: bool,
+    /// A hung daemon runs but answers no query.
+    pub hung: bool,
+    pub peers: PeerSet,
+}
+
+#[derive(Debug, Default)]
+struct FabricState {
+    daemons: BTreeMap<NodeId, DaemonState>,
+    cut: BTreeSet<(NodeId, NodeId)>,
+}
+
+/// The IMEX daemons of a simulated rack. Like real IMEX, a daemon is READY when it is
+/// connected to every peer in its configuration; here, connected means the peer's
+/// daemon runs, lists this node among its own peers, and the link is not cut.
+#[derive(Debug, Clone, Default)]
+pub struct FakeImexFabric {
+    state: Arc<Mutex<FabricState>>,
+}
+
+fn link(a: &str, b: &str) -> (NodeId, NodeId) {
+    if a <= b {
+        (a.to_owned(), b.to_owned())
+    } else {
+        (b.to_owned(), a.to_owned())
+    }
+}
+
+impl FakeImexFabric {
+    pub fn daemon(&self, node: &str) -> FakeImex {
+        FakeImex {
+            node: node.to_owned(),
+            fabric: self.clone(),
+            calls: Arc::default(),
+            failure: Arc::default(),
+        }
+    }
+
+    pub fn state_of(&self, node: &str) -> Option<DaemonState> {
+        lock(&self.state).daemons.get(node).cloned()
+    }
+
+    /// The daemon exits, as on a crash.
+    pub fn crash(&self, node: &str) {
+        if let Some(d) = lock(&self.state).daemons.get_mut(node) {
+            d.running = false;
+        }
+    }
+
+    pub fn hang(&self, node: &str, hung: bool) {
+        if let Some(d) = lock(&self.state).daemons.get_mut(node) {
+            d.hung = hung;
+        }
+    }
+
+    pub fn cut(&self, a: &str, b: &str) {
+        lock(&self.state).cut.insert(link(a, b));
+    }
+
+    pub fn heal(&self) {
+        lock(&self.state).cut.clear();
+    }
+
+    fn status_of(&self, node: &str) -> Result<ImexStatus, PortError> {
+        let state = lock(&self.state);
+        let Some(me) = state.daemons.get(node).filter(|d| d.running) else {
+            return Ok(ImexStatus::default());
+        };
+        if me.hung {
+            return Err(PortError(format!("IMEX on {node} does not answer")));
+        }
+        let links: BTreeMap<Slot, bool> = me
+            .peers
+            .peers
+            .iter()
+            .filter(|(_, p)| p.node != node)
+            .map(|(slot, p)| {
+                let up = !state.cut.contains(&link(node, &p.node))
+                    && state
+                        .daemons
+                        .get(&p.node)
+                        .is_some_and(|d| d.running && d.peers.contains(node));
+                (*slot, up)
+            })
+            .collect();
+        Ok(ImexStatus {
+            running: true,
+            ready: links.values().all(|up| *up),
+            links,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImexCall {
+    Start(PeerSet),
+    Apply(PeerSet),
+    Reload,
+    Status,
+    Stop,
+}
+
+/// A node's IMEX daemon on a [`FakeImexFabric`].
+#[derive(Debug, Clone)]
+pub struct FakeImex {
+    node: NodeId,
+    fabric: FakeImexFabric,
+    calls: Arc<Mutex<Vec<ImexCall>>>,
+    failure: Arc<Mutex<Failure>>,
+}
+
+impl FakeImex {
+    pub fn calls(&self) -> Vec<ImexCall> {
+        lock(&self.calls).clone()
+    }
+
+    pub fn count(&self, what: fn(&ImexCall) -> bool) -> usize {
+        lock(&self.calls).iter().filter(|c| what(c)).count()
+    }
+
+    /// The next `times` starts or applies fail.
+    pub fn fail_next(&self, times: u32, message: &str) {
+        *lock(&self.failure) = Failure {
+            remaining: times,
+            message: message.to_owned(),
+        };
+    }
+
+    fn record(&self, call: ImexCall) {
+        lock(&self.calls).push(call);
+    }
+}
+
+#[async_trait]
+impl Imex for FakeImex {
+    async fn start(&self, peers: &PeerSet) -> Result<(), PortError> {
+        self.record(ImexCall::Start(peers.clone()));
+        lock(&self.failure).take()?;
+        lock(&self.fabric.state).daemons.insert(
+            self.node.clone(),
+            DaemonState {
+                running: true,
+                hung: false,
+                peers: peers.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    async fn apply(&self, peers: &PeerSet) -> Result<(), PortError> {
+        self.record(ImexCall::Apply(peers.clone()));
+        lock(&self.failure).take()?;
+        let mut state = lock(&self.fabric.state);
+        match state.daemons.get_mut(&self.node).filter(|d| d.running) {
+            Some(d) => {
+                d.peers = peers.clone();
+                Ok(())
+            }
+            None => Err(PortError("IMEX is not running".into())),
+        }
+    }
+
+    async fn reload(&self) -> Result<(), PortError> {
+        self.record(ImexCall::Reload);
+        Ok(())
+    }
+
+    async fn status(&self) -> Result<ImexStatus, PortError> {
+        self.record(ImexCall::Status);
+        self.fabric.status_of(&self.node)
+    }
+
+    async fn stop(&self) -> Result<(), PortError> {
+        self.record(ImexCall::Stop);
+        if let Some(d) = lock(&self.fabric.state).daemons.get_mut(&self.node) {
+            d.running = false;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Status and events
+
+/// One status write, and who made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusWrite {
+    pub writer: NodeId,
+    pub domain: DomainRef,
+    pub status: DomainStatus,
+}
+
+/// A status store shared by every node of a test; each node writes through its own
+/// handle ([`FakeStatusSink::for_node`]).
+#[derive(Debug, Clone, Default)]
+pub struct FakeStatusSink {
+    writer: NodeId,
+    writes: Arc<Mutex<Vec<StatusWrite>>>,
+    failure: Arc<Mutex<Failure>>,
+}
+
+impl FakeStatusSink {
+    pub fn for_node(&self, node: &str) -> Self {
+        Self {
+            writer: node.to_owned(),
+            writes: self.writes.clone(),
+            failure: self.failure.clone(),
+        }
+    }
+
+    pub fn writes(&self) -> Vec<StatusWrite> {
+        lock(&self.writes).clone()
+    }
+
+    /// The last status written for a domain.
+    pub fn latest(&self, domain: &str) -> Option<StatusWrite> {
+        lock(&self.writes)
+            .iter()
+            .rev()
+            .find(|w| w.domain.uid.0 == domain)
+            .cloned()
+    }
+
+    pub fn fail_next(&self, times: u32, message: &str) {
+        *lock(&self.failure) = Failure {
+            remaining: times,
+            message: message.to_owned(),
+        };
+    }
+}
+
+#[async_trait]
+impl StatusSink for FakeStatusSink {
+    async fn write(&self, domain: &DomainRef, status: &DomainStatus) -> Result<(), PortError> {
+        lock(&self.failure).take()?;
+        lock(&self.writes).push(StatusWrite {
+            writer: self.writer.clone(),
+            domain: domain.clone(),
+            status: status.clone(),
+        });
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FakeEventSink {
+    events: Arc<Mutex<Vec<(DomainRef, DomainEvent)>>>,
+}
+
+impl FakeEventSink {
+    pub fn events(&self) -> Vec<(DomainRef, DomainEvent)> {
+        lock(&self.events).clone()
+    }
+}
+
+#[async_trait]
+impl EventSink for FakeEventSink {
+    async fn emit(&self, domain: &DomainRef, event: DomainEvent) -> Result<(), PortError> {
+        lock(&self.events).push((domain.clone(), event));
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Claims and checkpoint
+
+/// Claims by UID, shared by every node of a test.
+#[derive(Debug, Clone, Default)]
+pub struct FakeClaimSource {
+    claims: Arc<Mutex<BTreeMap<String, Result<ClaimInfo, ClaimError>>>>,
+    lookups: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeClaimSource {
+    pub fn insert(&self, uid: &str, result: Result<ClaimInfo, ClaimError>) {
+        lock(&self.claims).insert(uid.to_owned(), result);
+    }
+
+    pub fn lookups(&self) -> Vec<String> {
+        lock(&self.lookups).clone()
+    }
+}
+
+#[async_trait]
+impl ClaimSource for FakeClaimSource {
+    async fn resolve(&self, claim: &ClaimRef) -> Result<ClaimInfo, ClaimError> {
+        lock(&self.lookups).push(claim.uid.clone());
+        lock(&self.claims)
+            .get(&claim.uid)
+            .cloned()
+            .unwrap_or_else(|| {
+                Err(ClaimError::Transient(format!(
+                    "claim {}/{} ({}) not found",
+                    claim.namespace, claim.name, claim.uid
+                )))
+            })
+    }
+}
+
+/// A checkpoint kept in memory; it outlives the node that wrote it, as a file would.
+#[derive(Debug, Clone, Default)]
+pub struct FakeCheckpointStore {
+    saved: Arc<Mutex<Option<Checkpoint>>>,
+    saves: Arc<Mutex<usize>>,
+    failure: Arc<Mutex<Failure>>,
+}
+
+impl FakeCheckpointStore {
+    pub fn saved(&self) -> Option<Checkpoint> {
+        lock(&self.saved).clone()
+    }
+
+    pub fn saves(&self) -> usize {
+        *lock(&self.saves)
+    }
+
+    pub fn fail_next(&self, times: u32, message: &str) {
+        *lock(&self.failure) = Failure {
+            remaining: times,
+            message: message.to_owned(),
+        };
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for FakeCheckpointStore {
+    async fn load(&self) -> Result<Checkpoint, PortError> {
+        Ok(lock(&self.saved).clone().unwrap_or_default())
+    }
+    async fn save(&self, checkpoint: &Checkpoint) -> Result<(), PortError> {
+        lock(&self.failure).take()?;
+        *lock(&self.saves) += 1;
+        *lock(&self.saved) = Some(checkpoint.clone());
+        Ok(())
+    }
+}
+
+/// Wall-clock milliseconds that follow tokio's (pausable) clock from a fixed start.
+#[derive(Debug, Clone)]
+pub struct FakeClock {
+    start: tokio::time::Instant,
+    base_ms: u64,
+}
+
+impl FakeClock {
+    pub fn new(base_ms: u64) -> Self {
+        Self {
+            start: tokio::time::Instant::now(),
+            base_ms,
+        }
+    }
+}
+
+impl Clock for FakeClock {
+    fn now_ms(&self) -> u64 {
+        self.base_ms + self.start.elapsed().as_millis() as u64
+    }
+}
