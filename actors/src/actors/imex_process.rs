@@ -45,6 +45,14 @@ pub struct ApplyPeers {
 #[rtype(result = "()")]
 pub struct ReleaseImex;
 
+/// The node is going away: stop polling and restarting; stop the daemon too if
+/// `stop_daemon` (a graceful stop), or leave it be (the process died with the node).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Detach {
+    pub stop_daemon: bool,
+}
+
 /// Lifecycle counts, for tests and the demo.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, MessageResponse)]
 pub struct ImexLifecycle {
@@ -72,6 +80,8 @@ pub struct ImexProcessActor {
     backoff: Backoff,
     not_before: Option<Instant>,
     exited_unexpectedly: bool,
+    detached: bool,
+    poller: Option<SpawnHandle>,
     lifecycle: ImexLifecycle,
 }
 
@@ -99,13 +109,15 @@ impl ImexProcessActor {
             ),
             not_before: None,
             exited_unexpectedly: false,
+            detached: false,
+            poller: None,
             lifecycle: ImexLifecycle::default(),
         }
     }
 
     /// Moves the daemon one step towards the desired state.
     fn drive(&mut self, ctx: &mut Context<Self>) {
-        if self.busy {
+        if self.busy || (self.detached && !self.running) {
             return;
         }
         let Some((version, peers)) = self.desired.clone() else {
@@ -236,7 +248,9 @@ impl Actor for ImexProcessActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(self.poll_interval, |act, ctx| act.poll(ctx));
+        if !self.detached {
+            self.poller = Some(ctx.run_interval(self.poll_interval, |act, ctx| act.poll(ctx)));
+        }
     }
 }
 
@@ -257,6 +271,24 @@ impl Handler<ReleaseImex> for ImexProcessActor {
         self.owner = None;
         self.desired = None;
         self.drive(ctx);
+    }
+}
+
+impl Handler<Detach> for ImexProcessActor {
+    type Result = ();
+
+    // Not ctx.stop(): the supervisor would restart us while anyone holds our address.
+    // Detached, with no timer left, we stop once the last address is dropped.
+    fn handle(&mut self, Detach { stop_daemon }: Detach, ctx: &mut Self::Context) {
+        self.detached = true;
+        if let Some(poller) = self.poller.take() {
+            ctx.cancel_future(poller);
+        }
+        self.owner = None;
+        self.desired = None;
+        if stop_daemon {
+            self.drive(ctx);
+        }
     }
 }
 

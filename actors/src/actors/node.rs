@@ -13,7 +13,7 @@ use crate::actors::domain::{
     RemoveClaim, SlotChanged, WaitClaim,
 };
 use crate::actors::gossip_bridge::GossipBridge;
-use crate::actors::imex_process::{GetImexLifecycle, ImexLifecycle, ImexProcessActor, ReleaseImex};
+use crate::actors::imex_process::{Detach, GetImexLifecycle, ImexLifecycle, ImexProcessActor};
 use crate::config::NodeConfig;
 use crate::model::{ClaimRef, DomainUid};
 use crate::outcome::{PrepareError, Prepared, domain_label};
@@ -385,9 +385,9 @@ impl Handler<Shutdown> for NodeActor {
         for (_, domain) in std::mem::take(&mut self.domains) {
             domain.do_send(Halt);
         }
-        if stop_imex {
-            self.imex().do_send(ReleaseImex);
-        }
+        self.imex().do_send(Detach {
+            stop_daemon: stop_imex,
+        });
         self.imex = None;
         self.bridge = None;
         ctx.stop();

@@ -1,0 +1,205 @@
+//! A rack of node actors over in-memory fakes, in paused time.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use domaind_actors::model::{
+    AllocationMode, ClaimInfo, ClaimRef, CliqueId, DomainRef, DomainUid, ReadinessPolicy,
+};
+use domaind_actors::ports::ClaimError;
+use domaind_actors::testing::{
+    FakeCheckpointStore, FakeClaimSource, FakeClock, FakeEventSink, FakeGossip, FakeGossipNet,
+    FakeImex, FakeImexFabric, FakeStatusSink,
+};
+use domaind_actors::{
+    GetSnapshot, NodeActor, NodeConfig, NodeSnapshot, Ports, PrepareError, Prepared, Shutdown,
+};
+
+/// Runs `test` in an actix system on a paused, single-threaded tokio runtime.
+pub fn run<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
+    // RUST_LOG=info shows what the actors did; silent otherwise.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime")
+    });
+    system.block_on(test());
+}
+
+pub struct TestNode {
+    pub addr: Addr<NodeActor>,
+    pub gossip: FakeGossip,
+    pub imex: FakeImex,
+    pub checkpoint: FakeCheckpointStore,
+    pub events: FakeEventSink,
+    pub generation: u64,
+}
+
+pub struct Rack {
+    pub net: FakeGossipNet,
+    pub fabric: FakeImexFabric,
+    pub status: FakeStatusSink,
+    pub claims: FakeClaimSource,
+    pub nodes: BTreeMap<String, TestNode>,
+    pub configure: fn(&mut NodeConfig),
+}
+
+pub fn domain(uid: &str, num_nodes: u32) -> DomainRef {
+    DomainRef {
+        uid: DomainUid(uid.into()),
+        namespace: "team-a".into(),
+        name: format!("cd-{uid}"),
+        num_nodes,
+    }
+}
+
+pub fn claim_ref(uid: &str) -> ClaimRef {
+    ClaimRef {
+        uid: uid.into(),
+        namespace: "team-a".into(),
+        name: format!("claim-{uid}"),
+    }
+}
+
+impl Default for Rack {
+    fn default() -> Self {
+        Self {
+            net: FakeGossipNet::default(),
+            fabric: FakeImexFabric::default(),
+            status: FakeStatusSink::default(),
+            claims: FakeClaimSource::default(),
+            nodes: BTreeMap::new(),
+            configure: |_| {},
+        }
+    }
+}
+
+impl Rack {
+    /// Starts (or restarts, keeping its checkpoint) a node.
+    pub fn start(&mut self, node: &str) {
+        let index = self.nodes.len() as u8 + 1;
+        let (checkpoint, generation) = match self.nodes.get(node) {
+            Some(old) => (old.checkpoint.clone(), old.generation + 1),
+            None => (FakeCheckpointStore::default(), 1),
+        };
+        let gossip = self.net.join(node, generation);
+        let imex = self.fabric.daemon(node);
+        let events = FakeEventSink::default();
+        let mut config = NodeConfig::new(
+            node,
+            IpAddr::from([127, 0, 1, index]),
+            CliqueId("cluster-1.0".into()),
+        );
+        (self.configure)(&mut config);
+        let ports = Ports {
+            gossip: Arc::new(gossip.clone()),
+            imex: Arc::new(imex.clone()),
+            status: Arc::new(self.status.for_node(node)),
+            events: Arc::new(events.clone()),
+            claims: Arc::new(self.claims.clone()),
+            checkpoint: Arc::new(checkpoint.clone()),
+            clock: Arc::new(FakeClock::new(1_700_000_000_000)),
+        };
+        let addr = NodeActor::new(config, ports).start();
+        self.nodes.insert(
+            node.to_owned(),
+            TestNode {
+                addr,
+                gossip,
+                imex,
+                checkpoint,
+                events,
+                generation,
+            },
+        );
+    }
+
+    /// The node dies: gossip declares it dead, its IMEX daemon dies with it.
+    pub fn kill(&mut self, node: &str) {
+        let n = &self.nodes[node];
+        n.addr.do_send(Shutdown { stop_imex: false });
+        self.net.kill(node);
+        self.fabric.crash(node);
+    }
+
+    pub fn claim(&self, uid: &str, domain: &DomainRef, policy: Option<ReadinessPolicy>) {
+        self.claims.insert(
+            uid,
+            Ok(ClaimInfo {
+                domain: domain.clone(),
+                allocation_mode: AllocationMode::Single,
+                readiness: policy,
+            }),
+        );
+    }
+
+    pub fn bad_claim(&self, uid: &str, error: ClaimError) {
+        self.claims.insert(uid, Err(error));
+    }
+
+    pub async fn prepare(&self, node: &str, claim: &str) -> Result<Prepared, PrepareError> {
+        self.nodes[node]
+            .addr
+            .send(domaind_actors::Prepare(claim_ref(claim)))
+            .await
+            .expect("node alive")
+    }
+
+    pub async fn unprepare(&self, node: &str, claim: &str) -> Result<(), PrepareError> {
+        self.nodes[node]
+            .addr
+            .send(domaind_actors::Unprepare(claim.into()))
+            .await
+            .expect("node alive")
+    }
+
+    pub async fn snapshot(&self, node: &str) -> NodeSnapshot {
+        self.nodes[node]
+            .addr
+            .send(GetSnapshot)
+            .await
+            .expect("node alive")
+    }
+
+    pub async fn snapshots(&self, nodes: &[&str]) -> Vec<NodeSnapshot> {
+        let mut out = Vec::new();
+        for node in nodes {
+            out.push(self.snapshot(node).await);
+        }
+        out
+    }
+
+    /// Polls until `check` holds for the given nodes' snapshots, failing after `limit`
+    /// of (paused) time.
+    pub async fn wait_until(
+        &self,
+        limit: Duration,
+        what: &str,
+        nodes: &[&str],
+        mut check: impl FnMut(&[NodeSnapshot]) -> bool,
+    ) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let snapshots = self.snapshots(nodes).await;
+            if check(&snapshots) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after {limit:?} waiting until {what}: {snapshots:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! The actors of a node, over fakes and in paused time: forming, preparing, the
+//! one-domain rule, restarts, and losing and regaining a member.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{Rack, claim_ref, domain, run};
+use domaind_actors::actors::domain::Crash;
+use domaind_actors::actors::node::GetDomain;
+use domaind_actors::model::{DomainUid, Phase, ReadinessPolicy};
+use domaind_actors::ports::{ClaimError, DomainEvent};
+use domaind_actors::testing::{GossipCall, ImexCall};
+use domaind_actors::{Prepare, PrepareError};
+
+const LIMIT: Duration = Duration::from_secs(30);
+const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+fn rack_of(nodes: &[&str]) -> Rack {
+    let mut rack = Rack::default();
+    for node in nodes {
+        rack.start(node);
+    }
+    rack
+}
+
+/// Prepares one claim per node concurrently, as kubelets would.
+async fn prepare_all(
+    rack: &Rack,
+    uid: &str,
+    nodes: &[&str],
+) -> Vec<Result<domaind_actors::Prepared, PrepareError>> {
+    let calls: Vec<_> = nodes
+        .iter()
+        .map(|node| {
+            let addr = rack.nodes[*node].addr.clone();
+            let claim = claim_ref(&format!("{uid}-{node}"));
+            actix::spawn(async move { addr.send(Prepare(claim)).await.unwrap() })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for call in calls {
+        results.push(call.await.unwrap());
+    }
+    results
+}
+
+fn register_claims(
+    rack: &Rack,
+    uid: &str,
+    cd: &domaind_actors::model::DomainRef,
+    nodes: &[&str],
+    policy: ReadinessPolicy,
+) {
+    for node in nodes {
+        rack.claim(&format!("{uid}-{node}"), cd, Some(policy));
+    }
+}
+
+#[test]
+fn three_nodes_form_a_domain_and_agree() {
+    run(|| async {
+        let rack = rack_of(&NODES);
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        for result in prepare_all(&rack, "c", &NODES).await {
+            let prepared = result.unwrap();
+            assert_eq!(prepared.domain, cd);
+        }
+        let snapshots = rack.snapshots(&NODES).await;
+        let first = &snapshots[0].domains[0].peer_set;
+        assert_eq!(first.len(), 3);
+        assert!(
+            snapshots.iter().all(|s| &s.domains[0].peer_set == first),
+            "every node has the same peer set"
+        );
+        let slots: BTreeSet<_> = snapshots
+            .iter()
+            .map(|s| s.domains[0].my_slot.unwrap())
+            .collect();
+        assert_eq!(slots, BTreeSet::from([0, 1, 2]));
+        for s in &snapshots {
+            assert_eq!(s.domains[0].reporter.as_deref(), Some("node-a"));
+            assert_eq!(s.domains[0].phase, Phase::Ready);
+        }
+        // The IMEX daemons were given that peer set.
+        let daemon = rack.fabric.state_of("node-b").unwrap();
+        assert_eq!(daemon.peers, snapshots[0].domains[0].peer_set);
+
+        // Only the reporter writes, and the last write says Ready 3/3.
+        rack.wait_until(LIMIT, "the status is written", &NODES, |_| {
+            rack.status
+                .latest("cd1")
+                .is_some_and(|w| w.status.status == Phase::Ready)
+        })
+        .await;
+        let writes = rack.status.writes();
+        assert!(writes.iter().all(|w| w.writer == "node-a"));
+        let last = rack.status.latest("cd1").unwrap().status;
+        assert_eq!((last.ready_nodes, last.total_nodes), (3, 3));
+        assert!(
+            rack.nodes["node-a"]
+                .events
+                .events()
+                .iter()
+                .any(|(_, e)| matches!(e, DomainEvent::Ready { .. }))
+        );
+        assert!(
+            rack.nodes["node-b"].events.events().is_empty(),
+            "only the reporter emits events"
+        );
+    });
+}
+
+#[test]
+fn prepare_is_idempotent_and_unknown_unprepare_succeeds() {
+    run(|| async {
+        let rack = rack_of(&["node-a"]);
+        rack.claim("c1", &domain("cd1", 0), None);
+        let first = rack.prepare("node-a", "c1").await.unwrap();
+        let second = rack.prepare("node-a", "c1").await.unwrap();
+        assert_eq!(first, second);
+        assert_eq!(
+            rack.claims.lookups(),
+            vec!["c1".to_string()],
+            "the second call is answered from the checkpoint"
+        );
+        assert_eq!(rack.unprepare("node-a", "never-seen").await, Ok(()));
+        assert_eq!(rack.unprepare("node-a", "c1").await, Ok(()));
+        assert_eq!(rack.unprepare("node-a", "c1").await, Ok(()));
+    });
+}
+
+#[test]
+fn a_second_domain_on_a_busy_node_is_refused_naming_both() {
+    run(|| async {
+        let rack = rack_of(&["node-a"]);
+        rack.claim("c1", &domain("cd1", 0), None);
+        rack.claim("c2", &domain("cd2", 0), None);
+        rack.prepare("node-a", "c1").await.unwrap();
+        let err = rack.prepare("node-a", "c2").await.unwrap_err();
+        assert!(matches!(err, PrepareError::Busy { .. }));
+        assert!(!err.retryable());
+        let text = err.to_string();
+        assert!(text.contains("cd-cd1") && text.contains("cd-cd2"), "{text}");
+        tokio::task::yield_now().await;
+        assert!(
+            rack.nodes["node-a"]
+                .events
+                .events()
+                .iter()
+                .any(|(d, e)| d.uid.0 == "cd2" && matches!(e, DomainEvent::PrepareRefused { .. }))
+        );
+
+        // Once the first domain's claim is gone, the node may serve the second.
+        rack.unprepare("node-a", "c1").await.unwrap();
+        rack.prepare("node-a", "c2").await.unwrap();
+    });
+}
+
+#[test]
+fn several_claims_share_a_domain_and_the_last_unprepare_leaves_it_promptly() {
+    run(|| async {
+        let rack = rack_of(&["node-a", "node-b"]);
+        let cd = domain("cd1", 0);
+        for uid in ["a1", "a2"] {
+            rack.claim(uid, &cd, None);
+        }
+        rack.claim("b1", &cd, None);
+        rack.prepare("node-a", "a1").await.unwrap();
+        rack.prepare("node-a", "a2").await.unwrap();
+        rack.prepare("node-b", "b1").await.unwrap();
+        let s = rack.snapshot("node-a").await;
+        assert_eq!(s.domains.len(), 1);
+        assert_eq!(
+            s.domains[0].claims,
+            vec!["a1".to_string(), "a2".to_string()]
+        );
+
+        rack.unprepare("node-a", "a1").await.unwrap();
+        assert_eq!(
+            rack.snapshot("node-a").await.domains.len(),
+            1,
+            "one claim still holds the domain"
+        );
+        rack.unprepare("node-a", "a2").await.unwrap();
+        assert!(
+            rack.nodes["node-a"]
+                .gossip
+                .calls()
+                .contains(&GossipCall::Delete {
+                    key: "domain/cd1".into()
+                })
+        );
+        // node-b drops it by gossip, without waiting for any grace, and does not
+        // list it as lost.
+        rack.wait_until(
+            Duration::from_millis(200),
+            "node-b drops node-a",
+            &["node-b"],
+            |s| {
+                s[0].domains[0].members == vec!["node-b".to_string()]
+                    && s[0].domains[0].lost.is_empty()
+            },
+        )
+        .await;
+        assert!(
+            !rack.fabric.state_of("node-a").unwrap().running,
+            "node-a's IMEX stopped"
+        );
+    });
+}
+
+#[test]
+fn prepare_waits_then_answers_with_a_retryable_error_saying_what_it_waits_for() {
+    run(|| async {
+        let rack = rack_of(&["node-a"]);
+        rack.claim("c1", &domain("cd1", 3), Some(ReadinessPolicy::Domain));
+        let started = tokio::time::Instant::now();
+        let err = rack.prepare("node-a", "c1").await.unwrap_err();
+        assert!(
+            started.elapsed() >= Duration::from_secs(10),
+            "answered before the deadline"
+        );
+        assert!(err.retryable());
+        let text = err.to_string();
+        assert!(
+            text.contains("1/1 nodes ready, waiting for 3 nodes (spec.numNodes)"),
+            "{text}"
+        );
+        assert!(text.contains("team-a/cd-cd1"), "{text}");
+    });
+}
+
+#[test]
+fn permanent_claim_errors_are_not_retried() {
+    run(|| async {
+        let rack = rack_of(&["node-a"]);
+        rack.bad_claim(
+            "c1",
+            ClaimError::Permanent("namespace mismatch: claim in team-b, domain in team-a".into()),
+        );
+        let err = rack.prepare("node-a", "c1").await.unwrap_err();
+        assert!(!err.retryable());
+        assert!(err.to_string().contains("namespace mismatch"));
+        assert!(rack.snapshot("node-a").await.claims.is_empty());
+        let err = rack.prepare("node-a", "unknown").await.unwrap_err();
+        assert!(
+            err.retryable(),
+            "an unknown claim may just not be visible yet"
+        );
+    });
+}
+
+#[test]
+fn a_crashed_domain_actor_is_restarted_and_rebuilds_its_state() {
+    run(|| async {
+        let rack = rack_of(&NODES);
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        prepare_all(&rack, "c", &NODES).await;
+        let before = rack.snapshot("node-b").await.domains[0].clone();
+        let starts_before = rack.nodes["node-b"]
+            .imex
+            .count(|c| matches!(c, ImexCall::Start(_)));
+
+        let actor = rack.nodes["node-b"]
+            .addr
+            .send(GetDomain(DomainUid("cd1".into())))
+            .await
+            .unwrap()
+            .unwrap();
+        actor.do_send(Crash);
+        rack.wait_until(LIMIT, "the domain is rebuilt and ready", &["node-b"], |s| {
+            let d = &s[0].domains[0];
+            d.restarts == 1 && d.phase == Phase::Ready
+        })
+        .await;
+        let after = rack.snapshot("node-b").await.domains[0].clone();
+        assert_eq!(
+            after.claims, before.claims,
+            "claims rebuilt from the checkpoint"
+        );
+        assert_eq!(after.my_slot, before.my_slot, "slot rebuilt from gossip");
+        assert_eq!(after.peer_set, before.peer_set);
+        let starts_after = rack.nodes["node-b"]
+            .imex
+            .count(|c| matches!(c, ImexCall::Start(_)));
+        assert_eq!(
+            starts_before, starts_after,
+            "the IMEX daemon was not restarted"
+        );
+        // The claim is still answered.
+        rack.prepare("node-b", "c-node-b").await.unwrap();
+    });
+}
+
+#[test]
+fn an_imex_daemon_that_exits_is_restarted_with_backoff() {
+    run(|| async {
+        let rack = rack_of(&["node-a", "node-b"]);
+        let cd = domain("cd1", 0);
+        register_claims(
+            &rack,
+            "c",
+            &cd,
+            &["node-a", "node-b"],
+            ReadinessPolicy::Local,
+        );
+        prepare_all(&rack, "c", &["node-a", "node-b"]).await;
+        rack.fabric.crash("node-a");
+        rack.wait_until(
+            LIMIT,
+            "node-a's IMEX is restarted and the domain ready",
+            &["node-a"],
+            |s| s[0].imex.restarts == 1 && s[0].domains[0].phase == Phase::Ready,
+        )
+        .await;
+        // A daemon that fails to start is retried, not given up on.
+        rack.nodes["node-a"]
+            .imex
+            .fail_next(3, "nvidia-imex: cannot bind");
+        rack.fabric.crash("node-a");
+        rack.wait_until(
+            LIMIT,
+            "it comes back after three failed starts",
+            &["node-a"],
+            |s| {
+                s[0].imex.restarts == 2
+                    && s[0].imex.failures >= 3
+                    && s[0].domains[0].phase == Phase::Ready
+            },
+        )
+        .await;
+    });
+}
+
+#[test]
+fn a_dead_node_is_dropped_after_grace_and_rejoins_with_its_slot() {
+    run(|| async {
+        let mut rack = rack_of(&NODES);
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        prepare_all(&rack, "c", &NODES).await;
+        let slot_of_c = rack.snapshot("node-c").await.domains[0].my_slot;
+
+        rack.kill("node-c");
+        let survivors = ["node-a", "node-b"];
+        rack.wait_until(LIMIT, "survivors drop node-c from IMEX", &survivors, |s| {
+            s.iter().all(|n| {
+                let d = &n.domains[0];
+                !d.peer_set.contains("node-c")
+                    && d.lost == vec!["node-c".to_string()]
+                    && d.phase == Phase::NotReady
+            })
+        })
+        .await;
+        rack.wait_until(LIMIT, "the status shows node-c lost", &survivors, |_| {
+            rack.status.latest("cd1").is_some_and(|w| {
+                w.status.status == Phase::NotReady
+                    && w.status.message.contains("lost: node-c")
+                    && w.status
+                        .nodes
+                        .iter()
+                        .any(|n| n.name == "node-c" && n.status == Phase::NotReady)
+            })
+        })
+        .await;
+        assert!(rack.nodes["node-a"].events.events().iter().any(|(_, e)| *e
+            == DomainEvent::NodeLost {
+                node: "node-c".into()
+            }));
+
+        // Back, with its checkpoint: it rejoins its domain in its old slot.
+        rack.start("node-c");
+        rack.wait_until(LIMIT, "node-c rejoins in its slot", &NODES, |s| {
+            s.iter().all(|n| {
+                n.domains.first().is_some_and(|d| {
+                    d.phase == Phase::Ready
+                        && d.peer_set.contains("node-c")
+                        && d.slots.get("node-c").copied() == slot_of_c
+                })
+            })
+        })
+        .await;
+    });
+}
+
+#[test]
+fn status_writes_are_retried_and_coalesced() {
+    run(|| async {
+        let rack = rack_of(&NODES);
+        rack.status.fail_next(2, "apiserver unavailable");
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        prepare_all(&rack, "c", &NODES).await;
+        rack.wait_until(
+            LIMIT,
+            "the Ready status is written despite failures",
+            &NODES,
+            |_| {
+                rack.status
+                    .latest("cd1")
+                    .is_some_and(|w| w.status.status == Phase::Ready)
+            },
+        )
+        .await;
+        let writes = rack.status.writes();
+        assert!(
+            writes.windows(2).all(|w| w[0].status != w[1].status),
+            "the same document written twice in a row: {writes:#?}"
+        );
+    });
+}
+
+#[test]
+fn when_the_reporter_dies_the_next_takes_over_once() {
+    run(|| async {
+        let mut rack = rack_of(&NODES);
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        prepare_all(&rack, "c", &NODES).await;
+        rack.wait_until(LIMIT, "Ready is written", &NODES, |_| {
+            rack.status
+                .latest("cd1")
+                .is_some_and(|w| w.status.status == Phase::Ready)
+        })
+        .await;
+        let before = rack.status.writes().len();
+        rack.kill("node-a");
+        rack.wait_until(LIMIT, "node-b reports node-a lost", &["node-b"], |_| {
+            rack.status
+                .latest("cd1")
+                .is_some_and(|w| w.writer == "node-b" && w.status.message.contains("lost: node-a"))
+        })
+        .await;
+        // Settle: nothing else changes for a while.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let writes = rack.status.writes();
+        let after = &writes[before..];
+        assert!(
+            after.windows(2).all(|w| w[0].status != w[1].status),
+            "the same document written twice in a row after the handover: {after:#?}"
+        );
+        assert!(after.iter().all(|w| w.writer == "node-b"));
+    });
+}
