@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
-use domaind_gossip::{GossipEvent, GossipNode, Membership};
+use domaind_gossip::{GossipNode, Membership};
 
 use crate::model::{ClaimInfo, ClaimRef, DomainRef, DomainUid, NodeId, ReadinessPolicy, Slot};
 use crate::rules::peers::PeerSet;
@@ -30,8 +30,9 @@ pub trait Gossip: Send + Sync + 'static {
     async fn delete(&self, key: &str);
     /// Live members (this node included) and their keys.
     fn live(&self) -> Membership;
-    /// Changes to `live()`, starting with the current view.
-    fn events(&self) -> BoxStream<'static, GossipEvent>;
+    /// Snapshots of `live()`, starting with the current one; a slow reader skips to
+    /// the newest, so bursts of changes cost one snapshot.
+    fn updates(&self) -> BoxStream<'static, Membership>;
 }
 
 #[async_trait]
@@ -48,8 +49,8 @@ impl Gossip for GossipNode {
     fn live(&self) -> Membership {
         self.live_nodes()
     }
-    fn events(&self) -> BoxStream<'static, GossipEvent> {
-        Box::pin(GossipNode::events(self))
+    fn updates(&self) -> BoxStream<'static, Membership> {
+        Box::pin(self.membership_updates())
     }
 }
 

@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use domaind_gossip::membership::event_stream;
-use domaind_gossip::{GossipEvent, Member, Membership};
+use domaind_gossip::{Member, Membership};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tokio::sync::watch;
@@ -150,8 +149,8 @@ impl Gossip for FakeGossip {
     fn live(&self) -> Membership {
         self.net.snapshot()
     }
-    fn events(&self) -> BoxStream<'static, GossipEvent> {
-        event_stream(WatchStream::new(self.net.members.subscribe())).boxed()
+    fn updates(&self) -> BoxStream<'static, Membership> {
+        WatchStream::new(self.net.members.subscribe()).boxed()
     }
 }
 

@@ -170,12 +170,29 @@ impl GossipNode {
         membership_from(&self.live.borrow())
     }
 
+    /// Snapshots of the live members, one per gossip round that changed something. A
+    /// slow reader skips to the newest snapshot: nothing piles up.
+    pub fn membership_updates(&self) -> impl Stream<Item = Membership> + Send + 'static + use<> {
+        WatchStream::new(self.live.clone()).map(|live| membership_from(&live))
+    }
+
     /// Changes to the membership and to the keys of live members. The stream starts with
     /// the current view (a join and its keys for every live node, this one included),
     /// then follows changes, observed once per gossip round.
     pub fn events(&self) -> impl Stream<Item = GossipEvent> + Send + 'static + use<> {
-        let snapshots = WatchStream::new(self.live.clone()).map(|live| membership_from(&live));
-        event_stream(snapshots)
+        event_stream(self.membership_updates())
+    }
+
+    /// Stops gossiping and waits until the listener is closed, for a node shared
+    /// behind an `Arc`. Peers notice through their failure detectors.
+    pub async fn stop(&self) -> Result<(), GossipError> {
+        info!(node = %self.node, "gossip stopping");
+        // An error means the loop already ended, which is what we want.
+        let _ = self.handle.initiate_shutdown();
+        self.handle
+            .termination_watcher()
+            .await
+            .map_err(GossipError::Stopped)
     }
 
     /// Stops gossiping and closes the listener. Peers notice through their failure

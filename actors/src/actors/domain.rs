@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use actix::prelude::*;
+use domaind_gossip::Membership;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -35,10 +36,10 @@ use crate::rules::status::status_document;
 
 pub const BAD_ADVERTISEMENTS: &str = "domaind_bad_advertisements_total";
 
-/// Gossip changed: recompute.
-#[derive(Debug, Clone, Copy, Message)]
+/// Gossip changed: the new live membership.
+#[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
-pub struct GossipChanged;
+pub struct GossipChanged(pub Arc<Membership>);
 
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
@@ -136,6 +137,8 @@ pub struct DomainActor {
     recompute_scheduled: bool,
     retention_timer: Option<SpawnHandle>,
     leaving: bool,
+    /// The newest gossip view, as the bridge delivered it.
+    live: Option<Arc<Membership>>,
 }
 
 /// What the reporter last told users through events.
@@ -189,6 +192,7 @@ impl DomainActor {
             recompute_scheduled: false,
             retention_timer: None,
             leaving: false,
+            live: None,
         }
     }
 
@@ -310,7 +314,10 @@ impl DomainActor {
             return;
         }
         let now = Instant::now();
-        let live = self.ports.gossip.live();
+        let live = match &self.live {
+            Some(live) => live.clone(),
+            None => Arc::new(self.ports.gossip.live()),
+        };
         let mut view = domain_members(&self.domain.uid, &live, &self.config.clique);
         for (node, error) in &view.malformed {
             metrics::counter!(BAD_ADVERTISEMENTS).increment(1);
@@ -636,7 +643,8 @@ impl Handler<Recompute> for DomainActor {
 
 impl Handler<GossipChanged> for DomainActor {
     type Result = ();
-    fn handle(&mut self, _: GossipChanged, ctx: &mut Self::Context) {
+    fn handle(&mut self, GossipChanged(live): GossipChanged, ctx: &mut Self::Context) {
+        self.live = Some(live);
         self.schedule_recompute(ctx);
     }
 }

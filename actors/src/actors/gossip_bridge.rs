@@ -1,12 +1,12 @@
-//! GossipBridge: turns gossip's stream of membership and key changes into messages
-//! for the node. Changes are triggers: domains recompute from the whole view, so a
-//! missed or merged event loses nothing.
+//! GossipBridge: turns gossip's membership snapshots into messages for the node. A
+//! snapshot is the whole view: domains recompute from it, so merged updates lose
+//! nothing, and a burst of changes costs one recompute per gossip round.
 
 use std::sync::Arc;
 
 use actix::WeakRecipient;
 use actix::prelude::*;
-use domaind_gossip::GossipEvent;
+use domaind_gossip::Membership;
 use tracing::warn;
 
 use crate::actors::domain::GossipChanged;
@@ -33,20 +33,20 @@ impl Actor for GossipBridge {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.add_stream(self.gossip.events());
+        ctx.add_stream(self.gossip.updates());
     }
 }
 
-impl StreamHandler<GossipEvent> for GossipBridge {
-    fn handle(&mut self, _: GossipEvent, ctx: &mut Self::Context) {
+impl StreamHandler<Membership> for GossipBridge {
+    fn handle(&mut self, live: Membership, ctx: &mut Self::Context) {
         match self.node.upgrade() {
-            Some(node) => node.do_send(GossipChanged),
+            Some(node) => node.do_send(GossipChanged(Arc::new(live))),
             None => ctx.stop(),
         }
     }
 
     fn finished(&mut self, ctx: &mut Self::Context) {
-        warn!("gossip event stream ended");
+        warn!("gossip membership stream ended");
         ctx.stop();
     }
 }

@@ -351,7 +351,7 @@ impl Handler<GossipChanged> for NodeActor {
     type Result = ();
     fn handle(&mut self, msg: GossipChanged, _: &mut Self::Context) {
         for domain in self.domains.values() {
-            domain.do_send(msg);
+            domain.do_send(msg.clone());
         }
     }
 }

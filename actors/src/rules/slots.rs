@@ -142,7 +142,7 @@ mod tests {
 
     #[test]
     fn a_leaving_member_moves_no_one_and_a_newcomer_takes_its_slot() {
-        let settled = vec![c("a", 1, Some(0)), c("b", 2, Some(1)), c("c", 3, Some(2))];
+        let settled = [c("a", 1, Some(0)), c("b", 2, Some(1)), c("c", 3, Some(2))];
         let without_b: Vec<_> = settled.iter().filter(|m| m.node != "b").cloned().collect();
         let a = assign_slots(&without_b, 18);
         assert_eq!((a.slot_of("a"), a.slot_of("c")), (Some(0), Some(2)));
