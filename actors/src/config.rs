@@ -20,8 +20,15 @@ pub struct NodeConfig {
     /// How long a prepare call waits for its readiness policy before answering with a
     /// retryable error (the kubelet calls again).
     pub prepare_deadline: Duration,
-    /// Status changes within this window become one write.
-    pub status_coalesce: Duration,
+    /// A status is written once it has been quiet this long: a burst of changes (a
+    /// domain forming) becomes one write...
+    pub status_quiet: Duration,
+    /// ...unless changes keep coming: then it is written at least this often.
+    pub status_max_delay: Duration,
+    /// A node that just joined a domain sees few of its members until gossip has run a
+    /// few rounds; it does not act as the domain's reporter before this long, so that
+    /// every new member does not write "1/1 ready" in turn.
+    pub reporter_settle: Duration,
     pub peer_health: PeerHealthConfig,
     /// How often the IMEX daemon's readiness is queried.
     pub imex_poll_interval: Duration,
@@ -40,7 +47,9 @@ impl NodeConfig {
             max_slots: DEFAULT_MAX_SLOTS,
             default_readiness: ReadinessPolicy::Local,
             prepare_deadline: Duration::from_secs(10),
-            status_coalesce: Duration::from_millis(100),
+            status_quiet: Duration::from_millis(400),
+            status_max_delay: Duration::from_secs(3),
+            reporter_settle: Duration::from_millis(600),
             peer_health: PeerHealthConfig::default(),
             imex_poll_interval: Duration::from_millis(250),
             imex_restart_backoff_min: Duration::from_millis(200),

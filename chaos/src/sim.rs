@@ -76,6 +76,7 @@ pub struct SimCluster {
     domains: BTreeMap<String, DomainRef>,
     nodes: BTreeMap<usize, SimNode>,
     prepared: Arc<Mutex<BTreeMap<String, Result<Prepared, PrepareError>>>>,
+    poll: Duration,
 }
 
 impl std::fmt::Debug for SimCluster {
@@ -109,8 +110,14 @@ impl SimCluster {
             domains: BTreeMap::new(),
             nodes: BTreeMap::new(),
             prepared: Arc::default(),
+            poll: Duration::from_millis(200),
             config,
         }
+    }
+
+    /// How often `wait_for` looks (simulated time): finer for measurements.
+    pub fn set_poll_interval(&mut self, poll: Duration) {
+        self.poll = poll;
     }
 
     pub fn faults(&self) -> &NetworkFaults {
@@ -379,7 +386,7 @@ impl SimCluster {
                 Err(why) if start.elapsed() >= within => {
                     return Err(format!("{what}: not true after {within:?}: {why}"));
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                Err(_) => tokio::time::sleep(self.poll).await,
             }
         }
     }

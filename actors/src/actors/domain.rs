@@ -139,6 +139,8 @@ pub struct DomainActor {
     leaving: bool,
     /// The newest gossip view, as the bridge delivered it.
     live: Option<Arc<Membership>>,
+    /// Before this, the node does not act as the domain's reporter.
+    reporter_from: Option<Instant>,
 }
 
 /// What the reporter last told users through events.
@@ -193,6 +195,7 @@ impl DomainActor {
             retention_timer: None,
             leaving: false,
             live: None,
+            reporter_from: None,
         }
     }
 
@@ -492,7 +495,20 @@ impl DomainActor {
     }
 
     /// Writes status and events, if this node is the reporter.
-    fn report(&mut self, readiness: &Readiness, _ctx: &mut Context<Self>) {
+    fn report(&mut self, readiness: &Readiness, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let from = match self.reporter_from {
+            Some(from) => from,
+            None => {
+                let settle = self.config.reporter_settle;
+                self.reporter_from = Some(now + settle);
+                ctx.run_later(settle, |act, ctx| act.schedule_recompute(ctx));
+                now + settle
+            }
+        };
+        if now < from {
+            return;
+        }
         if reporter(&self.members) != Some(self.me()) {
             if self.status_writer.take().is_some() {
                 info!(domain = %self.domain, "no longer the domain's reporter");
@@ -506,7 +522,8 @@ impl DomainActor {
                 self.domain.clone(),
                 self.ports.status.clone(),
                 self.ports.gossip.clone(),
-                self.config.status_coalesce,
+                self.config.status_quiet,
+                self.config.status_max_delay,
             )
             .start()
         });

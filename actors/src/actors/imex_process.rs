@@ -167,6 +167,9 @@ impl ImexProcessActor {
                         } else {
                             act.lifecycle.applies += 1;
                         }
+                        // Ask at once rather than at the next tick: a domain forming
+                        // waits on this answer.
+                        act.poll(ctx);
                     }
                     Err(error) => {
                         act.lifecycle.failures += 1;

@@ -1,6 +1,7 @@
 //! StatusWriter: the only writer of a domain's status from this node, and only while
-//! this node is the domain's reporter. Changes within the coalescing window become one
-//! write; a document already written (by this node, or by a predecessor that
+//! this node is the domain's reporter. A document is written once changes have been
+//! quiet for a moment, or after a maximum delay while they keep coming, so a burst
+//! becomes one write; a document already written (by this node, or by a predecessor that
 //! published its digest in gossip) is not written again; failed writes are retried
 //! with backoff, always with the newest document.
 
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use domaind_gossip::transport::Backoff;
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::model::DomainRef;
@@ -27,10 +29,13 @@ pub struct StatusWriterActor {
     domain: DomainRef,
     sink: Arc<dyn StatusSink>,
     gossip: Arc<dyn Gossip>,
-    coalesce: Duration,
+    quiet: Duration,
+    max_delay: Duration,
     pending: Option<DomainStatus>,
+    /// When the oldest unwritten change arrived.
+    pending_since: Option<Instant>,
     written: Option<String>,
-    flush_scheduled: bool,
+    timer: Option<SpawnHandle>,
     writing: bool,
     backoff: Backoff,
 }
@@ -48,30 +53,39 @@ impl StatusWriterActor {
         domain: DomainRef,
         sink: Arc<dyn StatusSink>,
         gossip: Arc<dyn Gossip>,
-        coalesce: Duration,
+        quiet: Duration,
+        max_delay: Duration,
     ) -> Self {
         Self {
             domain,
             sink,
             gossip,
-            coalesce,
+            quiet,
+            max_delay,
             pending: None,
+            pending_since: None,
             written: None,
-            flush_scheduled: false,
+            timer: None,
             writing: false,
             backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
         }
     }
 
+    /// (Re)arms the flush: `delay` from now, but never later than `max_delay` after
+    /// the oldest unwritten change.
     fn schedule(&mut self, delay: Duration, ctx: &mut Context<Self>) {
-        if self.flush_scheduled {
-            return;
+        if let Some(timer) = self.timer.take() {
+            ctx.cancel_future(timer);
         }
-        self.flush_scheduled = true;
-        ctx.run_later(delay, |act, ctx| {
-            act.flush_scheduled = false;
-            act.flush(ctx);
-        });
+        let now = Instant::now();
+        let since = *self.pending_since.get_or_insert(now);
+        let at = (now + delay).min(since + self.max_delay);
+        self.timer = Some(
+            ctx.run_later(at.saturating_duration_since(now), |act, ctx| {
+                act.timer = None;
+                act.flush(ctx);
+            }),
+        );
     }
 
     /// Whether some live member already published this digest as written.
@@ -90,6 +104,7 @@ impl StatusWriterActor {
         let Some(status) = self.pending.take() else {
             return;
         };
+        self.pending_since = None;
         let fingerprint = digest(&status);
         if self.written.as_deref() == Some(fingerprint.as_str()) {
             return;
@@ -120,7 +135,7 @@ impl StatusWriterActor {
                         act.backoff.succeed();
                         act.written = Some(fingerprint);
                         if act.pending.is_some() {
-                            act.schedule(act.coalesce, ctx);
+                            act.schedule(act.quiet, ctx);
                         }
                     }
                     Err(error) => {
@@ -146,6 +161,6 @@ impl Handler<PublishStatus> for StatusWriterActor {
 
     fn handle(&mut self, PublishStatus(status): PublishStatus, ctx: &mut Self::Context) {
         self.pending = Some(status);
-        self.schedule(self.coalesce, ctx);
+        self.schedule(self.quiet, ctx);
     }
 }
