@@ -407,17 +407,26 @@ impl StatusSink for FakeStatusSink {
 #[derive(Debug, Clone, Default)]
 pub struct FakeEventSink {
     events: Arc<Mutex<Vec<(DomainRef, DomainEvent)>>>,
+    failure: Arc<Mutex<Failure>>,
 }
 
 impl FakeEventSink {
     pub fn events(&self) -> Vec<(DomainRef, DomainEvent)> {
         lock(&self.events).clone()
     }
+
+    pub fn fail_next(&self, times: u32, message: &str) {
+        *lock(&self.failure) = Failure {
+            remaining: times,
+            message: message.to_owned(),
+        };
+    }
 }
 
 #[async_trait]
 impl EventSink for FakeEventSink {
     async fn emit(&self, domain: &DomainRef, event: DomainEvent) -> Result<(), PortError> {
+        lock(&self.failure).take()?;
         lock(&self.events).push((domain.clone(), event));
         Ok(())
     }

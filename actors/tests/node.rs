@@ -446,3 +446,31 @@ fn when_the_reporter_dies_the_next_takes_over_once() {
         assert!(after.iter().all(|w| w.writer == "node-b"));
     });
 }
+
+#[test]
+fn failing_ports_do_not_stop_a_domain_from_forming() {
+    run(|| async {
+        let rack = rack_of(&NODES);
+        rack.nodes["node-a"]
+            .events
+            .fail_next(5, "events API unavailable");
+        rack.nodes["node-b"].checkpoint.fail_next(1, "disk full");
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        let results = prepare_all(&rack, "c", &NODES).await;
+        // The node whose checkpoint could not be written says so, retryably; the
+        // kubelet's next call succeeds.
+        let b = results[1].as_ref().unwrap_err();
+        assert!(b.retryable() && b.to_string().contains("disk full"), "{b}");
+        rack.prepare("node-b", "c-node-b").await.unwrap();
+        let saved = rack.nodes["node-b"].checkpoint.saved().unwrap();
+        assert!(
+            saved.claims.contains_key("c-node-b"),
+            "the claim was answered before it was saved"
+        );
+        rack.wait_until(LIMIT, "the domain is Ready", &NODES, |s| {
+            s.iter().all(|n| n.domains[0].phase == Phase::Ready)
+        })
+        .await;
+    });
+}

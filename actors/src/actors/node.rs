@@ -59,6 +59,8 @@ pub struct NodeSnapshot {
 struct CheckpointSaver {
     store: Arc<dyn CheckpointStore>,
     saved: tokio::sync::Mutex<u64>,
+    /// The version last saved, readable without waiting for a save in flight.
+    saved_version: std::sync::atomic::AtomicU64,
 }
 
 impl CheckpointSaver {
@@ -69,7 +71,14 @@ impl CheckpointSaver {
         }
         self.store.save(&checkpoint).await?;
         *saved = version;
+        self.saved_version
+            .store(version, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    fn saved_version(&self) -> u64 {
+        self.saved_version
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -97,6 +106,7 @@ impl NodeActor {
         let saver = Arc::new(CheckpointSaver {
             store: ports.checkpoint.clone(),
             saved: tokio::sync::Mutex::new(0),
+            saved_version: Default::default(),
         });
         Self {
             config: Arc::new(config),
@@ -204,14 +214,12 @@ impl NodeActor {
             claim,
             info,
         };
-        let fresh = !self.checkpoint.claims.contains_key(&record.claim.uid);
         self.checkpoint
             .claims
             .insert(record.claim.uid.clone(), record.clone());
         let domain = self.domain(&record, ctx);
         domain.do_send(AddClaim(record));
         let save = self.save();
-        let _ = fresh;
         Ok((domain, save))
     }
 }
@@ -266,7 +274,23 @@ impl Handler<Prepare> for NodeActor {
             .and_then(|r| self.domains.get(&r.info.domain.uid))
             .cloned();
         if let Some(domain) = known {
-            return Box::pin(wait(domain, uid).into_actor(self));
+            // A claim is only answered once it is on disk: an earlier save may have
+            // failed.
+            let behind = self.saver.saved_version() < self.version;
+            let save = behind.then(|| self.save());
+            return Box::pin(
+                async move {
+                    if let Some(save) = save {
+                        save.await.map_err(|e| {
+                            PrepareError::Transient(format!(
+                                "cannot record the prepared claim: {e}"
+                            ))
+                        })?;
+                    }
+                    wait(domain, uid).await
+                }
+                .into_actor(self),
+            );
         }
         let claims = self.ports.claims.clone();
         let resolving = claim.clone();
