@@ -117,12 +117,27 @@ pub trait ClaimSource: Send + Sync + 'static {
     async fn resolve(&self, claim: &ClaimRef) -> Result<ClaimInfo, ClaimError>;
 }
 
+/// How far a claim's prepare got.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PrepareState {
+    /// Accepted and joining its domain; the kubelet has not had a success yet.
+    #[default]
+    PrepareStarted,
+    /// Answered with success at least once.
+    PrepareCompleted,
+}
+
 /// A claim this node has accepted, as the checkpoint keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimRecord {
     pub claim: ClaimRef,
     pub info: ClaimInfo,
     pub policy: ReadinessPolicy,
+    #[serde(default)]
+    pub state: PrepareState,
+    /// The CDI device ids the claim was given (filled by the DRA plugin).
+    #[serde(default)]
+    pub devices: Vec<String>,
 }
 
 /// What survives a daemon restart.

@@ -10,7 +10,7 @@ use common::{Rack, claim_ref, domain, run};
 use domaind_actors::actors::domain::Crash;
 use domaind_actors::actors::node::GetDomain;
 use domaind_actors::model::{DomainUid, Phase, ReadinessPolicy};
-use domaind_actors::ports::{ClaimError, DomainEvent};
+use domaind_actors::ports::{ClaimError, DomainEvent, PrepareState};
 use domaind_actors::testing::{GossipCall, ImexCall};
 use domaind_actors::{Prepare, PrepareError};
 
@@ -119,6 +119,8 @@ fn prepare_is_idempotent_and_unknown_unprepare_succeeds() {
         let rack = rack_of(&["node-a"]);
         rack.claim("c1", &domain("cd1", 0), None);
         let first = rack.prepare("node-a", "c1").await.unwrap();
+        let saved = rack.nodes["node-a"].checkpoint.saved().unwrap();
+        assert_eq!(saved.claims["c1"].state, PrepareState::PrepareCompleted);
         let second = rack.prepare("node-a", "c1").await.unwrap();
         assert_eq!(first, second);
         assert_eq!(

@@ -19,6 +19,7 @@ use crate::model::{ClaimRef, DomainUid};
 use crate::outcome::{PrepareError, Prepared, domain_label};
 use crate::ports::{
     Checkpoint, CheckpointStore, ClaimError, ClaimRecord, DomainEvent, PortError, Ports,
+    PrepareState,
 };
 
 pub const PREPARES: &str = "domaind_prepare_total";
@@ -213,6 +214,8 @@ impl NodeActor {
             policy: info.readiness.unwrap_or(self.config.default_readiness),
             claim,
             info,
+            state: PrepareState::PrepareStarted,
+            devices: Vec::new(),
         };
         self.checkpoint
             .claims
@@ -281,15 +284,14 @@ impl Handler<Prepare> for NodeActor {
             return Box::pin(
                 async move {
                     if let Some(save) = save {
-                        save.await.map_err(|e| {
-                            PrepareError::Transient(format!(
-                                "cannot record the prepared claim: {e}"
-                            ))
-                        })?;
+                        save.await.map_err(not_recorded)?;
                     }
-                    wait(domain, uid).await
+                    wait(domain, uid.clone())
+                        .await
+                        .map(|prepared| (uid, prepared))
                 }
-                .into_actor(self),
+                .into_actor(self)
+                .then(complete),
             );
         }
         let claims = self.ports.claims.clone();
@@ -301,17 +303,45 @@ impl Handler<Prepare> for NodeActor {
                     let admitted = act.admit(claim, resolved, ctx);
                     async move {
                         let (domain, save) = admitted?;
-                        save.await.map_err(|e| {
-                            PrepareError::Transient(format!(
-                                "cannot record the prepared claim: {e}"
-                            ))
-                        })?;
-                        wait(domain, uid).await
+                        save.await.map_err(not_recorded)?;
+                        wait(domain, uid.clone())
+                            .await
+                            .map(|prepared| (uid, prepared))
                     }
                     .into_actor(act)
-                }),
+                })
+                .then(complete),
         )
     }
+}
+
+fn not_recorded(error: PortError) -> PrepareError {
+    PrepareError::Transient(format!("cannot record the prepared claim: {error}"))
+}
+
+/// Marks a claim completed in the checkpoint the first time it is answered with
+/// success; the answer waits for that save.
+fn complete(
+    result: Result<(String, Prepared), PrepareError>,
+    act: &mut NodeActor,
+    _: &mut Context<NodeActor>,
+) -> impl ActorFuture<NodeActor, Output = Result<Prepared, PrepareError>> + use<> {
+    let mut save = None;
+    if let Ok((uid, _)) = &result
+        && let Some(record) = act.checkpoint.claims.get_mut(uid)
+        && record.state != PrepareState::PrepareCompleted
+    {
+        record.state = PrepareState::PrepareCompleted;
+        save = Some(act.save());
+    }
+    async move {
+        let (_, prepared) = result?;
+        if let Some(save) = save {
+            save.await.map_err(not_recorded)?;
+        }
+        Ok(prepared)
+    }
+    .into_actor(act)
 }
 
 async fn wait(domain: Addr<DomainActor>, uid: String) -> Result<Prepared, PrepareError> {

@@ -1,0 +1,4 @@
+//! The node's adapters: what touches the machine (IMEX, GPUs, CDI, device nodes, the
+//! checkpoint file) and, later, Kubernetes and the kubelet. Each implements a port of
+//! `domaind-actors` or a trait of its own, beside a fake that honours the same
+//! contract.
