@@ -673,6 +673,9 @@ impl Handler<ImexReport> for DomainActor {
             let Some(peer) = self.peer_set.peers.get(slot) else {
                 continue;
             };
+            if peer.node == self.me() {
+                continue;
+            }
             let node = peer.node.clone();
             if self.links.get(&node) != Some(up) {
                 self.links.insert(node.clone(), *up);

@@ -1,0 +1,190 @@
+//! The files `nvidia-imex` reads: its config file (`KEY=VALUE` lines), the nodes
+//! config (one peer per line), and, in DNS-names mode, the hosts mapping of slot
+//! names to IPs.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use domaind_actors::model::Slot;
+
+/// How peers are written into the nodes config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressingMode {
+    /// One stable name per slot, resolved through the hosts file: membership changes
+    /// rewrite the hosts file and send SIGUSR1, never restarting IMEX.
+    DnsNames,
+    /// Member IPs: every change restarts IMEX.
+    Ips,
+}
+
+/// A program and the arguments it always takes (so `imex-sim ctl` can stand in for
+/// `nvidia-imex-ctl`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+impl Command {
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+        }
+    }
+
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+}
+
+/// Everything the IMEX adapter needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImexSettings {
+    /// The daemon: `nvidia-imex` (run in the foreground, `-c <config>` appended).
+    pub daemon: Command,
+    /// The query tool: `nvidia-imex-ctl` (`-c <config> -q` appended).
+    pub ctl: Command,
+    /// Extra environment for the daemon (the simulator reads its hosts file from it).
+    pub daemon_env: Vec<(String, String)>,
+    /// Where config.cfg and nodes_config.cfg are written.
+    pub config_dir: PathBuf,
+    /// The hosts file IMEX resolves slot names through (DNS-names mode): `/etc/hosts`
+    /// of the daemon's container in production. Only the block between domaind's
+    /// markers is ours; every other line is kept.
+    pub hosts_file: PathBuf,
+    pub mode: AddressingMode,
+    /// The node's IP: IMEX listens on it and its peers dial it.
+    pub bind_ip: IpAddr,
+    pub server_port: u16,
+    pub cmd_port: u16,
+    pub max_slots: Slot,
+    /// Where empty slots' names point: a loopback address nothing listens on, so a
+    /// connection is refused at once, nothing leaves the node, and the name never
+    /// falls through to cluster DNS.
+    pub unused_slot_ip: IpAddr,
+    /// `IMEX_NODE_DISCONNECTED_GRACE_TIME`: seconds before a lost peer's imports are
+    /// cleaned up.
+    pub disconnected_grace: Duration,
+    pub log_level: u8,
+    /// SIGTERM, then this long, then SIGKILL.
+    pub stop_timeout: Duration,
+    /// IMEX acts on at most one SIGUSR1 per ~5 s; reloads closer than this coalesce.
+    pub reload_min_interval: Duration,
+    /// How long a status query may take.
+    pub query_timeout: Duration,
+}
+
+impl ImexSettings {
+    pub fn new(config_dir: impl Into<PathBuf>, bind_ip: IpAddr) -> Self {
+        Self {
+            daemon: Command::new("nvidia-imex"),
+            ctl: Command::new("nvidia-imex-ctl"),
+            daemon_env: Vec::new(),
+            config_dir: config_dir.into(),
+            hosts_file: PathBuf::from("/etc/hosts"),
+            mode: AddressingMode::DnsNames,
+            bind_ip,
+            server_port: 50000,
+            cmd_port: 50005,
+            max_slots: domaind_actors::model::DEFAULT_MAX_SLOTS,
+            unused_slot_ip: IpAddr::from([127, 255, 255, 254]),
+            disconnected_grace: Duration::from_secs(120),
+            log_level: 4,
+            stop_timeout: Duration::from_secs(10),
+            reload_min_interval: Duration::from_secs(5),
+            query_timeout: Duration::from_secs(3),
+        }
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.config_dir.join("config.cfg")
+    }
+
+    pub fn nodes_config_path(&self) -> PathBuf {
+        self.config_dir.join("nodes_config.cfg")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.config_dir.join("nvidia-imex.log")
+    }
+}
+
+/// The daemon's config file. `DAEMONIZE=0` keeps IMEX in the foreground as our
+/// child; `IMEX_WAIT_FOR_QUORUM=RECOVERY` waits for former importers only after an
+/// unclean stop.
+pub fn render_config(settings: &ImexSettings) -> String {
+    let lines = [
+        ("DAEMONIZE", "0".to_owned()),
+        ("BIND_INTERFACE_IP", settings.bind_ip.to_string()),
+        ("SERVER_PORT", settings.server_port.to_string()),
+        ("IMEX_CMD_ENABLED", "1".to_owned()),
+        ("IMEX_CMD_PORT", settings.cmd_port.to_string()),
+        ("IMEX_CMD_BIND_INTERFACE_IP", settings.bind_ip.to_string()),
+        (
+            "IMEX_NODE_CONFIG_FILE",
+            settings.nodes_config_path().display().to_string(),
+        ),
+        ("IMEX_WAIT_FOR_QUORUM", "RECOVERY".to_owned()),
+        (
+            "IMEX_NODE_DISCONNECTED_GRACE_TIME",
+            settings.disconnected_grace.as_secs().to_string(),
+        ),
+        ("LOG_FILE_NAME", settings.log_path().display().to_string()),
+        ("LOG_LOCAL_LEVEL", settings.log_level.to_string()),
+        ("LOG_APPEND_TO_LOG", "1".to_owned()),
+    ];
+    let mut out = String::from("# Written by domaind. Changes are overwritten.\n");
+    for (key, value) in lines {
+        out.push_str(&format!("{key}={value}\n"));
+    }
+    out
+}
+
+/// Parses `KEY=VALUE` lines; `#` starts a comment; unknown keys are kept.
+pub fn parse_config(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .map(|line| line.split('#').next().unwrap_or("").trim())
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// Reads a file, naming it in the error.
+pub fn read(path: &Path) -> std::io::Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot read {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_has_the_keys_imex_needs_and_parses_back() {
+        let settings = ImexSettings::new("/run/domaind/imex", "10.1.2.3".parse().unwrap());
+        let parsed = parse_config(&render_config(&settings));
+        assert_eq!(parsed["SERVER_PORT"], "50000");
+        assert_eq!(parsed["IMEX_CMD_PORT"], "50005");
+        assert_eq!(parsed["IMEX_CMD_BIND_INTERFACE_IP"], "10.1.2.3");
+        assert_eq!(parsed["BIND_INTERFACE_IP"], "10.1.2.3");
+        assert_eq!(
+            parsed["IMEX_NODE_CONFIG_FILE"],
+            "/run/domaind/imex/nodes_config.cfg"
+        );
+        assert_eq!(parsed["IMEX_WAIT_FOR_QUORUM"], "RECOVERY");
+        assert_eq!(parsed["IMEX_NODE_DISCONNECTED_GRACE_TIME"], "120");
+        assert_eq!(parsed["DAEMONIZE"], "0");
+    }
+
+    #[test]
+    fn parsing_ignores_comments_and_blank_lines() {
+        let parsed = parse_config("# c\n\nA=1 # trailing\n B = two \nnot a pair\n");
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(parsed["A"], "1");
+        assert_eq!(parsed["B"], "two");
+    }
+}

@@ -1,0 +1,392 @@
+//! The IMEX adapter: runs `nvidia-imex` (or `imex-sim`) as a child process and
+//! implements the actors' [`Imex`] port.
+//!
+//! - `start` writes the config files and spawns the daemon in the foreground, its
+//!   stdout and stderr forwarded into our logs (target `nvidia-imex`).
+//! - `apply` in DNS-names mode rewrites only our block of the hosts file and sends
+//!   SIGUSR1 (never a restart); in IPs mode a changed nodes config restarts IMEX.
+//! - SIGUSR1s closer together than `reload_min_interval` coalesce into one, sent when
+//!   the interval has passed: IMEX acts on at most one per ~5 s.
+//! - `status` notices an exited child (the ImexProcess actor restarts it with
+//!   backoff), then asks `nvidia-imex-ctl -c <config> -q` for READY, and when not
+//!   ready `-N -j` for per-peer links.
+//! - `stop` sends SIGTERM, waits `stop_timeout`, then SIGKILL.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use domaind_actors::model::Slot;
+use domaind_actors::ports::{Imex, ImexStatus, PortError};
+use domaind_actors::rules::peers::{
+    PeerSet, render_nodes_config_dns, render_nodes_config_ips, slot_hostname,
+};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::Deserialize;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+use tokio::time::{Instant, timeout};
+use tracing::{info, warn};
+
+use super::config::{AddressingMode, ImexSettings, render_config};
+use super::hosts;
+
+pub const IMEX_STARTS: &str = "domaind_imex_starts_total";
+pub const IMEX_RELOADS: &str = "domaind_imex_reloads_total";
+pub const IMEX_EXITS: &str = "domaind_imex_exits_total";
+
+/// The IMEX daemon of this node.
+#[derive(Debug, Clone)]
+pub struct ImexDaemon {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    settings: ImexSettings,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    child: Option<Child>,
+    peers: PeerSet,
+    nodes_config: String,
+    last_reload: Option<Instant>,
+    reload_pending: bool,
+}
+
+fn port_error(what: &str, error: impl std::fmt::Display) -> PortError {
+    PortError(format!("{what}: {error}"))
+}
+
+/// Writes through a temporary file and a rename, so IMEX never reads half a file.
+fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    file.write_all(contents.as_bytes())?;
+    file.as_file().sync_all()?;
+    file.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+impl ImexDaemon {
+    pub fn new(settings: ImexSettings) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                settings,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    pub fn settings(&self) -> &ImexSettings {
+        &self.inner.settings
+    }
+
+    /// The daemon's process id, while it runs.
+    pub async fn pid(&self) -> Option<u32> {
+        self.inner
+            .state
+            .lock()
+            .await
+            .child
+            .as_ref()
+            .and_then(Child::id)
+    }
+}
+
+impl Inner {
+    fn nodes_config(&self, peers: &PeerSet) -> String {
+        match self.settings.mode {
+            AddressingMode::DnsNames => render_nodes_config_dns(self.settings.max_slots),
+            AddressingMode::Ips => render_nodes_config_ips(peers),
+        }
+    }
+
+    fn write_hosts(&self, peers: &PeerSet) -> Result<bool, PortError> {
+        if self.settings.mode != AddressingMode::DnsNames {
+            return Ok(false);
+        }
+        let block =
+            hosts::render_block(peers, self.settings.max_slots, self.settings.unused_slot_ip);
+        hosts::write(&self.settings.hosts_file, &block).map_err(|e| {
+            port_error(
+                &format!("cannot write {}", self.settings.hosts_file.display()),
+                e,
+            )
+        })
+    }
+
+    fn spawn(&self, state: &mut State) -> Result<(), PortError> {
+        let s = &self.settings;
+        let mut command = Command::new(&s.daemon.program);
+        command
+            .args(&s.daemon.args)
+            .arg("-c")
+            .arg(s.config_path())
+            .envs(s.daemon_env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|e| {
+            PortError(format!(
+                "cannot start the IMEX daemon {}: {e} (is the NVIDIA IMEX package installed? \
+                 the binary path is configurable; imex-sim stands in for it without GPUs)",
+                s.daemon.program.display()
+            ))
+        })?;
+        if let Some(stdout) = child.stdout.take() {
+            tokio::spawn(forward_lines(stdout, "stdout"));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(forward_lines(stderr, "stderr"));
+        }
+        metrics::counter!(IMEX_STARTS).increment(1);
+        info!(pid = child.id(), program = %s.daemon.program.display(), "IMEX daemon started");
+        state.child = Some(child);
+        state.last_reload = None;
+        Ok(())
+    }
+
+    /// Whether the child still runs; reaps it if it exited.
+    fn alive(state: &mut State) -> bool {
+        let Some(child) = state.child.as_mut() else {
+            return false;
+        };
+        match child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(status)) => {
+                metrics::counter!(IMEX_EXITS).increment(1);
+                warn!(%status, "IMEX daemon exited");
+                state.child = None;
+                false
+            }
+            Err(error) => {
+                warn!(%error, "cannot tell whether the IMEX daemon runs; assuming it does not");
+                state.child = None;
+                false
+            }
+        }
+    }
+
+    async fn stop_child(&self, state: &mut State) {
+        let Some(mut child) = state.child.take() else {
+            return;
+        };
+        if let Some(pid) = child.id() {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+        }
+        match timeout(self.settings.stop_timeout, child.wait()).await {
+            Ok(Ok(status)) => info!(%status, "IMEX daemon stopped"),
+            _ => {
+                warn!(timeout = ?self.settings.stop_timeout, "IMEX daemon ignored SIGTERM; killing it");
+                let _ = child.kill().await;
+            }
+        }
+    }
+
+    fn signal_reload(&self, state: &mut State) {
+        let Some(pid) = state.child.as_ref().and_then(Child::id) else {
+            return;
+        };
+        match kill(Pid::from_raw(pid as i32), Signal::SIGUSR1) {
+            Ok(()) => {
+                metrics::counter!(IMEX_RELOADS).increment(1);
+                info!(pid, "IMEX daemon asked to reload (SIGUSR1)");
+            }
+            Err(error) => warn!(pid, %error, "cannot signal the IMEX daemon"),
+        }
+        state.last_reload = Some(Instant::now());
+    }
+
+    async fn query(&self, extra: &[&str]) -> Result<String, PortError> {
+        let s = &self.settings;
+        let output = Command::new(&s.ctl.program)
+            .args(&s.ctl.args)
+            .arg("-c")
+            .arg(s.config_path())
+            .args(extra)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let output = timeout(s.query_timeout, output)
+            .await
+            .map_err(|_| {
+                PortError(format!(
+                    "IMEX status query timed out after {:?}",
+                    s.query_timeout
+                ))
+            })?
+            .map_err(|e| port_error(&format!("cannot run {}", s.ctl.program.display()), e))?;
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Maps the per-peer listing to slots, through the peer set IMEX was given.
+    fn links(&self, listing: &str, peers: &PeerSet) -> BTreeMap<Slot, bool> {
+        let Ok(listing) = serde_json::from_str::<Listing>(listing) else {
+            return BTreeMap::new();
+        };
+        let mut links = BTreeMap::new();
+        for (slot, peer) in &peers.peers {
+            let host = match self.settings.mode {
+                AddressingMode::DnsNames => slot_hostname(*slot),
+                AddressingMode::Ips => peer.ip.to_string(),
+            };
+            if let Some(entry) = listing.nodes.iter().find(|n| n.host == host)
+                && entry.status != "SELF"
+            {
+                links.insert(*slot, entry.status == "CONNECTED");
+            }
+        }
+        links
+    }
+}
+
+/// The per-node listing of `-N -j`, as imex-sim prints it.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Listing {
+    pub nodes: Vec<ListingEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ListingEntry {
+    pub host: String,
+    pub status: String,
+}
+
+async fn forward_lines(stream: impl tokio::io::AsyncRead + Unpin, which: &'static str) {
+    let mut lines = BufReader::new(stream).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        info!(target: "nvidia-imex", stream = which, "{line}");
+    }
+}
+
+#[async_trait]
+impl Imex for ImexDaemon {
+    async fn start(&self, peers: &PeerSet) -> Result<(), PortError> {
+        let inner = &self.inner;
+        let mut state = inner.state.lock().await;
+        if Inner::alive(&mut state) {
+            // Asked to start while running: a stale daemon (hung, or from before a
+            // restart of ours). Replace it.
+            inner.stop_child(&mut state).await;
+        }
+        let settings = &inner.settings;
+        write_atomic(&settings.config_path(), &render_config(settings)).map_err(|e| {
+            port_error(
+                &format!("cannot write {}", settings.config_path().display()),
+                e,
+            )
+        })?;
+        let nodes_config = inner.nodes_config(peers);
+        write_atomic(&settings.nodes_config_path(), &nodes_config).map_err(|e| {
+            port_error(
+                &format!("cannot write {}", settings.nodes_config_path().display()),
+                e,
+            )
+        })?;
+        inner.write_hosts(peers)?;
+        inner.spawn(&mut state)?;
+        state.peers = peers.clone();
+        state.nodes_config = nodes_config;
+        Ok(())
+    }
+
+    async fn apply(&self, peers: &PeerSet) -> Result<(), PortError> {
+        let inner = &self.inner;
+        let mut state = inner.state.lock().await;
+        if !Inner::alive(&mut state) {
+            return Err(PortError("the IMEX daemon is not running".into()));
+        }
+        match inner.settings.mode {
+            AddressingMode::DnsNames => {
+                let changed = inner.write_hosts(peers)?;
+                state.peers = peers.clone();
+                if changed {
+                    drop(state);
+                    self.reload().await?;
+                }
+            }
+            AddressingMode::Ips => {
+                let nodes_config = inner.nodes_config(peers);
+                state.peers = peers.clone();
+                if nodes_config != state.nodes_config {
+                    let path = inner.settings.nodes_config_path();
+                    write_atomic(&path, &nodes_config)
+                        .map_err(|e| port_error(&format!("cannot write {}", path.display()), e))?;
+                    info!("IMEX peers changed (IPs mode): restarting the daemon");
+                    inner.stop_child(&mut state).await;
+                    inner.spawn(&mut state)?;
+                    state.nodes_config = nodes_config;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn reload(&self) -> Result<(), PortError> {
+        let inner = self.inner.clone();
+        let mut state = inner.state.lock().await;
+        let due = state
+            .last_reload
+            .map(|last| last + inner.settings.reload_min_interval)
+            .filter(|due| *due > Instant::now());
+        match due {
+            None => inner.signal_reload(&mut state),
+            Some(_) if state.reload_pending => {}
+            Some(due) => {
+                state.reload_pending = true;
+                let later = inner.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(due).await;
+                    let mut state = later.state.lock().await;
+                    state.reload_pending = false;
+                    later.signal_reload(&mut state);
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn status(&self) -> Result<ImexStatus, PortError> {
+        let peers = {
+            let mut state = self.inner.state.lock().await;
+            if !Inner::alive(&mut state) {
+                return Ok(ImexStatus::default());
+            }
+            state.peers.clone()
+        };
+        let ready = self.inner.query(&["-q"]).await?.trim() == "READY";
+        let me = self.inner.settings.bind_ip;
+        let links = if ready {
+            peers
+                .peers
+                .iter()
+                .filter(|(_, p)| p.ip != me)
+                .map(|(slot, _)| (*slot, true))
+                .collect()
+        } else {
+            let listing = self.inner.query(&["-N", "-j"]).await.unwrap_or_default();
+            self.inner.links(&listing, &peers)
+        };
+        Ok(ImexStatus {
+            running: true,
+            ready,
+            links,
+        })
+    }
+
+    async fn stop(&self) -> Result<(), PortError> {
+        let mut state = self.inner.state.lock().await;
+        self.inner.stop_child(&mut state).await;
+        Ok(())
+    }
+}

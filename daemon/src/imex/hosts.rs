@@ -1,0 +1,191 @@
+//! The hosts file in DNS-names mode. Only the block between our markers is ours: the
+//! rest (in production, the container's own /etc/hosts) is kept as it is.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::Path;
+
+use domaind_actors::model::Slot;
+use domaind_actors::rules::peers::{PeerSet, slot_hostname};
+
+pub const BEGIN: &str = "# BEGIN domaind IMEX slots";
+pub const END: &str = "# END domaind IMEX slots";
+/// Marks a slot nobody holds; the simulator treats such names as unresolvable.
+pub const UNUSED: &str = "# domaind: unused slot";
+
+/// Our block: every slot's name, mapped to its holder or parked.
+pub fn render_block(peers: &PeerSet, max_slots: Slot, unused_slot_ip: IpAddr) -> String {
+    let mut out = format!("{BEGIN}\n");
+    for slot in 0..max_slots {
+        match peers.peers.get(&slot) {
+            Some(peer) => out.push_str(&format!("{}\t{}\n", peer.ip, slot_hostname(slot))),
+            None => out.push_str(&format!(
+                "{unused_slot_ip}\t{} {UNUSED}\n",
+                slot_hostname(slot)
+            )),
+        }
+    }
+    out.push_str(END);
+    out.push('\n');
+    out
+}
+
+/// `existing` with our block replaced by `block` (or appended).
+pub fn merge(existing: &str, block: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in existing.lines() {
+        match line.trim() {
+            BEGIN => inside = true,
+            END if inside => inside = false,
+            _ if inside => {}
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out.push_str(block);
+    out
+}
+
+/// A name → IP entry of a hosts file; parked names resolve to nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    Ip(IpAddr),
+    Parked,
+}
+
+/// Parses a hosts file into name → resolution (first entry wins, as resolvers do).
+pub fn parse(text: &str) -> BTreeMap<String, Resolution> {
+    let mut names = BTreeMap::new();
+    for line in text.lines() {
+        let parked = line.contains(UNUSED);
+        let content = line.split('#').next().unwrap_or("");
+        let mut fields = content.split_whitespace();
+        let Some(Ok(ip)) = fields.next().map(str::parse::<IpAddr>) else {
+            continue;
+        };
+        for name in fields {
+            names.entry(name.to_owned()).or_insert(if parked {
+                Resolution::Parked
+            } else {
+                Resolution::Ip(ip)
+            });
+        }
+    }
+    names
+}
+
+/// Writes the hosts file. A file that is a bind mount (a container's /etc/hosts)
+/// cannot be renamed over, so it is rewritten in place; IMEX only reads it on
+/// SIGUSR1, which follows the write.
+pub fn write(path: &Path, block: &str) -> std::io::Result<bool> {
+    let existing = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let merged = merge(&existing, block);
+    if merged == existing {
+        return Ok(false);
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(path)?;
+    file.write_all(merged.as_bytes())?;
+    file.sync_all()?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domaind_actors::rules::peers::Peer;
+
+    fn peers(pairs: &[(Slot, &str, &str)]) -> PeerSet {
+        PeerSet {
+            peers: pairs
+                .iter()
+                .map(|(slot, node, ip)| {
+                    (
+                        *slot,
+                        Peer {
+                            node: (*node).to_owned(),
+                            ip: ip.parse().unwrap(),
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn block_maps_holders_and_parks_the_rest() {
+        let block = render_block(
+            &peers(&[(1, "b", "10.0.0.2")]),
+            3,
+            "127.255.255.254".parse().unwrap(),
+        );
+        let parsed = parse(&block);
+        assert_eq!(
+            parsed["domaind-imex-slot-001"],
+            Resolution::Ip("10.0.0.2".parse().unwrap())
+        );
+        assert_eq!(parsed["domaind-imex-slot-000"], Resolution::Parked);
+        assert_eq!(parsed["domaind-imex-slot-002"], Resolution::Parked);
+    }
+
+    #[test]
+    fn merging_keeps_foreign_lines_and_replaces_only_our_block() {
+        let existing = "127.0.0.1 localhost\n10.9.9.9 pod-1\n";
+        let first = merge(
+            existing,
+            &render_block(
+                &peers(&[(0, "a", "10.0.0.1")]),
+                2,
+                "127.255.255.254".parse().unwrap(),
+            ),
+        );
+        let second = merge(
+            &first,
+            &render_block(
+                &peers(&[(0, "a", "10.0.0.7")]),
+                2,
+                "127.255.255.254".parse().unwrap(),
+            ),
+        );
+        assert!(second.starts_with(existing));
+        assert_eq!(second.matches(BEGIN).count(), 1);
+        assert_eq!(
+            parse(&second)["domaind-imex-slot-000"],
+            Resolution::Ip("10.0.0.7".parse().unwrap())
+        );
+        assert_eq!(
+            parse(&second)["pod-1"],
+            Resolution::Ip("10.9.9.9".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn write_reports_whether_anything_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hosts");
+        std::fs::write(&path, "127.0.0.1 localhost\n").unwrap();
+        let block = render_block(
+            &peers(&[(0, "a", "10.0.0.1")]),
+            2,
+            "127.255.255.254".parse().unwrap(),
+        );
+        assert!(write(&path, &block).unwrap());
+        assert!(!write(&path, &block).unwrap());
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .starts_with("127.0.0.1 localhost\n")
+        );
+    }
+}

@@ -1,0 +1,9 @@
+//! The node's IMEX daemon: its files, the adapter that runs it, and `imex-sim`.
+
+pub mod config;
+pub mod daemon;
+pub mod hosts;
+pub mod sim;
+
+pub use config::{AddressingMode, Command, ImexSettings};
+pub use daemon::ImexDaemon;

@@ -1,0 +1,391 @@
+//! `imex-sim`: a test double of `nvidia-imex` and `nvidia-imex-ctl`.
+//!
+//! It reads the same config file and nodes config, resolves names through a hosts
+//! file (`IMEX_SIM_HOSTS` in its environment; `/etc/hosts` otherwise), listens on
+//! `BIND_INTERFACE_IP:SERVER_PORT`, and really connects to every resolvable peer's
+//! `SERVER_PORT`, keeping the connections and re-dialling lost ones. SIGUSR1 makes it
+//! re-read the nodes config and hosts file and reconnect; SIGTERM stops it.
+//!
+//! Its command service on `IMEX_CMD_BIND_INTERFACE_IP:IMEX_CMD_PORT` answers the
+//! status query (`READY` when connected to every resolvable peer, `NOT_READY`
+//! otherwise), a per-node listing, and two faults for chaos tests: `crash` (exit at
+//! once, uncleanly) and `hang` (stop answering and ignore SIGTERM). Names the hosts
+//! file marks as unused slots count as unresolvable.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+use super::config::{parse_config, read};
+use super::hosts::{self, Resolution};
+
+pub const HOSTS_ENV: &str = "IMEX_SIM_HOSTS";
+
+/// What the simulator needs from the config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimConfig {
+    pub bind_ip: IpAddr,
+    pub server_port: u16,
+    pub cmd_ip: IpAddr,
+    pub cmd_port: u16,
+    pub nodes_config: PathBuf,
+}
+
+impl SimConfig {
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let keys = parse_config(&read(path).map_err(|e| e.to_string())?);
+        let get = |key: &str| {
+            keys.get(key)
+                .ok_or_else(|| format!("{}: {key} is missing", path.display()))
+        };
+        let parse_ip = |key: &str| -> Result<IpAddr, String> {
+            get(key)?
+                .parse()
+                .map_err(|e| format!("{}: {key}: {e}", path.display()))
+        };
+        let parse_port = |key: &str, default: u16| -> Result<u16, String> {
+            keys.get(key).map_or(Ok(default), |v| {
+                v.parse()
+                    .map_err(|e| format!("{}: {key}: {e}", path.display()))
+            })
+        };
+        let bind_ip = parse_ip("BIND_INTERFACE_IP")?;
+        Ok(Self {
+            bind_ip,
+            server_port: parse_port("SERVER_PORT", 50000)?,
+            cmd_ip: keys
+                .get("IMEX_CMD_BIND_INTERFACE_IP")
+                .map_or(Ok(bind_ip), |v| {
+                    v.parse()
+                        .map_err(|e| format!("IMEX_CMD_BIND_INTERFACE_IP: {e}"))
+                })?,
+            cmd_port: parse_port("IMEX_CMD_PORT", 50005)?,
+            nodes_config: PathBuf::from(get("IMEX_NODE_CONFIG_FILE")?),
+        })
+    }
+}
+
+/// One line of the nodes config, as the simulator sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeerEntry {
+    pub index: usize,
+    pub host: String,
+    pub address: Option<IpAddr>,
+    pub status: PeerStatus,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PeerStatus {
+    /// This node itself.
+    #[serde(rename = "SELF")]
+    Myself,
+    Connected,
+    Disconnected,
+    Unresolved,
+}
+
+/// Resolves the nodes config through the hosts file.
+pub fn resolve(nodes_config: &str, hosts_file: &str, me: IpAddr) -> Vec<PeerEntry> {
+    let names = hosts::parse(hosts_file);
+    nodes_config
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .enumerate()
+        .map(|(index, host)| {
+            let address = host
+                .parse::<IpAddr>()
+                .ok()
+                .or_else(|| match names.get(host) {
+                    Some(Resolution::Ip(ip)) => Some(*ip),
+                    Some(Resolution::Parked) | None => None,
+                });
+            let status = match address {
+                None => PeerStatus::Unresolved,
+                Some(ip) if ip == me => PeerStatus::Myself,
+                Some(_) => PeerStatus::Disconnected,
+            };
+            PeerEntry {
+                index,
+                host: host.to_owned(),
+                address,
+                status,
+            }
+        })
+        .collect()
+}
+
+pub fn ready(peers: &[PeerEntry]) -> bool {
+    peers.iter().all(|p| {
+        matches!(
+            p.status,
+            PeerStatus::Myself | PeerStatus::Connected | PeerStatus::Unresolved
+        )
+    })
+}
+
+struct Shared {
+    config: SimConfig,
+    hosts_path: PathBuf,
+    peers: Mutex<Vec<PeerEntry>>,
+    hung: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn peers(&self) -> std::sync::MutexGuard<'_, Vec<PeerEntry>> {
+        self.peers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_status(&self, index: usize, status: PeerStatus) {
+        if let Some(peer) = self.peers().get_mut(index) {
+            peer.status = status;
+        }
+    }
+}
+
+/// Runs the simulated daemon until SIGTERM (or a `crash`).
+pub async fn run_daemon(config_path: &Path) -> Result<(), String> {
+    let config = SimConfig::load(config_path)?;
+    let hosts_path =
+        std::env::var_os(HOSTS_ENV).map_or_else(|| PathBuf::from("/etc/hosts"), PathBuf::from);
+    let server = TcpListener::bind((config.bind_ip, config.server_port))
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot listen on {}:{}: {e}",
+                config.bind_ip, config.server_port
+            )
+        })?;
+    let cmd = TcpListener::bind((config.cmd_ip, config.cmd_port))
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot listen on {}:{} (command service): {e}",
+                config.cmd_ip, config.cmd_port
+            )
+        })?;
+    let shared = Arc::new(Shared {
+        config,
+        hosts_path,
+        peers: Mutex::new(Vec::new()),
+        hung: Default::default(),
+    });
+    println!(
+        "imex-sim: listening on {} (command service {})",
+        server.local_addr().map_err(|e| e.to_string())?,
+        cmd.local_addr().map_err(|e| e.to_string())?
+    );
+
+    let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+        .map_err(|e| e.to_string())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(accept_peers(server));
+    tokio::spawn(serve_commands(cmd, shared.clone()));
+    let mut dialers = connect_all(&shared);
+    loop {
+        tokio::select! {
+            _ = usr1.recv() => {
+                if shared.hung.load(std::sync::atomic::Ordering::Relaxed) {
+                    continue;
+                }
+                println!("imex-sim: SIGUSR1: re-resolving peers and reconnecting");
+                dialers.abort_all();
+                dialers = connect_all(&shared);
+            }
+            _ = term.recv() => {
+                if shared.hung.load(std::sync::atomic::Ordering::Relaxed) {
+                    println!("imex-sim: SIGTERM ignored (hung)");
+                    continue;
+                }
+                println!("imex-sim: SIGTERM: shutting down");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Resolves the peers afresh and starts one dialer per resolvable remote peer.
+fn connect_all(shared: &Arc<Shared>) -> JoinSet<()> {
+    let nodes = std::fs::read_to_string(&shared.config.nodes_config).unwrap_or_default();
+    let hosts_file = std::fs::read_to_string(&shared.hosts_path).unwrap_or_default();
+    let peers = resolve(&nodes, &hosts_file, shared.config.bind_ip);
+    let mut dialers = JoinSet::new();
+    for peer in &peers {
+        if peer.status == PeerStatus::Disconnected
+            && let Some(ip) = peer.address
+        {
+            let target = SocketAddr::new(ip, shared.config.server_port);
+            dialers.spawn(dial(shared.clone(), peer.index, target));
+        }
+    }
+    *shared.peers() = peers;
+    dialers
+}
+
+/// Keeps one connection to a peer, dialling again after it drops.
+async fn dial(shared: Arc<Shared>, index: usize, target: SocketAddr) {
+    loop {
+        let socket = tokio::net::TcpSocket::new_v4().and_then(|s| {
+            s.bind(SocketAddr::new(shared.config.bind_ip, 0))?;
+            Ok(s)
+        });
+        if let Ok(socket) = socket
+            && let Ok(mut stream) = socket.connect(target).await
+        {
+            shared.set_status(index, PeerStatus::Connected);
+            let mut buf = [0u8; 64];
+            // The peer never writes; a read returns when it goes away.
+            while let Ok(n) = stream.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+            shared.set_status(index, PeerStatus::Disconnected);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Accepts peers' connections and holds them until they close.
+async fn accept_peers(listener: TcpListener) {
+    let mut held = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                if let Ok((mut stream, _)) = accepted {
+                    held.spawn(async move {
+                        let mut buf = [0u8; 64];
+                        while let Ok(n) = stream.read(&mut buf).await {
+                            if n == 0 { break; }
+                        }
+                    });
+                }
+            }
+            Some(_) = held.join_next(), if !held.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_commands(listener: TcpListener, shared: Arc<Shared>) {
+    while let Ok((stream, _)) = listener.accept().await {
+        tokio::spawn(answer(stream, shared.clone()));
+    }
+}
+
+async fn answer(stream: TcpStream, shared: Arc<Shared>) {
+    let (read_half, mut write_half) = stream.into_split();
+    let mut lines = BufReader::new(read_half).lines();
+    let Ok(Some(command)) = lines.next_line().await else {
+        return;
+    };
+    if shared.hung.load(std::sync::atomic::Ordering::Relaxed) {
+        // Hung: hold the connection and never answer.
+        std::future::pending::<()>().await;
+    }
+    let reply = match command.trim() {
+        "q" => {
+            if ready(&shared.peers()) {
+                "READY\n".to_owned()
+            } else {
+                "NOT_READY\n".to_owned()
+            }
+        }
+        "N" => {
+            let peers = shared.peers().clone();
+            let listing = serde_json::json!({ "ready": ready(&peers), "nodes": peers });
+            format!("{listing}\n")
+        }
+        "crash" => {
+            eprintln!("imex-sim: crashing on request");
+            std::process::exit(134);
+        }
+        "hang" => {
+            shared
+                .hung
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            eprintln!("imex-sim: hanging on request");
+            "HUNG\n".to_owned()
+        }
+        other => format!("ERROR unknown command {other:?}\n"),
+    };
+    let _ = write_half.write_all(reply.as_bytes()).await;
+}
+
+/// The `nvidia-imex-ctl` side: one command to the daemon's command service.
+pub async fn run_ctl(config_path: &Path, command: &str, wait: Duration) -> Result<String, String> {
+    let config = SimConfig::load(config_path)?;
+    let target = SocketAddr::new(config.cmd_ip, config.cmd_port);
+    let exchange = async {
+        let mut stream = TcpStream::connect(target)
+            .await
+            .map_err(|e| format!("cannot reach the IMEX command service at {target}: {e}"))?;
+        stream
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut reply = String::new();
+        BufReader::new(stream)
+            .read_line(&mut reply)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(reply)
+    };
+    tokio::time::timeout(wait, exchange).await.map_err(|_| {
+        format!("the IMEX command service at {target} did not answer within {wait:?}")
+    })?
+}
+
+/// For tests: the listing as the adapter parses it.
+pub fn listing_to_map(listing: &str) -> BTreeMap<String, String> {
+    serde_json::from_str::<super::daemon::Listing>(listing)
+        .map(|l| l.nodes.into_iter().map(|n| (n.host, n.status)).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolution_skips_parked_and_unknown_names_and_finds_itself() {
+        let hosts =
+            "10.0.0.1\tslot-0\n127.255.255.254\tslot-1 # domaind: unused slot\n10.0.0.3\tslot-2\n";
+        let peers = resolve(
+            "slot-0\nslot-1\nslot-2\nslot-3\n10.0.0.9\n",
+            hosts,
+            "10.0.0.1".parse().unwrap(),
+        );
+        let statuses: Vec<_> = peers.iter().map(|p| p.status).collect();
+        assert_eq!(
+            statuses,
+            vec![
+                PeerStatus::Myself,
+                PeerStatus::Unresolved,
+                PeerStatus::Disconnected,
+                PeerStatus::Unresolved,
+                PeerStatus::Disconnected
+            ]
+        );
+        assert!(!ready(&peers));
+    }
+
+    #[test]
+    fn ready_when_every_resolvable_peer_is_connected() {
+        let mut peers = resolve(
+            "a\nb\n",
+            "10.0.0.1 a\n10.0.0.2 b\n",
+            "10.0.0.1".parse().unwrap(),
+        );
+        peers[1].status = PeerStatus::Connected;
+        assert!(ready(&peers));
+    }
+}

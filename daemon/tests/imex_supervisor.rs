@@ -1,0 +1,183 @@
+//! The ImexProcess actor supervising a real `imex-sim` through the IMEX adapter: a
+//! crashed daemon is restarted with backoff, and reloads coalesce.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use domaind::imex::{Command, ImexDaemon, ImexSettings};
+use domaind_actors::NodeConfig;
+use domaind_actors::actors::imex_process::{
+    ApplyPeers, Detach, GetImexLifecycle, ImexProcessActor, ImexReport,
+};
+use domaind_actors::model::CliqueId;
+use domaind_actors::ports::Imex;
+use domaind_actors::rules::peers::{Peer, PeerSet};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn settings(dir: &std::path::Path, ip: IpAddr) -> ImexSettings {
+    let sim = env!("CARGO_BIN_EXE_imex-sim");
+    let port = |ip| {
+        let l = std::net::TcpListener::bind(SocketAddr::new(ip, 0)).unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut s = ImexSettings::new(dir, ip);
+    s.daemon = Command::new(sim);
+    s.ctl = Command::new(sim).arg("ctl");
+    s.hosts_file = dir.join("hosts");
+    s.daemon_env = vec![(
+        domaind::imex::sim::HOSTS_ENV.into(),
+        s.hosts_file.display().to_string(),
+    )];
+    s.server_port = port(ip);
+    s.cmd_port = port(ip);
+    s.stop_timeout = Duration::from_millis(500);
+    s
+}
+
+fn alone(ip: IpAddr) -> PeerSet {
+    PeerSet {
+        peers: [(
+            0,
+            Peer {
+                node: "node-a".into(),
+                ip,
+            },
+        )]
+        .into(),
+    }
+}
+
+/// Collects the supervisor's reports.
+struct Reports(Arc<Mutex<Vec<ImexReport>>>);
+impl Actor for Reports {
+    type Context = Context<Self>;
+}
+impl Handler<ImexReport> for Reports {
+    type Result = ();
+    fn handle(&mut self, report: ImexReport, _: &mut Self::Context) {
+        self.0.lock().unwrap().push(report);
+    }
+}
+
+#[test]
+fn a_crashed_daemon_is_restarted_with_backoff() {
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    });
+    system.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let ip = IpAddr::from([127, 0, 0, 80]);
+        let daemon = ImexDaemon::new(settings(dir.path(), ip));
+        let mut config = NodeConfig::new("node-a", ip, CliqueId("c.0".into()));
+        config.imex_poll_interval = Duration::from_millis(100);
+        let supervisor = ImexProcessActor::new(Arc::new(daemon.clone()), &config).start();
+        let reports = Arc::new(Mutex::new(Vec::new()));
+        let owner = Reports(reports.clone()).start();
+        supervisor.do_send(ApplyPeers {
+            owner: owner.clone().recipient().downgrade(),
+            version: 1,
+            peers: alone(ip),
+        });
+        let ready = || {
+            reports
+                .lock()
+                .unwrap()
+                .last()
+                .is_some_and(|r| r.ready && r.version == Some(1))
+        };
+        wait(ready).await;
+        let first_pid = daemon.pid().await.unwrap();
+
+        // Crash it: the supervisor notices at its next poll and starts it again.
+        let s = daemon.settings();
+        tokio::process::Command::new(&s.ctl.program)
+            .args(&s.ctl.args)
+            .args(["-c", &s.config_path().display().to_string(), "--crash"])
+            .output()
+            .await
+            .unwrap();
+        wait(|| !reports.lock().unwrap().last().is_some_and(|r| r.running)).await;
+        reports.lock().unwrap().clear();
+        wait(ready).await;
+        let lifecycle = supervisor.send(GetImexLifecycle).await.unwrap();
+        assert_eq!(
+            (lifecycle.starts, lifecycle.restarts),
+            (2, 1),
+            "{lifecycle:?}"
+        );
+        assert_ne!(daemon.pid().await.unwrap(), first_pid);
+        supervisor.do_send(Detach { stop_daemon: true });
+        wait_async(|| async { daemon.pid().await.is_none() }).await;
+        drop(owner);
+    });
+}
+
+async fn wait(mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met in {LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_async<F: std::future::Future<Output = bool>>(mut condition: impl FnMut() -> F) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met in {LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reloads within IMEX's ~5 s throttle coalesce: one SIGUSR1 now, one when the
+/// interval has passed, however many were asked for. In paused time.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn reloads_coalesce() {
+    let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
+    let snapshotter = recorder.snapshotter();
+    let _guard = metrics::set_default_local_recorder(recorder);
+    let mut reloads = 0u64;
+    let mut count = || {
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            if key.key().name() == domaind::imex::daemon::IMEX_RELOADS
+                && let DebugValue::Counter(n) = value
+            {
+                reloads += n;
+            }
+        }
+        reloads
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let ip = IpAddr::from([127, 0, 0, 81]);
+    let mut s = settings(dir.path(), ip);
+    s.reload_min_interval = Duration::from_millis(500);
+    let daemon = ImexDaemon::new(s);
+    daemon.start(&alone(ip)).await.unwrap();
+    for _ in 0..5 {
+        daemon.reload().await.unwrap();
+    }
+    assert_eq!(
+        count(),
+        1,
+        "the first reload is sent at once, the rest wait"
+    );
+    tokio::time::sleep(Duration::from_millis(499)).await;
+    assert_eq!(count(), 1, "nothing before the interval has passed");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(count(), 2, "the waiting ones become one");
+    daemon.stop().await.unwrap();
+}
