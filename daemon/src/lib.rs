@@ -4,3 +4,4 @@
 //! contract.
 
 pub mod devices;
+pub mod gpu;
