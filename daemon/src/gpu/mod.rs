@@ -1,12 +1,15 @@
 //! The node's GPUs and the NVLink clique they belong to.
 //!
-//! [`GpuInventory`] is the port; [`NvmlInventory`] asks the NVIDIA driver through NVML.
-//! The node's clique comes from one pure function, [`node_clique`], so the rule is the
+//! [`GpuInventory`] is the port; [`NvmlInventory`] asks the NVIDIA driver through NVML,
+//! [`TopologyInventory`] is a fake that reads a topology file, for machines without
+//! GPUs (the demo, the chaos harness, tests). Both produce the same [`NodeGpus`], and
+//! the node's clique comes from one pure function, [`node_clique`], so the rule is the
 //! same whichever adapter answers.
 
 mod clique;
 mod fabric_ffi;
 mod nvml;
+mod topology;
 
 use std::fmt;
 
@@ -15,6 +18,10 @@ use serde::{Deserialize, Serialize};
 
 pub use clique::{CliqueError, format_cluster_uuid, is_cluster_uuid, node_clique};
 pub use nvml::{DEFAULT_NVML_LIBRARY, NvmlInventory, NvmlInventoryError};
+pub use topology::{
+    FAKE_DRIVER_VERSION, FAKE_GPU_NAME, GPUS_PER_SIMULATED_NODE, Topology, TopologyError,
+    TopologyInventory,
+};
 
 /// What a node's GPUs are, at one moment.
 ///
@@ -138,6 +145,8 @@ impl fmt::Display for FabricState {
 pub enum GpuError {
     #[error(transparent)]
     Nvml(#[from] NvmlInventoryError),
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
     #[error(transparent)]
     Clique(#[from] CliqueError),
 }
