@@ -3,4 +3,6 @@
 //! `domaind-actors` or a trait of its own, beside a fake that honours the same
 //! contract.
 
+pub mod devices;
+pub mod gpu;
 pub mod imex;
