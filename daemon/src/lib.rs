@@ -2,3 +2,5 @@
 //! checkpoint file) and, later, Kubernetes and the kubelet. Each implements a port of
 //! `domaind-actors` or a trait of its own, beside a fake that honours the same
 //! contract.
+
+pub mod checkpoint;
