@@ -3,4 +3,5 @@
 //! `domaind-actors` or a trait of its own, beside a fake that honours the same
 //! contract.
 
+pub mod cdi;
 pub mod checkpoint;

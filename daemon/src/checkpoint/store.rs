@@ -216,6 +216,7 @@ impl FileCheckpointStore {
                     );
                     error!(%path, %reason, %moved_to, "checkpoint is corrupt; moved aside, starting with no prepared claims");
                 }
+                // A load that finds a newer format fails: logged below.
                 LoadOutcome::NewerFormat { .. } => {}
             },
             Err(error) => error!(%error, "checkpoint not loaded"),
