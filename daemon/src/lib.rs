@@ -3,6 +3,8 @@
 //! `domaind-actors` or a trait of its own, beside a fake that honours the same
 //! contract.
 
+pub mod cdi;
+pub mod checkpoint;
 pub mod devices;
 pub mod gpu;
 pub mod imex;

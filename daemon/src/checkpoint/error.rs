@@ -1,0 +1,62 @@
+use std::io;
+use std::path::PathBuf;
+
+use domaind_actors::ports::PortError;
+
+/// Why the checkpoint could not be read or written. Each names the file and, where
+/// there is one, what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error(
+        "cannot read the boot id from {path}: {source}; domaind needs it to tell a \
+         daemon restart from a node reboot (on Linux: /proc/sys/kernel/random/boot_id)"
+    )]
+    BootIdUnreadable { path: PathBuf, source: io::Error },
+
+    #[error("the boot id in {path} is empty or not printable ASCII: {found:?}")]
+    BootIdInvalid { path: PathBuf, found: String },
+
+    #[error(
+        "cannot create the state directory {path}: {source}; check that its parent \
+         exists and is writable by domaind"
+    )]
+    CreateDir { path: PathBuf, source: io::Error },
+
+    #[error("cannot read the checkpoint {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+
+    #[error(
+        "the checkpoint {path} has format version {found}, but this domaind reads \
+         versions up to {supported}: it was written by a newer domaind; upgrade domaind, \
+         or remove the file (this node then forgets its prepared claims)"
+    )]
+    NewerFormat {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+
+    #[error("cannot encode the checkpoint for {path}: {source}")]
+    Encode {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+
+    #[error(
+        "cannot write the checkpoint {path}: {source}; check free space and that the \
+         state directory is writable by domaind"
+    )]
+    Write { path: PathBuf, source: io::Error },
+
+    #[error("the checkpoint task for {path} did not finish: {source}")]
+    Task {
+        path: PathBuf,
+        source: tokio::task::JoinError,
+    },
+}
+
+impl From<CheckpointError> for PortError {
+    fn from(error: CheckpointError) -> Self {
+        PortError(error.to_string())
+    }
+}
