@@ -3,6 +3,7 @@
 //! `domaind-actors` or a trait of its own, beside a fake that honours the same
 //! contract.
 
+mod atomic_file;
 pub mod cdi;
 pub mod checkpoint;
 pub mod devices;

@@ -10,7 +10,7 @@ use domaind_actors::model::AllocationMode;
 use super::CdiError;
 use super::names::{ClaimUid, Kind};
 use super::spec::{CDI_VERSION, ContainerEdits, Device, DeviceNode, Spec};
-use crate::checkpoint::atomic;
+use crate::atomic_file as atomic;
 
 /// Where container runtimes look for CDI specs that change at run time.
 pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";

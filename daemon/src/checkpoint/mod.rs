@@ -12,7 +12,6 @@
 //! - A file of a newer format fails the load, and every save, until domaind is
 //!   upgraded or the file removed: a downgrade never overwrites newer state.
 
-pub(crate) mod atomic;
 mod envelope;
 mod error;
 mod store;

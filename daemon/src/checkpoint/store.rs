@@ -10,7 +10,8 @@ use domaind_actors::ports::{Checkpoint, CheckpointStore, PortError};
 use tracing::{debug, error, info, warn};
 
 use super::envelope::{self, Corruption, Decoded, FORMAT_VERSION};
-use super::{CORRUPT_TOTAL, CheckpointError, atomic};
+use super::{CORRUPT_TOTAL, CheckpointError};
+use crate::atomic_file as atomic;
 
 /// The checkpoint's file name in the state directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";

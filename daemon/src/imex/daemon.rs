@@ -13,7 +13,6 @@
 //! - `stop` sends SIGTERM, waits `stop_timeout`, then SIGKILL.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -69,11 +68,11 @@ fn port_error(what: &str, error: impl std::fmt::Display) -> PortError {
 fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    file.write_all(contents.as_bytes())?;
-    file.as_file().sync_all()?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| std::io::Error::other(format!("{} names no file", path.display())))?;
+    crate::atomic_file::replace(dir, name, contents.as_bytes(), 0o644)
 }
 
 impl ImexDaemon {

@@ -1,5 +1,6 @@
 //! Replacing a file so that a reader, or the next start after a crash, sees either the
-//! old content or the new, never a mix. Shared by the checkpoint and the CDI writer.
+//! old content or the new, never a mix. Shared by the checkpoint, the CDI writer and the
+//! IMEX config files.
 //!
 //! A write goes to a temporary file in the target's own directory (a rename across
 //! file systems is not atomic), is flushed to disk, renamed over the target, and the
