@@ -13,7 +13,7 @@ use domaind_gossip::transport::Backoff;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::model::DomainRef;
+use crate::model::{DomainRef, Phase};
 use crate::ports::{Gossip, PortError, StatusSink};
 use crate::rules::membership::status_key;
 use crate::rules::status::{DomainStatus, digest};
@@ -35,6 +35,8 @@ pub struct StatusWriterActor {
     /// When the oldest unwritten change arrived.
     pending_since: Option<Instant>,
     written: Option<String>,
+    /// The phase of the last document written.
+    written_phase: Option<Phase>,
     timer: Option<SpawnHandle>,
     writing: bool,
     backoff: Backoff,
@@ -65,6 +67,7 @@ impl StatusWriterActor {
             pending: None,
             pending_since: None,
             written: None,
+            written_phase: None,
             timer: None,
             writing: false,
             backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
@@ -112,6 +115,7 @@ impl StatusWriterActor {
         if self.written.is_none() && self.written_by_someone(&fingerprint) {
             debug!(domain = %self.domain, "status already written by the previous reporter");
             self.written = Some(fingerprint);
+            self.written_phase = Some(status.status);
             return;
         }
         self.writing = true;
@@ -134,6 +138,7 @@ impl StatusWriterActor {
                         metrics::counter!(STATUS_WRITES).increment(1);
                         act.backoff.succeed();
                         act.written = Some(fingerprint);
+                        act.written_phase = Some(status.status);
                         if act.pending.is_some() {
                             act.schedule(act.quiet, ctx);
                         }
@@ -160,7 +165,15 @@ impl Handler<PublishStatus> for StatusWriterActor {
     type Result = ();
 
     fn handle(&mut self, PublishStatus(status): PublishStatus, ctx: &mut Self::Context) {
+        // The domain turning Ready is what users (and Domain-policy prepares) wait
+        // for: write it at once rather than after the quiet period.
+        let now_ready = status.status == Phase::Ready && self.written_phase != Some(Phase::Ready);
         self.pending = Some(status);
-        self.schedule(self.quiet, ctx);
+        let delay = if now_ready {
+            Duration::ZERO
+        } else {
+            self.quiet
+        };
+        self.schedule(delay, ctx);
     }
 }
