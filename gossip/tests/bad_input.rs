@@ -174,16 +174,7 @@ async fn expired_certificate_is_refused() {
     let metrics = Metrics::install();
     let pki = Pki::new();
     let mut listener = listen(&pki, TransportLimits::default()).await;
-    let now = time::OffsetDateTime::now_utc();
-    let expired = pki
-        .ca
-        .issue(&NodeCertRequest {
-            node: name("node-a"),
-            ips: Vec::new(),
-            not_before: now - time::Duration::days(2),
-            not_after: now - time::Duration::days(1),
-        })
-        .unwrap();
+    let expired = pki.issue_expired("node-a");
     let config = client_config(pki.ca.cert_pem(), Some(&expired));
     if let Ok(stream) = tls_connect(listener.addr, config).await {
         closed_by_server(stream).await;

@@ -62,16 +62,7 @@ fn garbage_files_are_refused_with_the_file_named() {
 #[test]
 fn expired_own_certificate_is_refused_at_load() {
     let pki = Pki::new();
-    let now = time::OffsetDateTime::now_utc();
-    let expired = pki
-        .ca
-        .issue(&NodeCertRequest {
-            node: name("node-a"),
-            ips: Vec::new(),
-            not_before: now - time::Duration::days(2),
-            not_after: now - time::Duration::days(1),
-        })
-        .unwrap();
+    let expired = pki.issue_expired("node-a");
     let paths = expired.write(&pki.node_dir("node-a")).unwrap();
     let err = NodeTls::load(paths, name("node-a")).unwrap_err();
     assert!(matches!(err, TlsError::NotValidNow { .. }), "{err}");

@@ -34,6 +34,19 @@ impl Pki {
             .unwrap()
     }
 
+    /// A certificate for `node` that expired yesterday.
+    pub fn issue_expired(&self, node: &str) -> NodeCert {
+        let now = time::OffsetDateTime::now_utc();
+        self.ca
+            .issue(&NodeCertRequest {
+                node: name(node),
+                ips: Vec::new(),
+                not_before: now - time::Duration::days(2),
+                not_after: now - time::Duration::days(1),
+            })
+            .unwrap()
+    }
+
     pub fn node_dir(&self, node: &str) -> PathBuf {
         self.dir.path().join(node)
     }
