@@ -12,7 +12,7 @@
 
 use std::fs::{self, File, Permissions};
 use std::io::{self, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 
 const TEMP_SUFFIX: &str = ".tmp";
@@ -28,8 +28,17 @@ pub(crate) fn is_temp_of(name: &str, target: &str) -> bool {
         .is_some_and(|random| !random.is_empty())
 }
 
-/// Replaces `dir/target` with `bytes`, created with `mode` (before the umask).
+/// Directories this module creates: readable by all, as `/var/run/cdi` must be.
+const DIR_MODE: u32 = 0o755;
+
+/// Replaces `dir/target` with `bytes`, created with `mode` (before the umask). `dir`
+/// is created (mode 0755) if missing: a state directory may have been removed under
+/// a running daemon.
 pub(crate) fn replace(dir: &Path, target: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)?;
     let mut temp = tempfile::Builder::new()
         .prefix(&temp_prefix(target))
         .suffix(TEMP_SUFFIX)

@@ -2,7 +2,6 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use domaind_actors::model::AllocationMode;
@@ -20,7 +19,6 @@ pub const CHANNEL_DEVICE_DIR: &str = "/dev/nvidia-caps-imex-channels";
 
 /// Readable by the runtime, whatever user it runs as.
 const SPEC_MODE: u32 = 0o644;
-const DIR_MODE: u32 = 0o755;
 
 /// The container path of IMEX channel `channel`.
 pub fn channel_device_path(channel: u32) -> String {
@@ -166,11 +164,6 @@ impl CdiWriter {
             path: path.clone(),
             source,
         };
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(&self.dir)
-            .map_err(write_error)?;
         atomic::replace(
             &self.dir,
             &self.kind.spec_file_name(claim),

@@ -328,11 +328,6 @@ impl Inner {
             path: self.path.clone(),
             source,
         };
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(&self.dir)
-            .map_err(write_error)?;
         atomic::replace(&self.dir, CHECKPOINT_FILE, bytes, FILE_MODE).map_err(write_error)
     }
 

@@ -67,7 +67,6 @@ fn port_error(what: &str, error: impl std::fmt::Display) -> PortError {
 /// Writes through a temporary file and a rename, so IMEX never reads half a file.
 fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
