@@ -19,6 +19,20 @@ fn init_logs() {
         .try_init();
 }
 
+/// Starts nodes `0..=max(nodes)`, prepares a claim of `domain` on each of `nodes`,
+/// and waits until they form it.
+fn formed(domain: &str, nodes: &[usize]) -> Vec<Operation> {
+    let last = nodes.iter().max().map_or(0, |n| n + 1);
+    vec![
+        Operation::AddNodes(0..last),
+        Operation::PrepareOnEach {
+            nodes: nodes.to_vec(),
+            domain: domain.into(),
+        },
+        assert_within(FORM, "formed", ready(domain, nodes)),
+    ]
+}
+
 fn range(n: usize) -> Vec<usize> {
     (0..n).collect()
 }
@@ -185,14 +199,9 @@ fn a_killed_node_is_dropped_reported_and_rejoins() {
         sim.domain("cd", 0);
         let nodes = range(18);
         let survivors: Vec<usize> = (0..18).filter(|i| *i != 7).collect();
+        sim.run(formed("cd", &nodes)).await.unwrap();
         let report = sim
             .run(vec![
-                Operation::AddNodes(0..18),
-                Operation::PrepareOnEach {
-                    nodes: nodes.clone(),
-                    domain: "cd".into(),
-                },
-                assert_within(FORM, "formed", ready("cd", &nodes)),
                 Operation::Kill(7),
                 assert_within(
                     Duration::from_secs(20),
@@ -231,17 +240,8 @@ fn ten_percent_message_loss_causes_no_false_removal() {
         });
         sim.domain("cd", 0);
         let nodes = range(18);
-        sim.run(vec![
-            Operation::AddNodes(0..18),
-            Operation::PrepareOnEach {
-                nodes: nodes.clone(),
-                domain: "cd".into(),
-            },
-            assert_within(FORM, "formed", ready("cd", &nodes)),
-            Operation::Loss(10.0),
-        ])
-        .await
-        .unwrap();
+        sim.run(formed("cd", &nodes)).await.unwrap();
+        sim.run(vec![Operation::Loss(10.0)]).await.unwrap();
         let check = ready("cd", &nodes);
         for second in 0..60 {
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -262,13 +262,8 @@ fn a_partition_splits_the_domain_then_heals() {
         sim.domain("cd", 0);
         let nodes = range(12);
         let (left, right): (Vec<usize>, Vec<usize>) = (0..6).zip(6..12).unzip();
+        sim.run(formed("cd", &nodes)).await.unwrap();
         sim.run(vec![
-            Operation::AddNodes(0..12),
-            Operation::PrepareOnEach {
-                nodes: nodes.clone(),
-                domain: "cd".into(),
-            },
-            assert_within(FORM, "formed", ready("cd", &nodes)),
             Operation::Partition(left.clone(), right.clone()),
             assert_within(
                 FORM,
