@@ -7,5 +7,6 @@ mod atomic_file;
 pub mod cdi;
 pub mod checkpoint;
 pub mod devices;
+pub mod dra;
 pub mod gpu;
 pub mod imex;
