@@ -6,7 +6,10 @@
 mod atomic_file;
 pub mod cdi;
 pub mod checkpoint;
+pub mod crd;
 pub mod devices;
 pub mod dra;
+pub mod events;
 pub mod gpu;
 pub mod imex;
+pub mod local;
