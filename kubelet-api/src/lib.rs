@@ -15,7 +15,10 @@
 pub mod dra {
     /// `k8s.io.kubelet.pkg.apis.dra.v1`, served as `v1.DRAPlugin`.
     pub mod v1 {
-        include!(concat!(env!("OUT_DIR"), "/k8s.io.kubelet.pkg.apis.dra.v1.rs"));
+        include!(concat!(
+            env!("OUT_DIR"),
+            "/k8s.io.kubelet.pkg.apis.dra.v1.rs"
+        ));
     }
 
     /// `k8s.io.kubelet.pkg.apis.dra.v1beta1`, served as `v1beta1.DRAPlugin`.

@@ -34,7 +34,10 @@ fn claim_fields_are_namespace_1_uid_2_name_3() {
         [0x0a, 1, b'n', 0x12, 1, b'u', 0x1a, 1, b'c']
     );
     let beta = v1beta1::Claim::decode(&claim.encode_to_vec()[..]).unwrap();
-    assert_eq!((beta.namespace, beta.uid, beta.name), ("n".into(), "u".into(), "c".into()));
+    assert_eq!(
+        (beta.namespace, beta.uid, beta.name),
+        ("n".into(), "u".into(), "c".into())
+    );
 }
 
 #[test]
