@@ -1,0 +1,288 @@
+//! Starting and stopping the kubelet plugin: the DRA API (both versions) and health on
+//! `dra.sock`, registration on `-reg.sock`, health on an optional TCP port.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use domaind_kubelet_api::dra::{v1, v1beta1};
+use domaind_kubelet_api::pluginregistration::registration_server::RegistrationServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+use tonic_health::ServingStatus;
+
+use super::claims::ClaimHandler;
+use super::config::PluginServerConfig;
+use super::error::PluginServerError;
+use super::gate::CallGate;
+use super::health::PluginHealth;
+use super::plugin::NodePlugin;
+use super::registration::{RegistrationService, RegistrationState};
+use super::service::DraService;
+use super::socket::{self, SocketFile};
+
+/// Once calls have drained, connections close at once; this bounds one that does not
+/// (a health watch stream, a call abandoned by the drain timeout).
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// The kubelet plugin's gRPC servers.
+#[derive(Debug)]
+pub struct KubeletPluginServer;
+
+impl KubeletPluginServer {
+    /// Listens on the sockets (clearing stale ones, refusing live ones) and serves until
+    /// [`RunningPluginServer::shutdown`]. Must run inside a tokio runtime: the servers
+    /// are `tokio::spawn`ed, so they run on its workers, beside actix if need be.
+    pub async fn start(
+        config: PluginServerConfig,
+        plugin: Arc<dyn NodePlugin>,
+    ) -> Result<RunningPluginServer, PluginServerError> {
+        let dra_path = config.dra_socket();
+        let registration_path = config.registration_socket();
+
+        let health_listener = match config.health_addr {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| PluginServerError::BindHealth { addr, source })?,
+            ),
+            None => None,
+        };
+        let health_addr = match &health_listener {
+            Some(listener) => {
+                Some(
+                    listener
+                        .local_addr()
+                        .map_err(|source| PluginServerError::BindHealth {
+                            addr: config.health_addr.unwrap_or(([0, 0, 0, 0], 0).into()),
+                            source,
+                        })?,
+                )
+            }
+            None => None,
+        };
+        // The registration socket last: its appearance is what makes the kubelet call
+        // us, so the DRA socket it points to must already listen.
+        let (dra_listener, dra_socket) = socket::bind(&dra_path).await?;
+        let (registration_listener, registration_socket) =
+            match socket::bind(&registration_path).await {
+                Ok(bound) => bound,
+                Err(error) => {
+                    drop(dra_listener);
+                    dra_socket.remove();
+                    return Err(error);
+                }
+            };
+
+        let gate = CallGate::new();
+        let health = PluginHealth::new().await;
+        let stop = CancellationToken::new();
+        let dra = Arc::new(DraService::new(ClaimHandler::new(plugin, gate.clone())));
+        let registration = RegistrationService::new(&config.driver_name, &dra_path, gate.clone());
+        let registration_state = registration.state();
+
+        // SERVING before the tasks run, so a server that dies at once leaves NOT_SERVING.
+        health.set(ServingStatus::Serving).await;
+        let mut tasks = vec![
+            spawn_server(
+                "dra",
+                Server::builder()
+                    .add_service(health.service())
+                    .add_service(v1::dra_plugin_server::DraPluginServer::from_arc(
+                        dra.clone(),
+                    ))
+                    .add_service(v1beta1::dra_plugin_server::DraPluginServer::from_arc(dra))
+                    .serve_with_incoming_shutdown(
+                        UnixListenerStream::new(dra_listener),
+                        stop.clone().cancelled_owned(),
+                    ),
+                &stop,
+                &health,
+            ),
+            spawn_server(
+                "registration",
+                Server::builder()
+                    .add_service(RegistrationServer::new(registration))
+                    .serve_with_incoming_shutdown(
+                        UnixListenerStream::new(registration_listener),
+                        stop.clone().cancelled_owned(),
+                    ),
+                &stop,
+                &health,
+            ),
+        ];
+        if let Some(listener) = health_listener {
+            tasks.push(spawn_server(
+                "health",
+                Server::builder()
+                    .add_service(health.service())
+                    .serve_with_incoming_shutdown(
+                        TcpListenerStream::new(listener),
+                        stop.clone().cancelled_owned(),
+                    ),
+                &stop,
+                &health,
+            ));
+        }
+        tracing::info!(
+            driver = %config.driver_name,
+            dra_socket = %dra_path.display(),
+            registration_socket = %registration_path.display(),
+            health_addr = ?health_addr,
+            "kubelet plugin serving DRA v1 and v1beta1"
+        );
+        Ok(RunningPluginServer {
+            dra_socket,
+            registration_socket,
+            health_addr,
+            gate,
+            health,
+            registration: registration_state,
+            stop,
+            tasks,
+            drain_timeout: config.drain_timeout,
+            finished: false,
+        })
+    }
+}
+
+fn spawn_server(
+    name: &'static str,
+    serve: impl Future<Output = Result<(), tonic::transport::Error>> + Send + 'static,
+    stop: &CancellationToken,
+    health: &PluginHealth,
+) -> (&'static str, JoinHandle<()>) {
+    let stop = stop.clone();
+    let health = health.clone();
+    let task = tokio::spawn(async move {
+        let result = serve.await;
+        if stop.is_cancelled() {
+            if let Err(error) = result {
+                tracing::warn!(server = name, %error, "server stopped with an error");
+            }
+            return;
+        }
+        match result {
+            Ok(()) => tracing::error!(server = name, "server stopped unexpectedly"),
+            Err(error) => tracing::error!(server = name, %error, "server failed"),
+        }
+        health.set(ServingStatus::NotServing).await;
+    });
+    (name, task)
+}
+
+/// What shutdown found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Every call admitted before shutdown finished within the drain timeout.
+    pub drained: bool,
+    /// Calls still running when the drain timeout expired (cut off with the servers).
+    pub abandoned_calls: usize,
+}
+
+/// The running servers. Dropping this without [`shutdown`](Self::shutdown) stops them
+/// at once, without waiting for calls, and removes the sockets.
+#[derive(Debug)]
+pub struct RunningPluginServer {
+    dra_socket: SocketFile,
+    registration_socket: SocketFile,
+    health_addr: Option<SocketAddr>,
+    gate: CallGate,
+    health: PluginHealth,
+    registration: watch::Receiver<RegistrationState>,
+    stop: CancellationToken,
+    tasks: Vec<(&'static str, JoinHandle<()>)>,
+    drain_timeout: Duration,
+    finished: bool,
+}
+
+impl RunningPluginServer {
+    /// The DRA socket: the endpoint registration gives the kubelet.
+    pub fn dra_socket(&self) -> &Path {
+        self.dra_socket.path()
+    }
+
+    pub fn registration_socket(&self) -> &Path {
+        self.registration_socket.path()
+    }
+
+    /// The TCP address health is served on, with the port the system picked for port 0.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_addr
+    }
+
+    /// What the kubelet last said about our registration, and its changes (for `/readyz`).
+    pub fn registration(&self) -> watch::Receiver<RegistrationState> {
+        self.registration.clone()
+    }
+
+    /// Calls admitted and not yet answered.
+    pub fn calls_in_flight(&self) -> usize {
+        self.gate.in_flight()
+    }
+
+    /// Refuses new calls with UNAVAILABLE and reports NOT_SERVING; calls in flight go on.
+    /// [`shutdown`](Self::shutdown) does this first; calling it earlier (on SIGTERM,
+    /// say) is harmless.
+    pub async fn begin_shutdown(&self) {
+        self.gate.close();
+        self.health.set(ServingStatus::NotServing).await;
+        tracing::info!(
+            in_flight = self.gate.in_flight(),
+            "kubelet plugin shutting down: refusing new calls"
+        );
+    }
+
+    /// Begins shutdown, waits for calls in flight (at most the drain timeout), stops the
+    /// servers and removes the socket files.
+    pub async fn shutdown(mut self) -> ShutdownReport {
+        self.begin_shutdown().await;
+        let drained = self.gate.drained(self.drain_timeout).await;
+        let abandoned_calls = if drained { 0 } else { self.gate.in_flight() };
+        if !drained {
+            tracing::warn!(
+                abandoned_calls,
+                timeout = ?self.drain_timeout,
+                "calls still in flight after the drain timeout; stopping anyway"
+            );
+        }
+        self.stop.cancel();
+        let tasks = std::mem::take(&mut self.tasks);
+        futures::future::join_all(tasks.into_iter().map(|(name, task)| async move {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
+                abort.abort();
+                tracing::warn!(server = name, grace = ?STOP_GRACE, "server did not stop in time; aborted");
+            }
+        }))
+        .await;
+        self.remove_sockets();
+        self.finished = true;
+        tracing::info!(drained, "kubelet plugin stopped");
+        ShutdownReport {
+            drained,
+            abandoned_calls,
+        }
+    }
+
+    fn remove_sockets(&self) {
+        self.registration_socket.remove();
+        self.dra_socket.remove();
+    }
+}
+
+impl Drop for RunningPluginServer {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.gate.close();
+            self.stop.cancel();
+            self.remove_sockets();
+        }
+    }
+}
