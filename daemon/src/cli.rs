@@ -40,6 +40,15 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the node daemon: the kubelet's DRA plugin, a gossip member of this node's
+    /// NVLink clique, and the supervisor of the local IMEX daemon.
+    ///
+    /// Every flag can also be set through the environment variable named in its help,
+    /// so that a DaemonSet can pass the node name and pod IP from the downward API.
+    /// SIGTERM stops gracefully: new kubelet calls are refused, the node retracts
+    /// itself from its domains so that peers drop it at once, IMEX is stopped and the
+    /// checkpoint flushed. A restart restores the checkpoint and rejoins.
+    Run(Box<domaind::run::RunArgs>),
     /// Make a development CA and node certificates for gossip's mutual TLS.
     ///
     /// For development, the demo and tests. In production, mount certificates from

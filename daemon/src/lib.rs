@@ -13,3 +13,6 @@ pub mod events;
 pub mod gpu;
 pub mod imex;
 pub mod local;
+pub mod prepare;
+pub mod rack;
+pub mod run;

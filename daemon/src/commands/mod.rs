@@ -7,5 +7,6 @@ use crate::cli::Command;
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Certs(certs) => certs::run(certs),
+        Command::Run(args) => domaind::run::run(*args),
     }
 }

@@ -16,7 +16,7 @@ mod status;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use claims::{ClaimFile, ComputeDomainRef, LocalClaimSource};
+pub use claims::{CHANNEL_REQUEST, ClaimFile, ComputeDomainRef, LocalClaimSource};
 pub use events::{LocalEvent, LocalEventSink};
 pub use status::LocalStatusSink;
 
