@@ -1,17 +1,20 @@
 //! End to end: `domaind run` processes on loopback with TLS gossip, `imex-sim` and the
 //! local backend, called over their unix sockets as the kubelet calls them.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use domaind::cdi::{CdiWriter, ClaimUid};
 use domaind::dra::client::{ClaimAnswer, KubeletClient, register};
 use domaind::dra::{DraVersion, PreparedDevice};
 use domaind::local::{ClaimFile, ComputeDomainRef};
-use domaind::rack::{LocalRack, RackSpec, short_temp_dir};
+use domaind::rack::{
+    LocalRack, RackSpec, http_get, node_view, prepare_until_ready, short_temp_dir,
+};
 use domaind::run::NodeView;
 use domaind_actors::model::{AllocationMode, ClaimRef, Phase, ReadinessPolicy};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 const START_LIMIT: Duration = Duration::from_secs(30);
 const LIMIT: Duration = Duration::from_secs(60);
@@ -81,62 +84,39 @@ async fn prepare_once(
     answers.remove(0)
 }
 
-/// Calls prepare until it succeeds, as the kubelet does; fails after `LIMIT`.
+/// Calls prepare until it succeeds, as the kubelet does.
 async fn prepare(
     rack: &LocalRack,
     node: usize,
     claim: &ClaimRef,
     version: DraVersion,
 ) -> Vec<PreparedDevice> {
+    prepare_until_ready(&rack.node(node).dra_socket(), claim, version, LIMIT)
+        .await
+        .unwrap()
+        .unwrap_or_else(|error| panic!("{} not prepared: {error}", claim.uid))
+}
+
+async fn view(rack: &LocalRack, node: usize) -> NodeView {
+    node_view(rack.node(node).info().expect("ready").http_addr)
+        .await
+        .unwrap()
+}
+
+async fn get(rack: &LocalRack, node: usize, path: &str) -> (u16, String) {
+    http_get(rack.node(node).info().expect("ready").http_addr, path)
+        .await
+        .unwrap()
+}
+
+/// Polls until `probe` says done, failing after `LIMIT` with `what` and the last state.
+async fn wait_until<T: std::fmt::Debug, F: std::future::Future<Output = (bool, T)>>(
+    what: &str,
+    mut probe: impl FnMut() -> F,
+) {
     let deadline = Instant::now() + LIMIT;
     loop {
-        let answer = prepare_once(rack, node, claim, version).await;
-        match answer.result {
-            Ok(devices) => return devices,
-            Err(error) => {
-                assert!(
-                    error.contains("not ready yet"),
-                    "only readiness may hold a prepare back: {error}"
-                );
-                assert!(
-                    Instant::now() < deadline,
-                    "not prepared in {LIMIT:?}: {error}"
-                );
-            }
-        }
-    }
-}
-
-/// GET over plain HTTP/1.0: enough for our own small endpoints.
-fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, body.to_owned())
-}
-
-fn node_view(rack: &LocalRack, node: usize) -> NodeView {
-    let addr = rack.node(node).info().expect("ready").http_addr;
-    let (code, body) = http_get(addr, "/state");
-    assert_eq!(code, 200, "{body}");
-    serde_json::from_str(&body).unwrap()
-}
-
-/// Polls until `check` holds, failing after `LIMIT` with `what` and the last state.
-async fn wait_until<T: std::fmt::Debug>(what: &str, mut probe: impl FnMut() -> (bool, T)) {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let (done, seen) = probe();
+        let (done, seen) = probe().await;
         if done {
             return;
         }
@@ -190,7 +170,7 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
         let spec = cdi(&rack, i).spec_path(&ClaimUid::new(&uid).unwrap());
         assert!(spec.exists(), "{} is written", spec.display());
     }
-    wait_until("the status file shows Ready with three nodes", || {
+    wait_until("the status file shows Ready with three nodes", || async {
         let status = rack.local().read_status(CD_UID).unwrap();
         let done = status.as_ref().is_some_and(|s| {
             s.status == Phase::Ready
@@ -212,17 +192,28 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
     assert_eq!(again, answers[1]);
 
     for i in 0..3 {
-        let addr = rack.node(i).info().unwrap().http_addr;
-        assert_eq!(http_get(addr, "/healthz").0, 200);
-        assert_eq!(http_get(addr, "/readyz").0, 200);
-        let (code, metrics) = http_get(addr, "/metrics");
+        let channel = KubeletClient::connect(rack.node(i).dra_socket())
+            .await
+            .unwrap()
+            .channel();
+        let health = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(health.status(), ServingStatus::Serving);
+        assert_eq!(get(&rack, i, "/healthz").await.0, 200);
+        assert_eq!(get(&rack, i, "/readyz").await.0, 200);
+        let (code, metrics) = get(&rack, i, "/metrics").await;
         assert_eq!(code, 200);
         assert!(metrics.contains("domaind_prepare_total"), "{metrics}");
     }
 
     // SIGKILL: no retraction, the survivors' failure detector must find out.
     rack.kill(2).unwrap();
-    wait_until("the status shows node-03 lost", || {
+    wait_until("the status shows node-03 lost", || async {
         let status = rack.local().read_status(CD_UID).unwrap();
         let done = status.as_ref().is_some_and(|s| {
             s.status == Phase::NotReady
@@ -233,8 +224,8 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
         (done, status)
     })
     .await;
-    wait_until("the survivors drop node-03 from IMEX", || {
-        let views: Vec<NodeView> = (0..2).map(|i| node_view(&rack, i)).collect();
+    wait_until("the survivors drop node-03 from IMEX", || async {
+        let views = vec![view(&rack, 0).await, view(&rack, 1).await];
         let done = views.iter().all(|v| {
             v.domains.len() == 1
                 && !v.domains[0].peers.values().any(|n| n == "node-03")
@@ -254,14 +245,14 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
     // Back: it restores its checkpoint and rejoins without being asked again.
     rack.start(2).unwrap();
     rack.wait_ready(2, START_LIMIT).unwrap();
-    wait_until("node-03 rejoins from its checkpoint", || {
-        let view = node_view(&rack, 2);
+    wait_until("node-03 rejoins from its checkpoint", || async {
+        let view = view(&rack, 2).await;
         let done = view.claims == vec!["c-node-03".to_string()]
             && view.domains.first().is_some_and(|d| d.peers.len() == 3);
         (done, view)
     })
     .await;
-    wait_until("the status is Ready with three nodes again", || {
+    wait_until("the status is Ready with three nodes again", || async {
         let status = rack.local().read_status(CD_UID).unwrap();
         let done = status
             .as_ref()
@@ -275,8 +266,8 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
     // SIGTERM: the node retracts itself, so survivors drop it as departed, not lost.
     let imex_dir = rack.node(2).imex_dir();
     assert_eq!(rack.stop(2, LIMIT).unwrap(), Some(0));
-    wait_until("the survivors drop the departed node-03", || {
-        let views: Vec<NodeView> = (0..2).map(|i| node_view(&rack, i)).collect();
+    wait_until("the survivors drop the departed node-03", || async {
+        let views = vec![view(&rack, 0).await, view(&rack, 1).await];
         let done = views.iter().all(|v| {
             !v.domains[0].members.iter().any(|n| n == "node-03") && v.domains[0].lost.is_empty()
         });

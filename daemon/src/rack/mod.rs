@@ -6,6 +6,7 @@
 //! of them, as IMEX requires; gossip and HTTP ports are chosen by the OS.
 
 mod node;
+mod probe;
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use domaind_gossip::NodeName;
 use domaind_gossip::pki::{DevCa, NodeCertRequest};
 
 pub use node::RackNode;
+pub use probe::{PrepareAnswer, http_get, node_view, prepare_until_ready};
 
 use crate::gpu::Topology;
 use crate::local::LocalDir;
