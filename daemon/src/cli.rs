@@ -55,6 +55,10 @@ pub enum Command {
     /// your certificate manager in the same layout: ca.crt, tls.crt, tls.key.
     #[command(subcommand)]
     Certs(CertsCommand),
+    /// Write a FAKE GPU topology file, for running `domaind run --gpu-topology FILE` on
+    /// machines without NVIDIA GPUs.
+    #[command(subcommand)]
+    Topology(TopologyCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -92,5 +96,22 @@ pub enum CertsCommand {
         /// How long the certificate is valid, in days.
         #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=36500))]
         valid_days: u32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopologyCommand {
+    /// A rack whose nodes' GPUs (4 each, as a GB200 tray) are all in one NVLink clique.
+    Simulate {
+        /// A node of the rack (repeatable, or comma-separated), named as `--node-name`
+        /// will name it.
+        #[arg(long = "node", required = true, value_delimiter = ',')]
+        nodes: Vec<NodeName>,
+        /// The rack's number: racks with different numbers are different cliques.
+        #[arg(long, default_value_t = 1)]
+        rack: u32,
+        /// Where to write the file.
+        #[arg(long)]
+        out: PathBuf,
     },
 }

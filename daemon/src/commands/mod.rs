@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod certs;
+mod topology;
 
 use crate::cli::Command;
 
@@ -8,5 +9,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Certs(certs) => certs::run(certs),
         Command::Run(args) => domaind::run::run(*args),
+        Command::Topology(topology) => topology::run(topology),
     }
 }
