@@ -59,6 +59,13 @@ pub enum Command {
     /// machines without NVIDIA GPUs.
     #[command(subcommand)]
     Topology(TopologyCommand),
+    /// The IMEX simulator built into this binary (what `run --imex-sim-builtin` starts);
+    /// the same command line as the `imex-sim` binary.
+    #[command(hide = true, disable_help_flag = true)]
+    ImexSim {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

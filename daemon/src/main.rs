@@ -10,6 +10,10 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    // The simulator has its own command line and logs, as the imex-sim binary does.
+    if let cli::Command::ImexSim { args } = &cli.command {
+        return domaind::imex::sim_cli::main(args);
+    }
     logging::init(&cli.logging);
     // Once, before any TLS is configured: ring is the only provider compiled in.
     domaind_gossip::tls::crypto_provider();

@@ -20,14 +20,20 @@ const START_LIMIT: Duration = Duration::from_secs(30);
 const LIMIT: Duration = Duration::from_secs(60);
 const CD_UID: &str = "0b7c2a8e-5d1f-4c39-9a64-e2e0c0ffee01";
 
-fn rack(nodes: usize, subnet: u8) -> (tempfile::TempDir, LocalRack) {
+/// A rack running the `imex-sim` binary, or the simulator built into `domaind`.
+fn rack(nodes: usize, subnet: u8, builtin_imex_sim: bool) -> (tempfile::TempDir, LocalRack) {
     let tmp = short_temp_dir("dmr").unwrap();
-    let mut spec = RackSpec::new(
-        nodes,
-        env!("CARGO_BIN_EXE_domaind").into(),
-        env!("CARGO_BIN_EXE_imex-sim").into(),
-        tmp.path().into(),
-    );
+    let domaind = env!("CARGO_BIN_EXE_domaind").into();
+    let mut spec = if builtin_imex_sim {
+        RackSpec::self_contained(nodes, domaind, tmp.path().into())
+    } else {
+        RackSpec::new(
+            nodes,
+            domaind,
+            env!("CARGO_BIN_EXE_imex-sim").into(),
+            tmp.path().into(),
+        )
+    };
     spec.subnet = subnet;
     spec.log_filter = "info,domaind_gossip=warn".into();
     spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
@@ -130,7 +136,7 @@ async fn wait_until<T: std::fmt::Debug, F: std::future::Future<Output = (bool, T
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
-    let (_tmp, mut rack) = rack(3, 41);
+    let (_tmp, mut rack) = rack(3, 41, false);
     let names: Vec<String> = rack.nodes().iter().map(|n| n.name().to_owned()).collect();
 
     // Registration, as the kubelet's plugin watcher does it.
@@ -290,7 +296,7 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_claims_get_precise_errors_over_the_socket() {
-    let (_tmp, mut rack) = rack(1, 42);
+    let (_tmp, mut rack) = rack(1, 42, true);
     let local = rack.local().clone();
 
     let unknown = prepare_once(&rack, 0, &claim_ref("nobody"), DraVersion::V1).await;

@@ -10,5 +10,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Certs(certs) => certs::run(certs),
         Command::Run(args) => domaind::run::run(*args),
         Command::Topology(topology) => topology::run(topology),
+        Command::ImexSim { .. } => unreachable!("dispatched before logging starts"),
     }
 }

@@ -4,6 +4,7 @@ pub mod config;
 pub mod daemon;
 pub mod hosts;
 pub mod sim;
+pub mod sim_cli;
 
 pub use config::{AddressingMode, Command, ImexSettings};
 pub use daemon::ImexDaemon;

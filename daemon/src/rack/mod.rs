@@ -36,8 +36,8 @@ pub struct RackSpec {
     pub subnet: u8,
     /// The `domaind` binary.
     pub domaind: PathBuf,
-    /// The `imex-sim` binary.
-    pub imex_sim: PathBuf,
+    /// The `imex-sim` binary; `None` runs the simulator built into `domaind`.
+    pub imex_sim: Option<PathBuf>,
     /// Everything of the rack lives here (keep the path short: unix socket paths are
     /// limited to 107 bytes).
     pub root: PathBuf,
@@ -51,10 +51,18 @@ pub struct RackSpec {
 impl RackSpec {
     pub fn new(nodes: usize, domaind: PathBuf, imex_sim: PathBuf, root: PathBuf) -> Self {
         Self {
+            imex_sim: Some(imex_sim),
+            ..Self::self_contained(nodes, domaind, root)
+        }
+    }
+
+    /// A rack that needs only the `domaind` binary: it runs its built-in simulator.
+    pub fn self_contained(nodes: usize, domaind: PathBuf, root: PathBuf) -> Self {
+        Self {
             nodes,
             subnet: 0,
             domaind,
-            imex_sim,
+            imex_sim: None,
             root,
             gossip_interval: Duration::from_millis(150),
             log_filter: "info".into(),
@@ -168,7 +176,7 @@ impl LocalRack {
         let seeds = self.seeds_for(index);
         let args = node::DaemonArgs {
             domaind: &self.spec.domaind,
-            imex_sim: &self.spec.imex_sim,
+            imex_sim: self.spec.imex_sim.as_deref(),
             local_dir: self.local.root(),
             seeds: &seeds,
             imex_port: self.imex_port,

@@ -18,7 +18,7 @@ const POLL: Duration = Duration::from_millis(25);
 
 pub(super) struct DaemonArgs<'a> {
     pub domaind: &'a Path,
-    pub imex_sim: &'a Path,
+    pub imex_sim: Option<&'a Path>,
     pub local_dir: &'a Path,
     pub seeds: &'a [String],
     pub imex_port: u16,
@@ -150,8 +150,6 @@ impl RackNode {
             .arg(self.cdi_dir())
             .arg("--gpu-topology")
             .arg(&self.topology)
-            .arg("--imex-sim")
-            .arg(args.imex_sim)
             .arg("--imex-port")
             .arg(args.imex_port.to_string())
             .arg("--imex-cmd-port")
@@ -162,6 +160,10 @@ impl RackNode {
             .arg(&self.proc_devices)
             .arg("--http-addr")
             .arg(format!("{}:0", self.ip));
+        match args.imex_sim {
+            Some(sim) => command.arg("--imex-sim").arg(sim),
+            None => command.arg("--imex-sim-builtin"),
+        };
         for seed in args.seeds {
             command.arg("--seed").arg(seed);
         }

@@ -100,6 +100,11 @@ pub struct RunArgs {
     #[arg(long, env = "DOMAIND_IMEX_SIM", conflicts_with_all = ["imex_bin", "imex_ctl"])]
     pub imex_sim: Option<PathBuf>,
 
+    /// Run the IMEX simulator built into this binary (`domaind imex-sim`), as --imex-sim
+    /// does with a separate binary.
+    #[arg(long, env = "DOMAIND_IMEX_SIM_BUILTIN", conflicts_with_all = ["imex_bin", "imex_ctl", "imex_sim"])]
+    pub imex_sim_builtin: bool,
+
     /// Where IMEX's config.cfg and nodes_config.cfg are written; <state-dir>/imex if unset.
     #[arg(long, env = "DOMAIND_IMEX_CONFIG_DIR")]
     pub imex_config_dir: Option<PathBuf>,

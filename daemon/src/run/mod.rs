@@ -104,7 +104,7 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
             .context("cannot start gossip")?,
     );
 
-    let imex = Arc::new(ImexDaemon::new(imex_settings(&args)));
+    let imex = Arc::new(ImexDaemon::new(imex_settings(&args)?));
     let ports = match args.backend {
         Backend::Local => {
             let dir = LocalDir::new(
@@ -277,7 +277,7 @@ fn channel_injection(args: &RunArgs) -> anyhow::Result<ChannelInjection> {
     })
 }
 
-fn imex_settings(args: &RunArgs) -> ImexSettings {
+fn imex_settings(args: &RunArgs) -> anyhow::Result<ImexSettings> {
     let config_dir = args
         .imex_config_dir
         .clone()
@@ -290,10 +290,18 @@ fn imex_settings(args: &RunArgs) -> ImexSettings {
         Addressing::DnsNames => AddressingMode::DnsNames,
         Addressing::Ips => AddressingMode::Ips,
     };
-    match &args.imex_sim {
+    let simulator = match (&args.imex_sim, args.imex_sim_builtin) {
+        (Some(sim), _) => Some(Command::new(sim)),
+        (None, true) => Some(
+            Command::new(std::env::current_exe().context("cannot find this binary")?)
+                .arg("imex-sim"),
+        ),
+        (None, false) => None,
+    };
+    match simulator {
         Some(sim) => {
-            settings.daemon = Command::new(sim);
-            settings.ctl = Command::new(sim).arg("ctl");
+            settings.daemon = sim.clone();
+            settings.ctl = sim.arg("ctl");
             // The simulator resolves slot names through its own hosts file, never the
             // machine's.
             settings.hosts_file = args
@@ -314,5 +322,5 @@ fn imex_settings(args: &RunArgs) -> ImexSettings {
                 .unwrap_or_else(|| PathBuf::from("/etc/hosts"));
         }
     }
-    settings
+    Ok(settings)
 }
