@@ -12,6 +12,7 @@ mod plugin;
 mod registration;
 mod server;
 mod service;
+mod severable;
 mod socket;
 mod version;
 
