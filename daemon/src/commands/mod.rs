@@ -1,11 +1,13 @@
 //! One module per subcommand.
 
 mod certs;
+mod kubelet_sim;
 
 use crate::cli::Command;
 
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Certs(certs) => certs::run(certs),
+        Command::KubeletSim(command) => kubelet_sim::run(command),
     }
 }
