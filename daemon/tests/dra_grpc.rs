@@ -16,6 +16,7 @@ use domaind::dra::{
 use domaind_actors::model::ClaimRef;
 use domaind_kubelet_api::dra::v1;
 use domaind_kubelet_api::pluginregistration as reg;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tempfile::TempDir;
 use tokio::sync::watch;
 use tonic::Code;
@@ -593,7 +594,12 @@ impl Decoder for RawCodec {
 }
 
 #[tokio::test]
-async fn a_malformed_protobuf_is_refused_and_the_server_goes_on() {
+async fn a_malformed_protobuf_is_refused_counted_and_the_server_goes_on() {
+    // The process-wide recorder: the servers count on their own tasks. Only this test
+    // sends malformed requests, so its counts are its own.
+    let recorder = DebuggingRecorder::new();
+    let metrics = recorder.snapshotter();
+    recorder.install().unwrap();
     let dir = short_dir();
     let plugin = FakeNodePlugin::new();
     let server = start(dir.path(), &plugin).await;
@@ -623,13 +629,34 @@ async fn a_malformed_protobuf_is_refused_and_the_server_goes_on() {
                 )
                 .await
                 .unwrap_err();
-            assert!(
-                matches!(status.code(), Code::Internal | Code::InvalidArgument),
+            assert_eq!(
+                status.code(),
+                Code::Internal,
                 "{path} {bytes:?}: {status:?}"
             );
         }
     }
     assert!(plugin.calls().is_empty());
+    let counters = metrics.snapshot().into_vec();
+    let malformed = |method: &str, version: &str| -> u64 {
+        counters
+            .iter()
+            .filter(|(key, ..)| {
+                let key = key.key();
+                let has = |k: &str, v: &str| key.labels().any(|l| l.key() == k && l.value() == v);
+                key.name() == domaind::dra::REQUESTS_TOTAL
+                    && has("method", method)
+                    && has("version", version)
+                    && has("outcome", "malformed")
+            })
+            .map(|(.., value)| match value {
+                DebugValue::Counter(n) => *n,
+                other => panic!("not a counter: {other:?}"),
+            })
+            .sum()
+    };
+    assert_eq!(malformed("NodePrepareResources", "v1"), 3);
+    assert_eq!(malformed("NodeUnprepareResources", "v1beta1"), 3);
 
     // The same connection, then a new one, still get answers.
     let mut dra = v1::dra_plugin_client::DraPluginClient::new(channel);

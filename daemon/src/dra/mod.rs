@@ -8,6 +8,7 @@ mod config;
 mod error;
 mod gate;
 mod health;
+mod malformed;
 mod plugin;
 mod registration;
 mod server;

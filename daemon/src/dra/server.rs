@@ -23,6 +23,7 @@ use super::config::PluginServerConfig;
 use super::error::PluginServerError;
 use super::gate::CallGate;
 use super::health::PluginHealth;
+use super::malformed::CountMalformed;
 use super::plugin::NodePlugin;
 use super::registration::{RegistrationService, RegistrationState};
 use super::service::DraService;
@@ -45,8 +46,10 @@ impl KubeletPluginServer {
         config: PluginServerConfig,
         plugin: Arc<dyn NodePlugin>,
     ) -> Result<RunningPluginServer, PluginServerError> {
-        let dra_path = config.dra_socket();
-        let registration_path = config.registration_socket();
+        // The kubelet resolves the endpoint we register from its own working directory.
+        let absolute = |path: std::path::PathBuf| std::path::absolute(&path).unwrap_or(path);
+        let dra_path = absolute(config.dra_socket());
+        let registration_path = absolute(config.registration_socket());
 
         let health_listener = match config.health_addr {
             Some(addr) => Some(
@@ -96,6 +99,7 @@ impl KubeletPluginServer {
             spawn_server(
                 "dra",
                 Server::builder()
+                    .layer(CountMalformed::layer())
                     .add_service(health.service())
                     .add_service(v1::dra_plugin_server::DraPluginServer::from_arc(
                         dra.clone(),
