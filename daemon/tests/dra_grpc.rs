@@ -1043,3 +1043,34 @@ fn kubelet_sim_help_explains_every_flag() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("expected UID:NAMESPACE:NAME"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_health_watch_sees_not_serving_and_does_not_hold_shutdown_up() {
+    let dir = short_dir();
+    let plugin = FakeNodePlugin::new();
+    let server = start(dir.path(), &plugin).await;
+    let channel = unix_channel(server.dra_socket()).await;
+    let mut watch = HealthClient::new(channel)
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let status = |message: Option<tonic_health::pb::HealthCheckResponse>| {
+        ServingStatus::try_from(message.unwrap().status).unwrap()
+    };
+    let first = within("first health", watch.message()).await.unwrap();
+    assert_eq!(status(first), ServingStatus::Serving);
+
+    let dra_socket = server.dra_socket().to_path_buf();
+    let shutdown = tokio::spawn(server.shutdown());
+    let next = within("health change", watch.message()).await.unwrap();
+    assert_eq!(status(next), ServingStatus::NotServing);
+    // The open stream keeps its connection busy: shutdown cuts it after a grace.
+    let report = within("shutdown", shutdown).await.unwrap();
+    assert!(report.drained);
+    assert!(!dra_socket.exists());
+    let end = within("end of the watch", watch.message()).await;
+    assert!(!matches!(end, Ok(Some(_))), "{end:?}");
+}

@@ -49,6 +49,7 @@ pub struct Registration {
 impl Registration {
     /// The version the kubelet calls: v1 when offered.
     pub fn preferred_version(&self) -> DraVersion {
+        // `DraVersion` is ordered newest first.
         self.versions
             .iter()
             .copied()
@@ -123,6 +124,17 @@ pub async fn register(registration_socket: &Path) -> Result<Registration, Client
         supported_versions: info.supported_versions,
         versions,
     })
+}
+
+/// One claim in either version's message (the same fields, in different packages).
+macro_rules! claim {
+    ($api:ident, $claim:expr) => {
+        $api::Claim {
+            namespace: $claim.namespace.clone(),
+            uid: $claim.uid.clone(),
+            name: $claim.name.clone(),
+        }
+    };
 }
 
 /// A connection to a plugin's DRA socket.
@@ -241,17 +253,6 @@ impl KubeletClient {
         }
     }
 }
-
-macro_rules! claim {
-    ($api:ident, $claim:expr) => {
-        $api::Claim {
-            namespace: $claim.namespace.clone(),
-            uid: $claim.uid.clone(),
-            name: $claim.name.clone(),
-        }
-    };
-}
-use claim;
 
 /// The kubelet counts a claim without an entry as failed; so do we.
 fn in_request_order<T: Clone>(

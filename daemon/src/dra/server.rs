@@ -52,26 +52,10 @@ impl KubeletPluginServer {
         let registration_path = absolute(config.registration_socket());
 
         let health_listener = match config.health_addr {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| PluginServerError::BindHealth { addr, source })?,
-            ),
+            Some(addr) => Some(bind_health(addr).await?),
             None => None,
         };
-        let health_addr = match &health_listener {
-            Some(listener) => {
-                Some(
-                    listener
-                        .local_addr()
-                        .map_err(|source| PluginServerError::BindHealth {
-                            addr: config.health_addr.unwrap_or(([0, 0, 0, 0], 0).into()),
-                            source,
-                        })?,
-                )
-            }
-            None => None,
-        };
+        let health_addr = health_listener.as_ref().map(|(_, bound)| *bound);
         // The registration socket last: its appearance is what makes the kubelet call
         // us, so the DRA socket it points to must already listen.
         let (dra_listener, dra_socket) = socket::bind(&dra_path).await?;
@@ -124,7 +108,7 @@ impl KubeletPluginServer {
                 &health,
             ),
         ];
-        if let Some(listener) = health_listener {
+        if let Some((listener, _)) = health_listener {
             tasks.push(spawn_server(
                 "health",
                 Server::builder()
@@ -158,6 +142,14 @@ impl KubeletPluginServer {
             finished: false,
         })
     }
+}
+
+/// Binds the health port, and says which port that is when the config asked for 0.
+async fn bind_health(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), PluginServerError> {
+    let failed = |source| PluginServerError::BindHealth { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let bound = listener.local_addr().map_err(failed)?;
+    Ok((listener, bound))
 }
 
 /// Wraps each accepted connection so that `sever` can cut it.
