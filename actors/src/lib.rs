@@ -11,7 +11,9 @@ pub mod rules;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use actors::node::{GetSnapshot, NodeActor, NodeSnapshot, Prepare, Shutdown, Unprepare};
+pub use actors::node::{
+    Depart, GetSnapshot, NodeActor, NodeSnapshot, Prepare, RecordDevices, Shutdown, Unprepare,
+};
 pub use config::NodeConfig;
 pub use outcome::{PrepareError, Prepared};
 pub use ports::Ports;

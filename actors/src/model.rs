@@ -133,6 +133,17 @@ pub struct ClaimRef {
     pub name: String,
 }
 
+/// One device the scheduler allocated to a claim on this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatedDevice {
+    /// The claim's request it satisfies (`channel`).
+    pub request: String,
+    /// The ResourceSlice pool: the node.
+    pub pool: String,
+    /// The device's name in the pool, e.g. `channel-0`.
+    pub device: String,
+}
+
 /// What the claim source knows about a claim allocated on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimInfo {
@@ -140,4 +151,9 @@ pub struct ClaimInfo {
     pub allocation_mode: AllocationMode,
     /// From the claim's opaque config; the daemon's default when absent.
     pub readiness: Option<ReadinessPolicy>,
+    /// The devices of our driver allocated on this node: what the kubelet is told the
+    /// claim got. Whichever channel device was picked, the claim's containers get the
+    /// domain's channel (see the DRA plugin).
+    #[serde(default)]
+    pub devices: Vec<AllocatedDevice>,
 }

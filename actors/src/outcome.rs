@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{AllocationMode, DomainRef, DomainUid, NodeId, Slot};
+use crate::model::{AllocatedDevice, AllocationMode, DomainRef, DomainUid, NodeId, Slot};
 
 /// A prepared claim: what the DRA plugin turns into CDI devices.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,6 +12,8 @@ pub struct Prepared {
     pub node: NodeId,
     pub allocation_mode: AllocationMode,
     pub slot: Option<Slot>,
+    /// As the claim source resolved them.
+    pub devices: Vec<AllocatedDevice>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

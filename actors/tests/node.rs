@@ -11,6 +11,7 @@ use domaind_actors::actors::domain::Crash;
 use domaind_actors::actors::node::GetDomain;
 use domaind_actors::model::{DomainUid, Phase, ReadinessPolicy};
 use domaind_actors::ports::{ClaimError, DomainEvent, PrepareState};
+use domaind_actors::rules::peer_health::PeerHealthConfig;
 use domaind_actors::testing::{GossipCall, ImexCall};
 use domaind_actors::{Prepare, PrepareError};
 
@@ -472,6 +473,57 @@ fn failing_ports_do_not_stop_a_domain_from_forming() {
         );
         rack.wait_until(LIMIT, "the domain is Ready", &NODES, |s| {
             s.iter().all(|n| n.domains[0].phase == Phase::Ready)
+        })
+        .await;
+    });
+}
+
+#[test]
+fn a_departing_node_is_dropped_at_once_and_rejoins_from_its_checkpoint() {
+    run(|| async {
+        let mut rack = rack_of(&NODES);
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        prepare_all(&rack, "c", &NODES).await;
+
+        rack.nodes["node-c"]
+            .addr
+            .send(domaind_actors::Depart)
+            .await
+            .unwrap();
+        let departed = &rack.nodes["node-c"];
+        assert!(
+            departed.imex.count(|c| matches!(c, ImexCall::Stop)) >= 1,
+            "the IMEX daemon was stopped: {:?}",
+            departed.imex.calls()
+        );
+        let kept = departed.checkpoint.saved().unwrap();
+        assert!(kept.claims.contains_key("c-node-c"), "the claim is kept");
+        assert!(kept.slots.contains_key(&DomainUid("cd1".into())));
+
+        // Well inside the failure detector's grace: the survivors saw the retraction,
+        // so node-c left rather than was lost.
+        let survivors = ["node-a", "node-b"];
+        rack.wait_until(
+            PeerHealthConfig::default().dead_grace / 2,
+            "survivors drop node-c",
+            &survivors,
+            |s| {
+                s.iter().all(|n| {
+                    let d = &n.domains[0];
+                    !d.peer_set.contains("node-c") && d.lost.is_empty()
+                })
+            },
+        )
+        .await;
+
+        rack.start("node-c");
+        rack.wait_until(LIMIT, "node-c rejoins", &NODES, |s| {
+            s.iter().all(|n| {
+                n.domains
+                    .first()
+                    .is_some_and(|d| d.phase == Phase::Ready && d.peer_set.contains("node-c"))
+            })
         })
         .await;
     });

@@ -279,6 +279,7 @@ impl SimCluster {
                 domain,
                 allocation_mode: AllocationMode::Single,
                 readiness: policy,
+                devices: Vec::new(),
             }),
         );
         let actor = self.nodes[&index].actor.clone().expect("node alive");

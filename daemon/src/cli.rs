@@ -42,12 +42,25 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the node daemon: the kubelet's DRA plugin, a gossip member of this node's
+    /// NVLink clique, and the supervisor of the local IMEX daemon.
+    ///
+    /// Every flag can also be set through the environment variable named in its help,
+    /// so that a DaemonSet can pass the node name and pod IP from the downward API.
+    /// SIGTERM stops gracefully: new kubelet calls are refused, the node retracts
+    /// itself from its domains so that peers drop it at once, IMEX is stopped and the
+    /// checkpoint flushed. A restart restores the checkpoint and rejoins.
+    Run(Box<domaind::run::RunArgs>),
     /// Make a development CA and node certificates for gossip's mutual TLS.
     ///
     /// For development, the demo and tests. In production, mount certificates from
     /// your certificate manager in the same layout: ca.crt, tls.crt, tls.key.
     #[command(subcommand)]
     Certs(CertsCommand),
+    /// Write a FAKE GPU topology file, for running `domaind run --gpu-topology FILE` on
+    /// machines without NVIDIA GPUs.
+    #[command(subcommand)]
+    Topology(TopologyCommand),
     /// Talk to a DRA kubelet plugin as the kubelet does: register, prepare, unprepare.
     ///
     /// For tests, the demo and debugging on a machine without a kubelet. Prints the
@@ -139,5 +152,22 @@ pub enum CertsCommand {
         /// How long the certificate is valid, in days.
         #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=36500))]
         valid_days: u32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopologyCommand {
+    /// A rack whose nodes' GPUs (4 each, as a GB200 tray) are all in one NVLink clique.
+    Simulate {
+        /// A node of the rack (repeatable, or comma-separated), named as `--node-name`
+        /// will name it.
+        #[arg(long = "node", required = true, value_delimiter = ',')]
+        nodes: Vec<NodeName>,
+        /// The rack's number: racks with different numbers are different cliques.
+        #[arg(long, default_value_t = 1)]
+        rack: u32,
+        /// Where to write the file.
+        #[arg(long)]
+        out: PathBuf,
     },
 }

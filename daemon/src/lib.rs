@@ -6,7 +6,13 @@
 mod atomic_file;
 pub mod cdi;
 pub mod checkpoint;
+pub mod crd;
 pub mod devices;
 pub mod dra;
+pub mod events;
 pub mod gpu;
 pub mod imex;
+pub mod local;
+pub mod prepare;
+pub mod rack;
+pub mod run;

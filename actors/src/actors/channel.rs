@@ -71,6 +71,7 @@ impl ChannelActor {
             node: self.node.clone(),
             allocation_mode: self.record.info.allocation_mode,
             slot: progress.slot,
+            devices: self.record.info.devices.clone(),
         })
     }
 

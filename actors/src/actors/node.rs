@@ -43,6 +43,22 @@ pub struct Shutdown {
     pub stop_imex: bool,
 }
 
+/// A graceful stop (SIGTERM): retract this node's advertisements so that peers drop it
+/// at once instead of waiting for the failure detector, stop the IMEX daemon and wait
+/// for it, and flush the checkpoint. Claims and slots stay checkpointed: a restarted
+/// node rejoins its domains.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Depart;
+
+/// The CDI device ids a prepared claim was given, for the checkpoint.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(), PrepareError>")]
+pub struct RecordDevices {
+    pub claim_uid: String,
+    pub devices: Vec<String>,
+}
+
 #[derive(Debug, Message)]
 #[rtype(result = "NodeSnapshot")]
 pub struct GetSnapshot;
@@ -445,6 +461,66 @@ impl Handler<Shutdown> for NodeActor {
         self.imex = None;
         self.bridge = None;
         ctx.stop();
+    }
+}
+
+impl Handler<Depart> for NodeActor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _: Depart, _: &mut Self::Context) -> Self::Result {
+        info!(node = %self.config.node, domains = self.domains.len(), "node departing");
+        let domains = std::mem::take(&mut self.domains);
+        // The supervisor stops polling and restarting; the daemon is stopped here, so
+        // that this call returns only once it is gone.
+        if let Some(imex) = self.imex.take() {
+            imex.do_send(Detach { stop_daemon: false });
+        }
+        self.bridge = None;
+        let flush = (self.saver.saved_version() < self.version).then(|| self.save());
+        let imex = self.ports.imex.clone();
+        Box::pin(
+            async move {
+                for domain in domains.values() {
+                    let _ = domain.send(Leave).await;
+                }
+                if let Err(error) = imex.stop().await {
+                    warn!(%error, "IMEX daemon did not stop cleanly");
+                }
+                if let Some(flush) = flush {
+                    // Already counted and logged by save().
+                    let _ = flush.await;
+                }
+            }
+            .into_actor(self)
+            .map(|(), act, ctx| {
+                info!(node = %act.config.node, "node departed");
+                ctx.stop();
+            }),
+        )
+    }
+}
+
+impl Handler<RecordDevices> for NodeActor {
+    type Result = ResponseActFuture<Self, Result<(), PrepareError>>;
+
+    fn handle(&mut self, msg: RecordDevices, _: &mut Self::Context) -> Self::Result {
+        let changed = match self.checkpoint.claims.get_mut(&msg.claim_uid) {
+            Some(record) if record.devices != msg.devices => {
+                record.devices = msg.devices;
+                true
+            }
+            _ => false,
+        };
+        let save = changed.then(|| self.save());
+        Box::pin(
+            async move {
+                match save {
+                    Some(save) => save.await.map_err(not_recorded),
+                    None => Ok(()),
+                }
+            }
+            .into_actor(self),
+        )
     }
 }
 

@@ -140,6 +140,7 @@ impl Rack {
                 domain: domain.clone(),
                 allocation_mode: AllocationMode::Single,
                 readiness: policy,
+                devices: Vec::new(),
             }),
         );
     }

@@ -71,6 +71,7 @@ fn record(uid: &str, state: PrepareState, mode: AllocationMode) -> ClaimRecord {
             },
             allocation_mode: mode,
             readiness: Some(ReadinessPolicy::Domain),
+            devices: Vec::new(),
         },
         policy: ReadinessPolicy::Domain,
         state,

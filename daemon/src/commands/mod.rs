@@ -2,6 +2,7 @@
 
 mod certs;
 mod kubelet_sim;
+mod topology;
 
 use crate::cli::Command;
 
@@ -9,5 +10,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Certs(certs) => certs::run(certs),
         Command::KubeletSim(command) => kubelet_sim::run(command),
+        Command::Run(args) => domaind::run::run(*args),
+        Command::Topology(topology) => topology::run(topology),
     }
 }

@@ -1,0 +1,81 @@
+//! What users read about a domain: the type, reason and message of an event, the same
+//! whichever sink shows it (Kubernetes Events, or the local backend's event files).
+
+use domaind_actors::ports::DomainEvent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An event as Kubernetes shows it: `kubectl describe` prints type, reason, message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventText {
+    #[serde(rename = "type")]
+    pub type_: EventType,
+    /// CamelCase, machine-matchable.
+    pub reason: String,
+    pub message: String,
+}
+
+impl EventText {
+    pub fn of(event: &DomainEvent) -> Self {
+        let (type_, reason, message) = match event {
+            DomainEvent::NodeJoined { node } => (
+                EventType::Normal,
+                "NodeJoined",
+                format!("node {node} joined the domain"),
+            ),
+            DomainEvent::NodeLost { node } => (
+                EventType::Warning,
+                "NodeLost",
+                format!("node {node} stopped responding and was dropped from the IMEX domain"),
+            ),
+            DomainEvent::Ready { message } => (EventType::Normal, "DomainReady", message.clone()),
+            DomainEvent::NotReady { message } => {
+                (EventType::Warning, "DomainNotReady", message.clone())
+            }
+            DomainEvent::PrepareRefused { claim, reason } => (
+                EventType::Warning,
+                "PrepareRefused",
+                format!("claim {claim} refused: {reason}"),
+            ),
+        };
+        Self {
+            type_,
+            reason: reason.into(),
+            message,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn losses_and_refusals_are_warnings() {
+        let lost = EventText::of(&DomainEvent::NodeLost {
+            node: "node-3".into(),
+        });
+        assert_eq!(
+            (lost.type_, lost.reason.as_str()),
+            (EventType::Warning, "NodeLost")
+        );
+        assert!(lost.message.contains("node-3"));
+        let joined = EventText::of(&DomainEvent::NodeJoined {
+            node: "node-3".into(),
+        });
+        assert_eq!(joined.type_, EventType::Normal);
+        let refused = EventText::of(&DomainEvent::PrepareRefused {
+            claim: "c1".into(),
+            reason: "busy".into(),
+        });
+        assert_eq!(
+            (refused.type_, refused.message.as_str()),
+            (EventType::Warning, "claim c1 refused: busy")
+        );
+    }
+}

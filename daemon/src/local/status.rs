@@ -1,0 +1,72 @@
+//! Status files: `status/<cd-uid>.json`, replaced atomically, so a reader sees the
+//! last document whole.
+
+use async_trait::async_trait;
+use domaind_actors::model::DomainRef;
+use domaind_actors::ports::{PortError, StatusSink};
+use domaind_actors::rules::status::DomainStatus;
+use time::OffsetDateTime;
+
+use super::{BAD_FILES, FILE_MODE, LocalDir, LocalError};
+use crate::crd::status_from_domain;
+
+/// Counts status documents written, as the Kubernetes status writer does.
+pub const STATUS_WRITES: &str = "domaind_status_writes_total";
+
+#[derive(Debug, Clone)]
+pub struct LocalStatusSink {
+    dir: LocalDir,
+}
+
+impl LocalStatusSink {
+    pub fn new(dir: LocalDir) -> Self {
+        Self { dir }
+    }
+
+    /// Returns whether the previous file was unreadable (and so replaced).
+    fn write_blocking(
+        &self,
+        domain: &DomainRef,
+        status: &DomainStatus,
+    ) -> Result<bool, LocalError> {
+        let uid = domain.uid.0.as_str();
+        // The previous document only keeps the condition's transition time: one that
+        // cannot be read is replaced.
+        let (previous, garbled) = match self.dir.read_status(uid) {
+            Ok(previous) => (previous, false),
+            Err(error) => {
+                tracing::warn!(%error, "replacing an unreadable status file");
+                (None, true)
+            }
+        };
+        let document =
+            status_from_domain(status, previous.as_ref(), None, OffsetDateTime::now_utc());
+        let mut bytes = serde_json::to_vec_pretty(&document).expect("a status always serialises");
+        bytes.push(b'\n');
+        let path = self.dir.status_path(uid)?;
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("status_path names a file")
+            .to_owned();
+        crate::atomic_file::replace(&self.dir.status_dir(), &name, &bytes, FILE_MODE)
+            .map_err(|source| LocalError::Write { path, source })?;
+        Ok(garbled)
+    }
+}
+
+#[async_trait]
+impl StatusSink for LocalStatusSink {
+    async fn write(&self, domain: &DomainRef, status: &DomainStatus) -> Result<(), PortError> {
+        let (sink, domain, status) = (self.clone(), domain.clone(), status.clone());
+        let garbled = tokio::task::spawn_blocking(move || sink.write_blocking(&domain, &status))
+            .await
+            .map_err(|e| PortError(format!("status write failed: {e}")))?
+            .map_err(|e| PortError(e.to_string()))?;
+        if garbled {
+            metrics::counter!(BAD_FILES, "kind" => "status").increment(1);
+        }
+        metrics::counter!(STATUS_WRITES, "backend" => "local").increment(1);
+        Ok(())
+    }
+}

@@ -1,0 +1,251 @@
+//! A rack on loopback: N `domaind run` processes on 127.0.0.x, each with its own
+//! certificates, `imex-sim`, a fake GPU topology of one clique and the local backend.
+//! The demo, the chaos harness and the end-to-end tests run the product through it.
+//!
+//! Every node gets its own loopback address, so the IMEX port can be the same on all
+//! of them, as IMEX requires; gossip and HTTP ports are chosen by the OS.
+
+mod node;
+mod probe;
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use domaind_gossip::NodeName;
+use domaind_gossip::pki::{DevCa, NodeCertRequest};
+
+pub use node::RackNode;
+pub use probe::{PrepareAnswer, http_get, node_view, prepare_until_ready};
+
+use crate::gpu::Topology;
+use crate::local::LocalDir;
+use crate::run::RunInfo;
+
+/// A made-up major for `nvidia-caps-imex-channels`: machines without the driver have
+/// none, and the CDI specs need one.
+pub const FAKE_IMEX_CHANNELS_MAJOR: u32 = 511;
+
+/// What rack to run.
+#[derive(Debug, Clone)]
+pub struct RackSpec {
+    pub nodes: usize,
+    /// Nodes get 127.0.<subnet>.1, .2, ...: racks with different subnets can run side
+    /// by side.
+    pub subnet: u8,
+    /// The `domaind` binary.
+    pub domaind: PathBuf,
+    /// The `imex-sim` binary.
+    pub imex_sim: PathBuf,
+    /// Everything of the rack lives here (keep the path short: unix socket paths are
+    /// limited to 107 bytes).
+    pub root: PathBuf,
+    pub gossip_interval: Duration,
+    /// Passed to every daemon: `--log`.
+    pub log_filter: String,
+    /// More `domaind run` flags for every daemon (e.g. `--prepare-deadline 2s`).
+    pub extra_args: Vec<String>,
+}
+
+impl RackSpec {
+    pub fn new(nodes: usize, domaind: PathBuf, imex_sim: PathBuf, root: PathBuf) -> Self {
+        Self {
+            nodes,
+            subnet: 0,
+            domaind,
+            imex_sim,
+            root,
+            gossip_interval: Duration::from_millis(150),
+            log_filter: "info".into(),
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// A rack's files and processes. Dropping it kills every daemon it started.
+#[derive(Debug)]
+pub struct LocalRack {
+    spec: RackSpec,
+    local: LocalDir,
+    imex_port: u16,
+    imex_cmd_port: u16,
+    nodes: Vec<RackNode>,
+}
+
+impl LocalRack {
+    /// Writes the rack's files (CA, node certificates, topology, fake /proc/devices);
+    /// starts nothing.
+    pub fn create(spec: RackSpec) -> anyhow::Result<Self> {
+        if spec.nodes == 0 || spec.nodes > 250 {
+            bail!("a rack has 1 to 250 nodes, not {}", spec.nodes);
+        }
+        std::fs::create_dir_all(&spec.root)
+            .with_context(|| format!("cannot create {}", spec.root.display()))?;
+        let names: Vec<String> = (1..=spec.nodes).map(|i| format!("node-{i:02}")).collect();
+        let ips: Vec<IpAddr> = (1..=spec.nodes)
+            .map(|i| IpAddr::from([127, 0, spec.subnet, i as u8]))
+            .collect();
+
+        let ca = DevCa::generate("domaind local rack CA", time::Duration::days(2))
+            .context("cannot make the rack's CA")?;
+        let topology_path = spec.root.join("topology.json");
+        Topology::simulated_rack(1, names.iter().cloned())
+            .and_then(|t| t.write(&topology_path))
+            .context("cannot write the rack's GPU topology")?;
+        let proc_devices = spec.root.join("proc-devices");
+        std::fs::write(
+            &proc_devices,
+            format!(
+                "Character devices:\n{FAKE_IMEX_CHANNELS_MAJOR} nvidia-caps-imex-channels\n\nBlock devices:\n"
+            ),
+        )
+        .context("cannot write the rack's fake /proc/devices")?;
+
+        let imex_port = free_port(&ips)?;
+        let imex_cmd_port = loop {
+            let port = free_port(&ips)?;
+            if port != imex_port {
+                break port;
+            }
+        };
+        let mut nodes = Vec::new();
+        for (name, ip) in names.into_iter().zip(ips) {
+            let dir = spec.root.join(&name);
+            let node_name = NodeName::new(&name).context("rack node name")?;
+            ca.issue(&NodeCertRequest::new(node_name, time::Duration::days(1)))
+                .and_then(|cert| cert.write(&dir.join("tls")))
+                .with_context(|| format!("cannot issue {name}'s certificate"))?;
+            nodes.push(RackNode::new(
+                name,
+                ip,
+                dir,
+                free_port(&[ip])?,
+                topology_path.clone(),
+                proc_devices.clone(),
+            ));
+        }
+        // The CA's key is not kept: nothing issues more certificates for this rack.
+        std::fs::write(spec.root.join("ca.crt"), ca.cert_pem()).context("cannot write ca.crt")?;
+        Ok(Self {
+            local: LocalDir::new(spec.root.join("local")),
+            spec,
+            imex_port,
+            imex_cmd_port,
+            nodes,
+        })
+    }
+
+    pub fn spec(&self) -> &RackSpec {
+        &self.spec
+    }
+
+    pub fn local(&self) -> &LocalDir {
+        &self.local
+    }
+
+    pub fn nodes(&self) -> &[RackNode] {
+        &self.nodes
+    }
+
+    pub fn node(&self, index: usize) -> &RackNode {
+        &self.nodes[index]
+    }
+
+    /// The gossip addresses of every node but `index`: its seeds.
+    fn seeds_for(&self, index: usize) -> Vec<String> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != index)
+            .map(|(_, n)| SocketAddr::new(n.ip(), n.gossip_port()).to_string())
+            .collect()
+    }
+
+    /// Starts (or restarts) node `index`'s daemon; returns once it forked. Its state
+    /// directory is kept across restarts: the checkpoint survives.
+    pub fn start(&mut self, index: usize) -> anyhow::Result<()> {
+        let seeds = self.seeds_for(index);
+        let args = node::DaemonArgs {
+            domaind: &self.spec.domaind,
+            imex_sim: &self.spec.imex_sim,
+            local_dir: self.local.root(),
+            seeds: &seeds,
+            imex_port: self.imex_port,
+            imex_cmd_port: self.imex_cmd_port,
+            gossip_interval: self.spec.gossip_interval,
+            log_filter: &self.spec.log_filter,
+            extra_args: &self.spec.extra_args,
+        };
+        self.nodes[index].spawn(&args)
+    }
+
+    pub fn start_all(&mut self) -> anyhow::Result<()> {
+        for index in 0..self.nodes.len() {
+            self.start(index)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until node `index` wrote its run.json (it is ready), or fails if the
+    /// process exits or `limit` passes.
+    pub fn wait_ready(&mut self, index: usize, limit: Duration) -> anyhow::Result<RunInfo> {
+        self.nodes[index].wait_ready(limit)
+    }
+
+    pub fn wait_all_ready(&mut self, limit: Duration) -> anyhow::Result<Vec<RunInfo>> {
+        (0..self.nodes.len())
+            .map(|i| self.wait_ready(i, limit))
+            .collect()
+    }
+
+    /// SIGKILL: the node dies with no chance to retract anything.
+    pub fn kill(&mut self, index: usize) -> anyhow::Result<()> {
+        self.nodes[index].kill()
+    }
+
+    /// SIGTERM, then waits up to `limit` for a clean exit; returns its exit code.
+    pub fn stop(&mut self, index: usize, limit: Duration) -> anyhow::Result<Option<i32>> {
+        self.nodes[index].stop(limit)
+    }
+
+    /// Stops every daemon gracefully (SIGKILL after `limit`).
+    pub fn stop_all(&mut self, limit: Duration) {
+        for node in &mut self.nodes {
+            let _ = node.stop(limit);
+        }
+    }
+
+    /// Whether every daemon this rack started and did not stop is still running; the
+    /// names of those that died on their own.
+    pub fn unexpected_exits(&mut self) -> Vec<String> {
+        self.nodes
+            .iter_mut()
+            .filter_map(|n| n.exited_on_its_own().then(|| n.name().to_owned()))
+            .collect()
+    }
+}
+
+/// A port free on every one of `ips`.
+fn free_port(ips: &[IpAddr]) -> anyhow::Result<u16> {
+    for _ in 0..100 {
+        let probe = TcpListener::bind(SocketAddr::new(ips[0], 0))
+            .with_context(|| format!("cannot bind {}: is 127.0.0.0/8 routed to lo?", ips[0]))?;
+        let port = probe.local_addr()?.port();
+        drop(probe);
+        if ips
+            .iter()
+            .all(|ip| TcpListener::bind(SocketAddr::new(*ip, port)).is_ok())
+        {
+            return Ok(port);
+        }
+    }
+    bail!("no port is free on all of {ips:?}")
+}
+
+/// A short temporary directory for a rack: unix socket paths must stay short.
+pub fn short_temp_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(Path::new("/tmp"))
+}

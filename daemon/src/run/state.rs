@@ -1,0 +1,83 @@
+//! A node's state as JSON (`GET /state`): what the demo's table and the chaos
+//! harness read. Stable field names; new fields may be added.
+
+use std::collections::BTreeMap;
+
+use domaind_actors::NodeSnapshot;
+use domaind_actors::model::{NodeId, Phase, Slot};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub node: NodeId,
+    /// Prepared claims, by uid.
+    pub claims: Vec<String>,
+    pub imex: ImexView,
+    pub domains: Vec<DomainView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImexView {
+    pub running: bool,
+    pub starts: u32,
+    /// Starts after the daemon exited on its own.
+    pub restarts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainView {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub phase: Phase,
+    pub ready: usize,
+    pub total: usize,
+    /// This node's slot.
+    pub slot: Option<Slot>,
+    /// This node's IMEX daemon is ready for the current peer set.
+    pub local_ready: bool,
+    /// Live members advertising the domain, as this node sees them.
+    pub members: Vec<NodeId>,
+    /// Members that died and are listed NotReady.
+    pub lost: Vec<NodeId>,
+    /// The IMEX peer set this node applied: slot to node.
+    pub peers: BTreeMap<Slot, NodeId>,
+    pub reporter: Option<NodeId>,
+}
+
+impl From<NodeSnapshot> for NodeView {
+    fn from(snapshot: NodeSnapshot) -> Self {
+        Self {
+            node: snapshot.node,
+            claims: snapshot.claims,
+            imex: ImexView {
+                running: snapshot.imex.running,
+                starts: snapshot.imex.starts,
+                restarts: snapshot.imex.restarts,
+            },
+            domains: snapshot
+                .domains
+                .into_iter()
+                .map(|d| DomainView {
+                    uid: d.domain.uid.0,
+                    namespace: d.domain.namespace,
+                    name: d.domain.name,
+                    phase: d.phase,
+                    ready: d.ready,
+                    total: d.total,
+                    slot: d.my_slot,
+                    local_ready: d.local_ready,
+                    members: d.members,
+                    lost: d.lost,
+                    peers: d
+                        .peer_set
+                        .peers
+                        .into_iter()
+                        .map(|(slot, peer)| (slot, peer.node))
+                        .collect(),
+                    reporter: d.reporter,
+                })
+                .collect(),
+        }
+    }
+}
