@@ -4,6 +4,8 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use domaind::dra::DraVersion;
+use domaind_actors::model::ClaimRef;
 use domaind_gossip::NodeName;
 
 #[derive(Debug, Parser)]
@@ -66,6 +68,60 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Talk to a DRA kubelet plugin as the kubelet does: register, prepare, unprepare.
+    ///
+    /// For tests, the demo and debugging on a machine without a kubelet. Prints the
+    /// answer as JSON on stdout; exits non-zero when a call or any claim failed.
+    #[command(subcommand)]
+    KubeletSim(KubeletSimCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KubeletSimCommand {
+    /// Register a plugin as the kubelet's plugin watcher does: ask who it is (GetInfo),
+    /// check it is a DRA plugin offering v1 or v1beta1, and tell it the outcome
+    /// (NotifyRegistrationStatus). Prints the driver name, DRA endpoint and versions.
+    Register {
+        /// The plugin's registration socket, e.g.
+        /// /var/lib/kubelet/plugins_registry/compute-domain.nvidia.com-reg.sock.
+        #[arg(long, value_name = "PATH")]
+        registry_socket: PathBuf,
+    },
+    /// Call NodePrepareResources for the claims; prints each claim's devices or error.
+    Prepare(ClaimCallArgs),
+    /// Call NodeUnprepareResources for the claims; prints each claim's outcome.
+    Unprepare(ClaimCallArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClaimCallArgs {
+    /// The plugin's DRA socket (the endpoint `register` prints), e.g.
+    /// /var/lib/kubelet/plugins/compute-domain.nvidia.com/dra.sock.
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
+    /// The DRA API version to call: v1 (which a kubelet calls when a plugin offers both)
+    /// or v1beta1.
+    #[arg(long, default_value = "v1", value_name = "VERSION")]
+    pub version: DraVersion,
+    /// A ResourceClaim, as UID:NAMESPACE:NAME; repeat for several claims in one call.
+    /// Fields may be left empty to see how the plugin answers a malformed claim.
+    #[arg(long = "claim", required = true, value_name = "UID:NAMESPACE:NAME", value_parser = parse_claim)]
+    pub claims: Vec<ClaimRef>,
+}
+
+fn parse_claim(value: &str) -> Result<ClaimRef, String> {
+    let fields: Vec<&str> = value.split(':').collect();
+    match fields[..] {
+        [uid, namespace, name] => Ok(ClaimRef {
+            uid: uid.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }),
+        _ => Err(format!(
+            "expected UID:NAMESPACE:NAME (three fields separated by ':'), got {} field(s)",
+            fields.len()
+        )),
+    }
 }
 
 #[derive(Debug, Subcommand)]

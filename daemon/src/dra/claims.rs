@@ -17,7 +17,7 @@ use super::version::DraVersion;
 
 /// Calls, by `method`, `version` and `outcome`: `ok` (every claim answered without
 /// error), `claim_errors` (at least one claim has an error), `invalid_argument`,
-/// `unavailable` (shutting down).
+/// `unavailable` (shutting down), `malformed` (the protobuf did not decode).
 pub const REQUESTS_TOTAL: &str = "domaind_dra_requests_total";
 /// Claims, by `method`, `version` and `outcome`: `ok`, `retryable_error`,
 /// `permanent_error`, `invalid` (refused before reaching the node).
@@ -239,7 +239,7 @@ fn log_claim<T>(method: Method, version: DraVersion, result: &Result<T, ClaimFai
     }
 }
 
-fn count_request(method: Method, version: DraVersion, outcome: &'static str) {
+pub(crate) fn count_request(method: Method, version: DraVersion, outcome: &'static str) {
     metrics::counter!(
         REQUESTS_TOTAL,
         "method" => method.as_str(),

@@ -18,10 +18,11 @@ use super::version::DraVersion;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot connect to {}: {source}", path.display())]
+    #[error("cannot connect to {}", path.display())]
     Connect {
         path: PathBuf,
-        source: tonic::transport::Error,
+        #[source]
+        source: std::io::Error,
     },
     #[error("{method} on {} failed: {} ({:?})", path.display(), status.message(), status.code())]
     Call {
@@ -48,6 +49,7 @@ pub struct Registration {
 impl Registration {
     /// The version the kubelet calls: v1 when offered.
     pub fn preferred_version(&self) -> DraVersion {
+        // `DraVersion` is ordered newest first.
         self.versions
             .iter()
             .copied()
@@ -122,6 +124,17 @@ pub async fn register(registration_socket: &Path) -> Result<Registration, Client
         supported_versions: info.supported_versions,
         versions,
     })
+}
+
+/// One claim in either version's message (the same fields, in different packages).
+macro_rules! claim {
+    ($api:ident, $claim:expr) => {
+        $api::Claim {
+            namespace: $claim.namespace.clone(),
+            uid: $claim.uid.clone(),
+            name: $claim.name.clone(),
+        }
+    };
 }
 
 /// A connection to a plugin's DRA socket.
@@ -241,17 +254,6 @@ impl KubeletClient {
     }
 }
 
-macro_rules! claim {
-    ($api:ident, $claim:expr) => {
-        $api::Claim {
-            namespace: $claim.namespace.clone(),
-            uid: $claim.uid.clone(),
-            name: $claim.name.clone(),
-        }
-    };
-}
-use claim;
-
 /// The kubelet counts a claim without an entry as failed; so do we.
 fn in_request_order<T: Clone>(
     claims: &[ClaimRef],
@@ -281,8 +283,21 @@ async fn connect_unix(path: &Path) -> Result<Channel, ClientError> {
             async move { UnixStream::connect(dial).await.map(TokioIo::new) }
         }))
         .await
-        .map_err(|source| ClientError::Connect {
+        .map_err(|error| ClientError::Connect {
             path: path.to_path_buf(),
-            source,
+            source: io_cause(&error),
         })
+}
+
+/// tonic wraps the dialer's error in layers that each repeat it; the io error at the
+/// bottom (no such file, connection refused) is what a person needs.
+fn io_cause(error: &tonic::transport::Error) -> std::io::Error {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = cause {
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            return std::io::Error::new(io.kind(), io.to_string());
+        }
+        cause = current.source();
+    }
+    std::io::Error::other(error.to_string())
 }

@@ -8,10 +8,12 @@ mod config;
 mod error;
 mod gate;
 mod health;
+mod malformed;
 mod plugin;
 mod registration;
 mod server;
 mod service;
+mod severable;
 mod socket;
 mod version;
 

@@ -12,6 +12,7 @@ use domaind_kubelet_api::pluginregistration::registration_server::RegistrationSe
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
@@ -22,13 +23,15 @@ use super::config::PluginServerConfig;
 use super::error::PluginServerError;
 use super::gate::CallGate;
 use super::health::PluginHealth;
+use super::malformed::CountMalformed;
 use super::plugin::NodePlugin;
 use super::registration::{RegistrationService, RegistrationState};
 use super::service::DraService;
+use super::severable::Severable;
 use super::socket::{self, SocketFile};
 
-/// Once calls have drained, connections close at once; this bounds one that does not
-/// (a health watch stream, a call abandoned by the drain timeout).
+/// Once calls have drained, connections close at once after GOAWAY; this bounds one that
+/// does not (a health watch stream) before it is cut.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// The kubelet plugin's gRPC servers.
@@ -43,30 +46,16 @@ impl KubeletPluginServer {
         config: PluginServerConfig,
         plugin: Arc<dyn NodePlugin>,
     ) -> Result<RunningPluginServer, PluginServerError> {
-        let dra_path = config.dra_socket();
-        let registration_path = config.registration_socket();
+        // The kubelet resolves the endpoint we register from its own working directory.
+        let absolute = |path: std::path::PathBuf| std::path::absolute(&path).unwrap_or(path);
+        let dra_path = absolute(config.dra_socket());
+        let registration_path = absolute(config.registration_socket());
 
         let health_listener = match config.health_addr {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| PluginServerError::BindHealth { addr, source })?,
-            ),
+            Some(addr) => Some(bind_health(addr).await?),
             None => None,
         };
-        let health_addr = match &health_listener {
-            Some(listener) => {
-                Some(
-                    listener
-                        .local_addr()
-                        .map_err(|source| PluginServerError::BindHealth {
-                            addr: config.health_addr.unwrap_or(([0, 0, 0, 0], 0).into()),
-                            source,
-                        })?,
-                )
-            }
-            None => None,
-        };
+        let health_addr = health_listener.as_ref().map(|(_, bound)| *bound);
         // The registration socket last: its appearance is what makes the kubelet call
         // us, so the DRA socket it points to must already listen.
         let (dra_listener, dra_socket) = socket::bind(&dra_path).await?;
@@ -83,6 +72,7 @@ impl KubeletPluginServer {
         let gate = CallGate::new();
         let health = PluginHealth::new().await;
         let stop = CancellationToken::new();
+        let sever = CancellationToken::new();
         let dra = Arc::new(DraService::new(ClaimHandler::new(plugin, gate.clone())));
         let registration = RegistrationService::new(&config.driver_name, &dra_path, gate.clone());
         let registration_state = registration.state();
@@ -93,13 +83,14 @@ impl KubeletPluginServer {
             spawn_server(
                 "dra",
                 Server::builder()
+                    .layer(CountMalformed::layer())
                     .add_service(health.service())
                     .add_service(v1::dra_plugin_server::DraPluginServer::from_arc(
                         dra.clone(),
                     ))
                     .add_service(v1beta1::dra_plugin_server::DraPluginServer::from_arc(dra))
                     .serve_with_incoming_shutdown(
-                        UnixListenerStream::new(dra_listener),
+                        UnixListenerStream::new(dra_listener).map(severable(&sever)),
                         stop.clone().cancelled_owned(),
                     ),
                 &stop,
@@ -110,20 +101,20 @@ impl KubeletPluginServer {
                 Server::builder()
                     .add_service(RegistrationServer::new(registration))
                     .serve_with_incoming_shutdown(
-                        UnixListenerStream::new(registration_listener),
+                        UnixListenerStream::new(registration_listener).map(severable(&sever)),
                         stop.clone().cancelled_owned(),
                     ),
                 &stop,
                 &health,
             ),
         ];
-        if let Some(listener) = health_listener {
+        if let Some((listener, _)) = health_listener {
             tasks.push(spawn_server(
                 "health",
                 Server::builder()
                     .add_service(health.service())
                     .serve_with_incoming_shutdown(
-                        TcpListenerStream::new(listener),
+                        TcpListenerStream::new(listener).map(severable(&sever)),
                         stop.clone().cancelled_owned(),
                     ),
                 &stop,
@@ -145,11 +136,28 @@ impl KubeletPluginServer {
             health,
             registration: registration_state,
             stop,
+            sever,
             tasks,
             drain_timeout: config.drain_timeout,
             finished: false,
         })
     }
+}
+
+/// Binds the health port, and says which port that is when the config asked for 0.
+async fn bind_health(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), PluginServerError> {
+    let failed = |source| PluginServerError::BindHealth { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let bound = listener.local_addr().map_err(failed)?;
+    Ok((listener, bound))
+}
+
+/// Wraps each accepted connection so that `sever` can cut it.
+fn severable<S>(
+    sever: &CancellationToken,
+) -> impl FnMut(std::io::Result<S>) -> std::io::Result<Severable<S>> + use<S> {
+    let sever = sever.clone();
+    move |accepted| accepted.map(|io| Severable::new(io, &sever))
 }
 
 fn spawn_server(
@@ -196,7 +204,10 @@ pub struct RunningPluginServer {
     gate: CallGate,
     health: PluginHealth,
     registration: watch::Receiver<RegistrationState>,
+    /// Stops accepting and closes connections once their calls are done.
     stop: CancellationToken,
+    /// Cuts every connection, calls and all.
+    sever: CancellationToken,
     tasks: Vec<(&'static str, JoinHandle<()>)>,
     drain_timeout: Duration,
     finished: bool,
@@ -253,21 +264,41 @@ impl RunningPluginServer {
             );
         }
         self.stop.cancel();
-        let tasks = std::mem::take(&mut self.tasks);
-        futures::future::join_all(tasks.into_iter().map(|(name, task)| async move {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
-                abort.abort();
-                tracing::warn!(server = name, grace = ?STOP_GRACE, "server did not stop in time; aborted");
-            }
-        }))
-        .await;
+        if !drained {
+            // Those calls would hold their connections open: cut them now.
+            self.sever.cancel();
+        }
+        self.stop_servers().await;
         self.remove_sockets();
         self.finished = true;
         tracing::info!(drained, "kubelet plugin stopped");
         ShutdownReport {
             drained,
             abandoned_calls,
+        }
+    }
+
+    /// Waits for the servers to end: gracefully, then by cutting connections, then by
+    /// aborting the tasks, each step bounded by [`STOP_GRACE`].
+    async fn stop_servers(&mut self) {
+        let tasks = std::mem::take(&mut self.tasks);
+        let aborts: Vec<_> = tasks
+            .iter()
+            .map(|(name, task)| (*name, task.abort_handle()))
+            .collect();
+        let mut all = futures::future::join_all(tasks.into_iter().map(|(_, task)| task));
+        if tokio::time::timeout(STOP_GRACE, &mut all).await.is_ok() {
+            return;
+        }
+        self.sever.cancel();
+        if tokio::time::timeout(STOP_GRACE, &mut all).await.is_ok() {
+            return;
+        }
+        for (name, abort) in aborts {
+            if !abort.is_finished() {
+                abort.abort();
+                tracing::warn!(server = name, "server did not stop; aborted");
+            }
         }
     }
 
@@ -282,6 +313,7 @@ impl Drop for RunningPluginServer {
         if !self.finished {
             self.gate.close();
             self.stop.cancel();
+            self.sever.cancel();
             self.remove_sockets();
         }
     }

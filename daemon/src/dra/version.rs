@@ -4,7 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A version of the kubelet's `DRAPlugin` service. Both are served on one socket; the
-/// kubelet picks one from what registration offers (v1 when it has both).
+/// kubelet picks one from what registration offers (v1 when it has both). Ordered newest
+/// first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DraVersion {
     V1,

@@ -128,7 +128,10 @@ fn a_repeated_claim_is_answered_once_and_a_conflicting_uid_is_invalid() {
 
 /// Counter values by name and labels. A debugging snapshot resets what it reads, so a
 /// test takes one and looks everything up in it.
-struct Counters(Vec<(String, Vec<(String, String)>, u64)>);
+struct Counters(Vec<CounterValue>);
+
+/// Name, labels, value.
+type CounterValue = (String, Vec<(String, String)>, u64);
 
 impl Counters {
     fn take(recorder: &DebuggingRecorder) -> Self {
