@@ -7,6 +7,7 @@ mod atomic_file;
 pub mod cdi;
 pub mod checkpoint;
 pub mod crd;
+pub mod demo;
 pub mod devices;
 pub mod dra;
 pub mod events;

@@ -9,6 +9,7 @@ use crate::cli::Command;
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Certs(certs) => certs::run(certs),
+        Command::Demo(args) => domaind::demo::run(args),
         Command::KubeletSim(command) => kubelet_sim::run(command),
         Command::Run(args) => domaind::run::run(*args),
         Command::Topology(topology) => topology::run(topology),

@@ -21,7 +21,7 @@ const USAGE: &str = "usage: imex-sim [-c CONFIG] | imex-sim ctl [-c CONFIG] (-q 
 pub fn main(args: &[String]) -> ExitCode {
     let (ctl, args) = match args.first().map(String::as_str) {
         Some("ctl") => (true, &args[1..]),
-        _ => (false, &args[..]),
+        _ => (false, args),
     };
     let mut config = PathBuf::from("/etc/nvidia-imex/config.cfg");
     let mut command = None;

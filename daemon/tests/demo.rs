@@ -1,0 +1,51 @@
+//! `domaind demo --json`: the README's first command, end to end.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn the_demo_forms_heals_and_rejoins_and_leaves_nothing_behind() {
+    let output = Command::new(env!("CARGO_BIN_EXE_domaind"))
+        .args([
+            "--log", "warn", "demo", "--json", "--nodes", "3", "--subnet", "43",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["ok"], true, "{summary}");
+    assert_eq!(summary["nodes"], 3);
+    assert_eq!(summary["killed"], "node-03");
+    for field in ["formed_ms", "heal_ms", "rejoin_ms"] {
+        assert!(summary[field].as_u64().is_some(), "{field} in {summary}");
+    }
+    assert_eq!(summary["compute_domain"]["name"], "demo-domain");
+    // Nothing of the rack outlives the demo: its files are gone, and no process runs
+    // with them.
+    let dir = summary["rack_dir"].as_str().unwrap();
+    assert!(!std::path::Path::new(dir).exists(), "{dir} was removed");
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| std::fs::read(entry.ok()?.path().join("cmdline")).ok())
+        .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        .filter(|cmdline| cmdline.contains(dir))
+        .collect();
+    assert_eq!(survivors, Vec::<String>::new());
+}
+
+#[test]
+fn bad_flags_are_refused_with_the_reason() {
+    let output = Command::new(env!("CARGO_BIN_EXE_domaind"))
+        .args(["demo", "--nodes", "19"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("19 is not in 1..=18"), "{stderr}");
+}
