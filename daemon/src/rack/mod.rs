@@ -217,8 +217,11 @@ impl LocalRack {
         self.nodes[index].stop(limit)
     }
 
-    /// Stops every daemon gracefully (SIGKILL after `limit`).
+    /// Stops every daemon gracefully, all at once (SIGKILL after `limit`).
     pub fn stop_all(&mut self, limit: Duration) {
+        for node in &mut self.nodes {
+            let _ = node.begin_stop();
+        }
         for node in &mut self.nodes {
             let _ = node.stop(limit);
         }

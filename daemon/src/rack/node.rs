@@ -272,6 +272,13 @@ impl RackNode {
         Ok(())
     }
 
+    /// SIGTERM, without waiting.
+    pub(super) fn begin_stop(&mut self) -> anyhow::Result<()> {
+        self.stopped_on_purpose = true;
+        self.signal(Signal::SIGTERM)
+    }
+
+    /// SIGTERM (again, harmlessly, after [`Self::begin_stop`]), then waits for the exit.
     pub(super) fn stop(&mut self, limit: Duration) -> anyhow::Result<Option<i32>> {
         self.stopped_on_purpose = true;
         if !self.running() {
