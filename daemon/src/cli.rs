@@ -70,6 +70,8 @@ pub enum Command {
     /// machines without NVIDIA GPUs.
     #[command(subcommand)]
     Topology(TopologyCommand),
+    /// Print the ComputeDomain CRD (YAML), as deploy/crds/ holds it.
+    Crdgen,
     /// The IMEX simulator built into this binary (what `run --imex-sim-builtin` starts);
     /// the same command line as the `imex-sim` binary.
     #[command(hide = true, disable_help_flag = true)]

@@ -9,6 +9,10 @@ use crate::cli::Command;
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Certs(certs) => certs::run(certs),
+        Command::Crdgen => {
+            print!("{}", domaind::crd::crd_yaml());
+            Ok(())
+        }
         Command::Demo(args) => domaind::demo::run(args),
         Command::KubeletSim(command) => kubelet_sim::run(command),
         Command::Run(args) => domaind::run::run(*args),

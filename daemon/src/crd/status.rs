@@ -3,6 +3,7 @@
 
 use domaind_actors::model::Phase;
 use domaind_actors::rules::status::DomainStatus;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -10,13 +11,15 @@ use time::format_description::well_known::Rfc3339;
 /// The type of the one condition we keep: whether every node is ready.
 pub const READY_CONDITION: &str = "Ready";
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ComputeDomainStatus {
-    /// `Ready` or `NotReady`, as in the anchor.
+    /// `Ready` once every node is (and `numNodes` of them, if set).
+    #[schemars(schema_with = "phase_schema")]
     pub status: Phase,
-    /// Keyed by `name` (a list-map in the CRD).
+    /// Keyed by `name`.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub nodes: Vec<ComputeDomainNode>,
     #[serde(default)]
     pub ready_nodes: u32,
@@ -30,7 +33,7 @@ pub struct ComputeDomainStatus {
     pub observed_generation: Option<i64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ComputeDomainNode {
     pub name: String,
@@ -41,11 +44,27 @@ pub struct ComputeDomainNode {
     /// The IMEX slot; absent until the node holds one (the schema has no nulls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<u16>,
+    /// Whether this node's IMEX daemon is ready.
+    #[serde(default = "not_ready")]
+    #[schemars(schema_with = "phase_schema")]
     pub status: Phase,
 }
 
+fn not_ready() -> Phase {
+    Phase::NotReady
+}
+
+/// `Ready` | `NotReady`, defaulting to `NotReady` as the anchor's CRD does.
+fn phase_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ["Ready", "NotReady"],
+        "default": "NotReady"
+    })
+}
+
 /// A standard Kubernetes condition (`metav1.Condition`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     #[serde(rename = "type")]
@@ -59,7 +78,7 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum ConditionStatus {
     True,
     False,

@@ -1,0 +1,207 @@
+//! The ComputeDomain CRD: checked in under deploy/, current, and compatible with the
+//! anchor's (NVIDIA's driver), so existing objects stay valid.
+
+use std::path::Path;
+
+use domaind::crd::{ChannelAllocationMode, ComputeDomain, crd_yaml};
+use serde_json::Value;
+
+const DEPLOYED: &str = "../deploy/crds/computedomains.resource.nvidia.com.yaml";
+const ANCHOR: &str = "../../shared/reference/anchor-computedomains-crd.yaml";
+
+fn manifest_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn yaml(text: &str) -> Value {
+    serde_saphyr::from_str(text).unwrap()
+}
+
+fn schema(crd: &Value) -> &Value {
+    &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+}
+
+#[test]
+fn the_deployed_crd_is_what_crdgen_prints() {
+    let deployed = std::fs::read_to_string(manifest_dir().join(DEPLOYED)).unwrap();
+    assert!(
+        deployed == crd_yaml(),
+        "deploy/crds is stale: run `cargo run --bin domaind -- crdgen > \
+         deploy/crds/computedomains.resource.nvidia.com.yaml`"
+    );
+}
+
+/// Every property of the anchor's schema is in ours with the same type, enum and
+/// default; nothing ours requires is optional in the anchor's.
+fn assert_compatible(path: &str, anchor: &Value, ours: &Value, problems: &mut Vec<String>) {
+    for key in [
+        "type",
+        "enum",
+        "default",
+        "x-kubernetes-list-type",
+        "x-kubernetes-list-map-keys",
+    ] {
+        let (a, o) = (&anchor[key], &ours[key]);
+        let same = match (a, o) {
+            // YAML gives 0 for the anchor's integer default, 0 for ours; compare as numbers.
+            (Value::Number(a), Value::Number(o)) => a.as_f64() == o.as_f64(),
+            _ => a == o,
+        };
+        if !a.is_null() && !same {
+            problems.push(format!("{path}: {key} is {o}, the anchor's is {a}"));
+        }
+    }
+    let anchor_required: Vec<&Value> = anchor["required"]
+        .as_array()
+        .map(|r| r.iter().collect())
+        .unwrap_or_default();
+    if let Some(required) = ours["required"].as_array() {
+        for field in required {
+            let defaulted = !ours["properties"][field.as_str().unwrap()]["default"].is_null();
+            // A ComputeDomain without a spec names no claim template: the anchor's
+            // controller cannot serve one either, and kube's derive requires it.
+            let spec_at_root = path.is_empty() && field == "spec";
+            if !anchor_required.contains(&field) && !defaulted && !anchor.is_null() && !spec_at_root
+            {
+                problems.push(format!("{path}: we require {field}, the anchor does not"));
+            }
+        }
+    }
+    if let Some(properties) = anchor["properties"].as_object() {
+        for (name, anchor_property) in properties {
+            // The API server's own fields, not the CRD's.
+            if path.is_empty() && ["apiVersion", "kind", "metadata"].contains(&name.as_str()) {
+                continue;
+            }
+            let ours_property = &ours["properties"][name];
+            if ours_property.is_null() {
+                problems.push(format!("{path}.{name}: missing"));
+                continue;
+            }
+            assert_compatible(
+                &format!("{path}.{name}"),
+                anchor_property,
+                ours_property,
+                problems,
+            );
+        }
+    }
+    if anchor["items"].is_object() {
+        assert_compatible(
+            &format!("{path}[]"),
+            &anchor["items"],
+            &ours["items"],
+            problems,
+        );
+    }
+}
+
+#[test]
+fn our_crd_accepts_what_the_anchor_accepts() {
+    let anchor_path = manifest_dir().join(ANCHOR);
+    let Ok(anchor) = std::fs::read_to_string(&anchor_path) else {
+        eprintln!("skipped: {} is not here", anchor_path.display());
+        return;
+    };
+    let anchor = yaml(&anchor);
+    let ours = yaml(&crd_yaml());
+    for key in ["group"] {
+        assert_eq!(ours["spec"][key], anchor["spec"][key]);
+    }
+    for key in ["kind", "plural", "singular"] {
+        assert_eq!(
+            ours["spec"]["names"][key], anchor["spec"]["names"][key],
+            "{key}"
+        );
+    }
+    assert_eq!(ours["spec"]["scope"], anchor["spec"]["scope"]);
+    assert_eq!(
+        ours["spec"]["versions"][0]["name"],
+        anchor["spec"]["versions"][0]["name"]
+    );
+    assert_eq!(
+        ours["spec"]["versions"][0]["subresources"],
+        anchor["spec"]["versions"][0]["subresources"]
+    );
+    assert_eq!(
+        schema(&ours)["properties"]["spec"]["x-kubernetes-validations"][0]["rule"],
+        "self == oldSelf"
+    );
+    let mut problems = Vec::new();
+    assert_compatible("", schema(&anchor), schema(&ours), &mut problems);
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn the_contract_test_finds_a_renamed_field() {
+    let ours = yaml(&crd_yaml());
+    let mut broken = ours.clone();
+    let nodes = &mut broken["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+        ["properties"]["nodes"]["items"]["properties"];
+    let clique = nodes["cliqueID"].take();
+    nodes["cliqueId"] = clique;
+    let mut problems = Vec::new();
+    assert_compatible("", schema(&ours), schema(&broken), &mut problems);
+    assert!(
+        problems.iter().any(|p| p.contains("cliqueID: missing")),
+        "{problems:#?}"
+    );
+}
+
+#[test]
+fn manifests_written_for_the_anchor_decode() {
+    // As in NVIDIA's and CoreWeave's published examples.
+    let minimal: ComputeDomain = serde_saphyr::from_str(
+        "apiVersion: resource.nvidia.com/v1beta1
+kind: ComputeDomain
+metadata:
+  name: compute-domain-0
+spec:
+  numNodes: 0
+  channel:
+    resourceClaimTemplate:
+      name: compute-domain-0-rct
+",
+    )
+    .unwrap();
+    assert_eq!(
+        minimal.spec.channel.resource_claim_template.name,
+        "compute-domain-0-rct"
+    );
+    assert_eq!(
+        minimal.spec.channel.allocation_mode,
+        ChannelAllocationMode::Single
+    );
+    let with_status: ComputeDomain = serde_saphyr::from_str(
+        "apiVersion: resource.nvidia.com/v1beta1
+kind: ComputeDomain
+metadata:
+  name: s0-011-us-west-01a
+  namespace: cw-nvidia-gpu-operator
+  uid: e6d3a22d-12a8-47f7-b55b-fdcbcf4e35d8
+  finalizers:
+  - resource.nvidia.com/computeDomain
+spec:
+  channel:
+    allocationMode: Single
+    resourceClaimTemplate:
+      name: imex-channel-s0-011-us-west-01a
+status:
+  nodes:
+  - cliqueID: 5f7d1f7c-5a4e-4f4e-9d8c-1b2c3d4e5f60.32766
+    index: 0
+    ipAddress: 10.0.0.12
+    name: s0-011-us-west-01a-node-1
+  status: Ready
+",
+    )
+    .unwrap();
+    let status = with_status.status.unwrap();
+    assert_eq!(status.nodes[0].index, Some(0));
+    assert_eq!(
+        status.nodes[0].status.to_string(),
+        "NotReady",
+        "the CRD's default"
+    );
+    assert_eq!(status.status.to_string(), "Ready");
+}
