@@ -11,6 +11,8 @@ pub const GROUP: &str = "resource.nvidia.com";
 pub const VERSION: &str = "v1beta1";
 
 /// The spec is immutable: a ComputeDomain is recreated, never edited.
+// Clippy takes the printer columns' `type_ = "integer"`, twice, for repeated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Eq)]
 #[kube(
     group = "resource.nvidia.com",
