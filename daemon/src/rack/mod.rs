@@ -17,6 +17,7 @@ use domaind_gossip::NodeName;
 use domaind_gossip::pki::{DevCa, NodeCertRequest};
 
 pub use node::RackNode;
+
 pub use probe::{PrepareAnswer, http_get, node_view, prepare_until_ready};
 
 use crate::gpu::Topology;
@@ -46,6 +47,21 @@ pub struct RackSpec {
     pub log_filter: String,
     /// More `domaind run` flags for every daemon (e.g. `--prepare-deadline 2s`).
     pub extra_args: Vec<String>,
+    /// Node names instead of `node-01`...: to pretend to be a cluster's nodes.
+    pub names: Option<Vec<String>>,
+    /// Loopback addresses instead of 127.0.<subnet>.1...
+    pub ips: Option<Vec<IpAddr>>,
+    pub backend: RackBackend,
+}
+
+/// Where the rack's claims come from and status goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RackBackend {
+    /// A local backend directory shared by the rack.
+    #[default]
+    Local,
+    /// The Kubernetes API of the `KUBECONFIG` in the environment.
+    Kube,
 }
 
 impl RackSpec {
@@ -67,6 +83,9 @@ impl RackSpec {
             gossip_interval: Duration::from_millis(150),
             log_filter: "info".into(),
             extra_args: Vec::new(),
+            names: None,
+            ips: None,
+            backend: RackBackend::Local,
         }
     }
 }
@@ -90,10 +109,26 @@ impl LocalRack {
         }
         std::fs::create_dir_all(&spec.root)
             .with_context(|| format!("cannot create {}", spec.root.display()))?;
-        let names: Vec<String> = (1..=spec.nodes).map(|i| format!("node-{i:02}")).collect();
-        let ips: Vec<IpAddr> = (1..=spec.nodes)
-            .map(|i| IpAddr::from([127, 0, spec.subnet, i as u8]))
-            .collect();
+        let names: Vec<String> = spec
+            .names
+            .clone()
+            .unwrap_or_else(|| (1..=spec.nodes).map(|i| format!("node-{i:02}")).collect());
+        let ips: Vec<IpAddr> = spec.ips.clone().unwrap_or_else(|| {
+            (1..=spec.nodes)
+                .map(|i| IpAddr::from([127, 0, spec.subnet, i as u8]))
+                .collect()
+        });
+        if names.len() != spec.nodes || ips.len() != spec.nodes {
+            bail!(
+                "a rack of {} nodes needs as many names and addresses, not {} and {}",
+                spec.nodes,
+                names.len(),
+                ips.len()
+            );
+        }
+        if let Some(ip) = ips.iter().find(|ip| !ip.is_loopback()) {
+            bail!("{ip} is not a loopback address: a local rack runs on 127.0.0.0/8 only");
+        }
 
         let ca = DevCa::generate("domaind local rack CA", time::Duration::days(2))
             .context("cannot make the rack's CA")?;
@@ -177,7 +212,7 @@ impl LocalRack {
         let args = node::DaemonArgs {
             domaind: &self.spec.domaind,
             imex_sim: self.spec.imex_sim.as_deref(),
-            local_dir: self.local.root(),
+            local_dir: (self.spec.backend == RackBackend::Local).then(|| self.local.root()),
             seeds: &seeds,
             imex_port: self.imex_port,
             imex_cmd_port: self.imex_cmd_port,

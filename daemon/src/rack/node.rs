@@ -19,7 +19,8 @@ const POLL: Duration = Duration::from_millis(25);
 pub(super) struct DaemonArgs<'a> {
     pub domaind: &'a Path,
     pub imex_sim: Option<&'a Path>,
-    pub local_dir: &'a Path,
+    /// The local backend's directory; `None` for the Kubernetes backend.
+    pub local_dir: Option<&'a Path>,
     pub seeds: &'a [String],
     pub imex_port: u16,
     pub imex_cmd_port: u16,
@@ -142,10 +143,6 @@ impl RackNode {
             .arg(self.dir.join("registry"))
             .arg("--state-dir")
             .arg(self.state_dir())
-            .arg("--backend")
-            .arg("local")
-            .arg("--local-dir")
-            .arg(args.local_dir)
             .arg("--cdi-dir")
             .arg(self.cdi_dir())
             .arg("--gpu-topology")
@@ -160,6 +157,14 @@ impl RackNode {
             .arg(&self.proc_devices)
             .arg("--http-addr")
             .arg(format!("{}:0", self.ip));
+        match args.local_dir {
+            Some(dir) => command
+                .arg("--backend")
+                .arg("local")
+                .arg("--local-dir")
+                .arg(dir),
+            None => command.arg("--backend").arg("kube"),
+        };
         match args.imex_sim {
             Some(sim) => command.arg("--imex-sim").arg(sim),
             None => command.arg("--imex-sim-builtin"),
