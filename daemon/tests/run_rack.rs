@@ -187,6 +187,14 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
     })
     .await;
 
+    // Concurrent calls for one claim are safe and get the same answer.
+    let claim0 = claim_ref(&format!("c-{}", names[0]));
+    let (first, second) = tokio::join!(
+        prepare(&rack, 0, &claim0, DraVersion::V1),
+        prepare(&rack, 0, &claim0, DraVersion::V1)
+    );
+    assert_eq!((&first, &second), (&answers[0], &answers[0]));
+
     // The older DRA version answers the same, from the checkpoint.
     let again = prepare(
         &rack,
