@@ -10,8 +10,10 @@ use common::{Rack, claim_ref, domain, run};
 use domaind_actors::actors::domain::Crash;
 use domaind_actors::actors::node::GetDomain;
 use domaind_actors::model::{DomainUid, Phase, ReadinessPolicy};
+use domaind_actors::ports::StatusSink;
 use domaind_actors::ports::{ClaimError, DomainEvent, PrepareState};
 use domaind_actors::rules::peer_health::PeerHealthConfig;
+use domaind_actors::rules::status::digest;
 use domaind_actors::testing::{GossipCall, ImexCall};
 use domaind_actors::{Prepare, PrepareError};
 
@@ -524,6 +526,43 @@ fn a_departing_node_is_dropped_at_once_and_rejoins_from_its_checkpoint() {
                     .first()
                     .is_some_and(|d| d.phase == Phase::Ready && d.peer_set.contains("node-c"))
             })
+        })
+        .await;
+    });
+}
+
+#[test]
+fn a_late_write_of_a_former_reporter_is_written_over() {
+    run(|| async {
+        let rack = rack_of(&NODES);
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        prepare_all(&rack, "c", &NODES).await;
+        rack.wait_until(LIMIT, "node-a writes Ready", &NODES, |_| {
+            rack.status
+                .latest("cd1")
+                .is_some_and(|w| w.writer == "node-a" && w.status.status == Phase::Ready)
+        })
+        .await;
+        let truth = rack.status.latest("cd1").unwrap().status;
+
+        // node-c, reporter for a moment while it was alone, lands its stale write
+        // now, and publishes its digest as every writer does.
+        let mut stale = truth.clone();
+        stale.status = Phase::NotReady;
+        stale.ready_nodes = 1;
+        stale.total_nodes = 1;
+        rack.status
+            .for_node("node-c")
+            .write(&cd, &stale)
+            .await
+            .unwrap();
+        rack.net.set_key_of("node-c", "status/cd1", &digest(&stale));
+
+        rack.wait_until(LIMIT, "the reporter writes the truth again", &NODES, |_| {
+            rack.status
+                .latest("cd1")
+                .is_some_and(|w| w.writer == "node-a" && w.status == truth)
         })
         .await;
     });

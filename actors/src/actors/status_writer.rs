@@ -4,7 +4,13 @@
 //! becomes one write; a document already written (by this node, or by a predecessor that
 //! published its digest in gossip) is not written again; failed writes are retried
 //! with backoff, always with the newest document.
+//!
+//! A former reporter's write can land after ours (it was in flight when the role
+//! changed hands, and writes are last-writer-wins). Every writer publishes the digest
+//! of what it wrote once the write is done, so the reporter sees another member's
+//! digest change to one that is not its own, and writes its document again.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,13 +19,15 @@ use domaind_gossip::transport::Backoff;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::model::{DomainRef, Phase};
+use crate::model::{DomainRef, NodeId, Phase};
 use crate::ports::{Gossip, PortError, StatusSink};
 use crate::rules::membership::status_key;
 use crate::rules::status::{DomainStatus, digest};
 
 pub const STATUS_WRITES: &str = "domaind_status_writes_total";
 pub const STATUS_WRITE_FAILURES: &str = "domaind_status_write_failures_total";
+/// Writes repeated because a former reporter's write landed after ours.
+pub const STATUS_REWRITES: &str = "domaind_status_rewrites_total";
 
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
@@ -40,6 +48,10 @@ pub struct StatusWriterActor {
     timer: Option<SpawnHandle>,
     writing: bool,
     backoff: Backoff,
+    /// Other members' published digests as last seen; `None` before the first look.
+    others_seen: Option<BTreeMap<NodeId, String>>,
+    /// Someone wrote after us: write the document even though we wrote it before.
+    overwritten: bool,
 }
 
 impl std::fmt::Debug for StatusWriterActor {
@@ -71,7 +83,31 @@ impl StatusWriterActor {
             timer: None,
             writing: false,
             backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
+            others_seen: None,
+            overwritten: false,
         }
+    }
+
+    /// Whether another member published a digest, since we last looked, that is not
+    /// the one we wrote: its write may have landed after ours.
+    fn overwritten_since_last_look(&mut self) -> bool {
+        let key = status_key(&self.domain.uid);
+        let me = self.gossip.node();
+        let others: BTreeMap<NodeId, String> = self
+            .gossip
+            .live()
+            .values()
+            .filter(|m| m.node != me)
+            .filter_map(|m| Some((m.node.clone(), m.keys.get(&key)?.clone())))
+            .collect();
+        let overwritten = match (&self.others_seen, &self.written) {
+            (Some(seen), Some(written)) => others
+                .iter()
+                .any(|(node, digest)| seen.get(node) != Some(digest) && digest != written),
+            _ => false,
+        };
+        self.others_seen = Some(others);
+        overwritten
     }
 
     /// (Re)arms the flush: `delay` from now, but never later than `max_delay` after
@@ -109,10 +145,10 @@ impl StatusWriterActor {
         };
         self.pending_since = None;
         let fingerprint = digest(&status);
-        if self.written.as_deref() == Some(fingerprint.as_str()) {
+        if !self.overwritten && self.written.as_deref() == Some(fingerprint.as_str()) {
             return;
         }
-        if self.written.is_none() && self.written_by_someone(&fingerprint) {
+        if !self.overwritten && self.written.is_none() && self.written_by_someone(&fingerprint) {
             debug!(domain = %self.domain, "status already written by the previous reporter");
             self.written = Some(fingerprint);
             self.written_phase = Some(status.status);
@@ -137,6 +173,7 @@ impl StatusWriterActor {
                     Ok(()) => {
                         metrics::counter!(STATUS_WRITES).increment(1);
                         act.backoff.succeed();
+                        act.overwritten = false;
                         act.written = Some(fingerprint);
                         act.written_phase = Some(status.status);
                         if act.pending.is_some() {
@@ -165,6 +202,11 @@ impl Handler<PublishStatus> for StatusWriterActor {
     type Result = ();
 
     fn handle(&mut self, PublishStatus(status): PublishStatus, ctx: &mut Self::Context) {
+        if self.overwritten_since_last_look() {
+            warn!(domain = %self.domain, "another node wrote the status after this reporter: writing it again");
+            metrics::counter!(STATUS_REWRITES).increment(1);
+            self.overwritten = true;
+        }
         // The domain turning Ready is what users (and Domain-policy prepares) wait
         // for: write it at once rather than after the quiet period.
         let now_ready = status.status == Phase::Ready && self.written_phase != Some(Phase::Ready);
