@@ -177,7 +177,9 @@ mod tests {
     #[test]
     fn missing_binaries_say_how_to_build_them() {
         let dir = tempfile::tempdir().unwrap();
-        let error = locate(None, Some(dir.path()), "domaind").unwrap_err().to_string();
+        let error = locate(None, Some(dir.path()), "domaind")
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("cargo build --release --bin domaind --bin imex-sim"),
             "{error}"

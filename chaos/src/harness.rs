@@ -206,10 +206,7 @@ impl Harness {
 
     fn say(&self, line: &str) {
         if !self.config.quiet {
-            eprintln!(
-                "[{:>6.1}s] {line}",
-                self.started.elapsed().as_secs_f64()
-            );
+            eprintln!("[{:>6.1}s] {line}", self.started.elapsed().as_secs_f64());
         }
     }
 
@@ -321,15 +318,16 @@ impl Harness {
                     }
                 }
                 Life::Stopping if !self.rack.running(node) => {
-                    let code =
-                        tokio::task::block_in_place(|| self.rack.stop(node, Duration::ZERO));
+                    let code = tokio::task::block_in_place(|| self.rack.stop(node, Duration::ZERO));
                     self.world.set_life(node, Life::Down, Instant::now());
                     if !matches!(code, Ok(Some(0))) {
                         let name = self.name(node);
                         self.record(Violation::new(
                             Invariant::Crash,
                             Some(&name),
-                            format!("a graceful stop (SIGTERM) ended with {code:?}, not exit code 0"),
+                            format!(
+                                "a graceful stop (SIGTERM) ended with {code:?}, not exit code 0"
+                            ),
                         ));
                     }
                 }
@@ -395,7 +393,8 @@ impl Harness {
             let mut seen = NodeObservation::empty();
             seen.imex_pids = pids;
             seen.hosts = read_hosts_settled(&node.imex_dir().join("hosts")).await;
-            seen.nodes_config = observe::read_nodes_config(&node.imex_dir().join("nodes_config.cfg"));
+            seen.nodes_config =
+                observe::read_nodes_config(&node.imex_dir().join("nodes_config.cfg"));
             seen.checkpoint = observe::read_checkpoint(&node.state_dir());
             nodes.push(seen);
         }
@@ -410,22 +409,22 @@ impl Harness {
                         return (None, None);
                     };
                     let view = observe::view(addr).await;
-                    let rotations = if metrics {
-                        observe::rotations(addr).await.ok()
+                    let reloads = if metrics {
+                        observe::reloads(addr).await.ok()
                     } else {
                         None
                     };
-                    (Some(view), rotations)
+                    (Some(view), reloads)
                 }
             })
             .collect();
-        for (seen, (view, rotations)) in nodes.iter_mut().zip(futures::future::join_all(asks).await) {
+        for (seen, (view, reloads)) in nodes.iter_mut().zip(futures::future::join_all(asks).await) {
             match view {
                 Some(Ok(view)) => seen.view = Some(view),
                 Some(Err(error)) => seen.view_error = Some(error),
                 None => {}
             }
-            seen.tls_rotations = rotations;
+            seen.tls_reloads = reloads;
         }
         let status = match self.rack.local().read_status(&self.domain.uid) {
             Ok(Some(status)) => FileRead::Read(status),
@@ -488,10 +487,7 @@ impl Harness {
     /// Waits until the domain is whole again; how long it took from `since`. If it is
     /// not within the limit, what is still wrong becomes violations.
     async fn heal(&mut self, since: Instant, after: &str) -> Option<u64> {
-        match self
-            .wait_until(HEAL_LIMIT, |h, w, o| h.settled(w, o))
-            .await
-        {
+        match self.wait_until(HEAL_LIMIT, |h, w, o| h.settled(w, o)).await {
             Some(at) => Some(at.saturating_duration_since(since).as_millis() as u64),
             None => {
                 let reasons = self
@@ -510,7 +506,10 @@ impl Harness {
                 if !self.prepares.is_empty() {
                     let pending: Vec<String> =
                         self.prepares.iter().map(|(_, c, _)| c.clone()).collect();
-                    self.liveness(None, format!("prepares still unanswered after {after}: {pending:?}"));
+                    self.liveness(
+                        None,
+                        format!("prepares still unanswered after {after}: {pending:?}"),
+                    );
                 }
                 None
             }
@@ -595,11 +594,16 @@ impl Harness {
     async fn form(&mut self) -> Option<u64> {
         let started = Instant::now();
         if self
-            .wait_until(START_LIMIT, |_, w, _| w.nodes.iter().all(|n| n.life == Life::Up))
+            .wait_until(START_LIMIT, |_, w, _| {
+                w.nodes.iter().all(|n| n.life == Life::Up)
+            })
             .await
             .is_none()
         {
-            self.liveness(None, format!("the daemons were not all up within {START_LIMIT:?}"));
+            self.liveness(
+                None,
+                format!("the daemons were not all up within {START_LIMIT:?}"),
+            );
             return None;
         }
         self.say(&format!(
@@ -611,10 +615,7 @@ impl Harness {
             let claim = self.own_claim(node);
             self.begin_prepare(node, &claim);
         }
-        match self
-            .wait_until(FORM_LIMIT, |h, w, o| h.settled(w, o))
-            .await
-        {
+        match self.wait_until(FORM_LIMIT, |h, w, o| h.settled(w, o)).await {
             Some(at) => {
                 let ms = at.saturating_duration_since(issued).as_millis() as u64;
                 let nodes = self.world.nodes.len();
@@ -711,7 +712,11 @@ impl Harness {
             self.say(&format!(
                 "{} {}: detect {}, heal {}{}",
                 record.kind,
-                record.targets.join(","),
+                if record.targets.is_empty() {
+                    "(every link of the rack)".to_owned()
+                } else {
+                    record.targets.join(",")
+                },
                 record
                     .detect_ms
                     .map_or_else(|| "-".into(), |ms| format!("{ms} ms")),
@@ -850,10 +855,8 @@ impl Harness {
         self.world.nodes[target].imex_crashes += 1;
         let injected = Instant::now();
         for pid in &pids {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(*pid as i32),
-                Signal::SIGKILL,
-            );
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), Signal::SIGKILL);
         }
         let restarted = self
             .wait_until(DETECT_LIMIT, |_, _, o| {
@@ -890,7 +893,11 @@ impl Harness {
             }
             self.world.set_life(target, Life::Stopping, Instant::now());
             record.detect_ms = self
-                .detect_drop(target, injected, "stopped with SIGTERM (it retracts itself)")
+                .detect_drop(
+                    target,
+                    injected,
+                    "stopped with SIGTERM (it retracts itself)",
+                )
                 .await;
             let exited = self
                 .wait_until(STOP_LIMIT, |_, w, _| w.nodes[target].life == Life::Down)
@@ -898,7 +905,10 @@ impl Harness {
             if exited.is_none() {
                 self.liveness(
                     Some(target),
-                    format!("did not exit within {}s of SIGTERM; killed", STOP_LIMIT.as_secs()),
+                    format!(
+                        "did not exit within {}s of SIGTERM; killed",
+                        STOP_LIMIT.as_secs()
+                    ),
                 );
                 let _ = tokio::task::block_in_place(|| self.rack.kill(target));
                 self.world.set_life(target, Life::Down, Instant::now());
@@ -976,13 +986,15 @@ impl Harness {
         .await;
         let ended = Instant::now();
         self.heal_network(None);
-        record.notes.push(format!("{percent}% loss for {} ms", step.hold.as_millis()));
+        record
+            .notes
+            .push(format!("{percent}% loss for {} ms", step.hold.as_millis()));
         if !dropped.is_empty() {
             // Not an invariant (no node is wrongly admitted), but the design promises
             // no false removal under 10% loss: worth seeing.
-            record
-                .notes
-                .push(format!("members dropped under loss (observer, dropped): {dropped:?}"));
+            record.notes.push(format!(
+                "members dropped under loss (observer, dropped): {dropped:?}"
+            ));
         }
         record.heal_ms = self.heal(ended, "the loss stopped").await;
         if record.heal_ms.is_none() {
@@ -1058,7 +1070,9 @@ impl Harness {
                 self.wait_until(PREPARE_LIMIT, |h, _, _| h.prepares.is_empty())
                     .await;
                 self.unprepare(target, &extra).await;
-                record.notes.push(format!("extra claim {extra}; own claim out and back"));
+                record
+                    .notes
+                    .push(format!("extra claim {extra}; own claim out and back"));
                 record.heal_ms = self.heal(ended, "its claim was prepared again").await;
             }
         }
@@ -1073,27 +1087,46 @@ impl Harness {
         let mut record = self.record_for(step, &step.targets);
         self.metrics_for = Some(target);
         self.tick().await;
-        let before = self
+        let (rotated, refused) = self
             .last
             .as_ref()
-            .and_then(|(_, o)| o.nodes[target].tls_rotations)
-            .unwrap_or(0);
+            .and_then(|(_, o)| o.nodes[target].tls_reloads)
+            .unwrap_or_default();
         let injected = Instant::now();
         if let Err(error) = self
             .rack
             .reissue_certificate(target, time::Duration::days(1))
         {
             self.metrics_for = None;
-            self.liveness(Some(target), format!("cannot reissue its certificate: {error:#}"));
+            self.liveness(
+                Some(target),
+                format!("cannot reissue its certificate: {error:#}"),
+            );
             record.outcome = Outcome::NotHealed;
             return record;
         }
         let reloaded = self
             .wait_until(ROTATE_LIMIT, |_, _, o| {
-                o.nodes[target].tls_rotations.is_some_and(|r| r > before)
+                o.nodes[target]
+                    .tls_reloads
+                    .is_some_and(|(r, _)| r > rotated)
             })
             .await;
+        let refused_now = self
+            .last
+            .as_ref()
+            .and_then(|(_, o)| o.nodes[target].tls_reloads)
+            .map_or(refused, |(_, r)| r);
         self.metrics_for = None;
+        if refused_now > refused {
+            // The files are replaced one by one; a reload between two of them sees a
+            // key that does not match the certificate, refuses it and keeps the old
+            // one until its next look.
+            record.notes.push(format!(
+                "{} reload(s) refused a half-written rotation first",
+                refused_now - refused
+            ));
+        }
         match reloaded {
             Some(at) => {
                 record.detect_ms = Some(at.saturating_duration_since(injected).as_millis() as u64);
@@ -1131,8 +1164,7 @@ impl Harness {
             }
             if matches!(self.world.nodes[node].life, Life::Up | Life::Starting) {
                 let _ = self.rack.begin_stop(node);
-                self.world
-                    .set_life(node, Life::Stopping, Instant::now());
+                self.world.set_life(node, Life::Stopping, Instant::now());
             }
         }
         let stopped = self
@@ -1141,14 +1173,30 @@ impl Harness {
             })
             .await;
         if stopped.is_none() {
-            self.liveness(None, format!("daemons did not stop within {}s of SIGTERM", STOP_LIMIT.as_secs()));
+            self.liveness(
+                None,
+                format!(
+                    "daemons did not stop within {}s of SIGTERM",
+                    STOP_LIMIT.as_secs()
+                ),
+            );
         }
         tokio::task::block_in_place(|| self.rack.stop_all(Duration::from_secs(5)));
         self.tick().await;
     }
 
-    fn report(&mut self, schedule: Schedule, formation_ms: Option<u64>, faults: Vec<FaultRecord>) -> Report {
-        let kinds = Report::summarise(&self.config.scenario, &faults, &self.violations, &self.crashes);
+    fn report(
+        &mut self,
+        schedule: Schedule,
+        formation_ms: Option<u64>,
+        faults: Vec<FaultRecord>,
+    ) -> Report {
+        let kinds = Report::summarise(
+            &self.config.scenario,
+            &faults,
+            &self.violations,
+            &self.crashes,
+        );
         let mut kept_files = None;
         if self.config.keep_files {
             if let Some(tmp) = self.tmp.take() {

@@ -222,11 +222,17 @@ pub fn check(world: &World, obs: &Observation, now: Instant) -> Vec<Violation> {
         let violation = |invariant, detail: String| Violation::new(invariant, name, detail);
 
         if let FileRead::Bad(reason) = &seen.nodes_config {
-            found.push(violation(Invariant::Isolation, format!("nodes config: {reason}")));
+            found.push(violation(
+                Invariant::Isolation,
+                format!("nodes config: {reason}"),
+            ));
         }
         if node.life == Life::Up {
             if let FileRead::Bad(reason) = &seen.hosts {
-                found.push(violation(Invariant::Isolation, format!("hosts file: {reason}")));
+                found.push(violation(
+                    Invariant::Isolation,
+                    format!("hosts file: {reason}"),
+                ));
             }
         }
 
@@ -269,7 +275,9 @@ pub fn check(world: &World, obs: &Observation, now: Instant) -> Vec<Violation> {
                         match world.index_of_ip(*ip) {
                             None => found.push(violation(
                                 Invariant::Isolation,
-                                format!("its peer set maps slot {slot} to {ip}, no node of the rack"),
+                                format!(
+                                    "its peer set maps slot {slot} to {ip}, no node of the rack"
+                                ),
                             )),
                             Some(t) => {
                                 let target = &world.nodes[t];

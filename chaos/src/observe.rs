@@ -53,8 +53,8 @@ pub struct NodeObservation {
     pub view: Option<NodeView>,
     /// Why `/state` could not be read, when it was asked.
     pub view_error: Option<String>,
-    /// `domaind_gossip_tls_reloads_total{result="rotated"}`, when asked for.
-    pub tls_rotations: Option<u64>,
+    /// `domaind_gossip_tls_reloads_total`, rotated and refused, when asked for.
+    pub tls_reloads: Option<(u64, u64)>,
 }
 
 impl NodeObservation {
@@ -66,7 +66,7 @@ impl NodeObservation {
             imex_pids: Vec::new(),
             view: None,
             view_error: None,
-            tls_rotations: None,
+            tls_reloads: None,
         }
     }
 
@@ -133,7 +133,10 @@ pub fn parse_hosts_block(text: &str) -> Result<HostsBlock, String> {
         }
         for name in names {
             let slot = slot_of(name).ok_or_else(|| {
-                format!("line {} maps {name:?}, which is not a slot name", number + 1)
+                format!(
+                    "line {} maps {name:?}, which is not a slot name",
+                    number + 1
+                )
             })?;
             if parked {
                 block.parked += 1;
@@ -201,17 +204,20 @@ pub fn read_checkpoint(state_dir: &Path) -> FileRead<BTreeSet<String>> {
     }
 }
 
-/// The count of certificate rotations in a Prometheus text exposition.
-pub fn tls_rotations(metrics: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|line| {
-            line.starts_with(domaind_gossip::metrics::TLS_RELOADS)
-                && line.contains("result=\"rotated\"")
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|value| value as u64)
-        .sum()
+/// Certificate reloads in a Prometheus text exposition: `(rotated, refused)`.
+pub fn tls_reloads(metrics: &str) -> (u64, u64) {
+    let count = |result: &str| -> u64 {
+        let label = format!("result=\"{result}\"");
+        metrics
+            .lines()
+            .filter(|line| {
+                line.starts_with(domaind_gossip::metrics::TLS_RELOADS) && line.contains(&label)
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|value| value as u64)
+            .sum()
+    };
+    (count("rotated"), count("refused"))
 }
 
 /// How long one HTTP probe may take: a node that does not answer in this time is
@@ -227,10 +233,10 @@ pub async fn view(addr: SocketAddr) -> Result<NodeView, String> {
     }
 }
 
-/// A node's certificate rotations, from `/metrics`.
-pub async fn rotations(addr: SocketAddr) -> Result<u64, String> {
+/// A node's certificate reloads (rotated, refused), from `/metrics`.
+pub async fn reloads(addr: SocketAddr) -> Result<(u64, u64), String> {
     match tokio::time::timeout(PROBE_TIMEOUT, domaind::rack::http_get(addr, "/metrics")).await {
-        Ok(Ok((200, body))) => Ok(tls_rotations(&body)),
+        Ok(Ok((200, body))) => Ok(tls_reloads(&body)),
         Ok(Ok((code, _))) => Err(format!("/metrics on {addr} answered {code}")),
         Ok(Err(error)) => Err(format!("{error:#}")),
         Err(_) => Err(format!("/metrics on {addr} took over {PROBE_TIMEOUT:?}")),
@@ -264,7 +270,11 @@ mod tests {
     #[test]
     fn foreign_names_torn_blocks_and_double_slots_are_errors() {
         let foreign = BLOCK.replace("domaind-imex-slot-002", "evil-host");
-        assert!(parse_hosts_block(&foreign).unwrap_err().contains("evil-host"));
+        assert!(
+            parse_hosts_block(&foreign)
+                .unwrap_err()
+                .contains("evil-host")
+        );
         let torn = BLOCK.replace("# END domaind IMEX slots\n", "");
         assert!(parse_hosts_block(&torn).unwrap_err().contains("not closed"));
         let twice = BLOCK.replace("domaind-imex-slot-002", "domaind-imex-slot-000");
@@ -272,11 +282,11 @@ mod tests {
     }
 
     #[test]
-    fn rotations_are_read_from_the_exposition() {
+    fn reloads_are_read_from_the_exposition() {
         let text = "# TYPE domaind_gossip_tls_reloads_total counter\n\
             domaind_gossip_tls_reloads_total{result=\"rotated\"} 2\n\
             domaind_gossip_tls_reloads_total{result=\"refused\"} 5\n";
-        assert_eq!(tls_rotations(text), 2);
-        assert_eq!(tls_rotations(""), 0);
+        assert_eq!(tls_reloads(text), (2, 5));
+        assert_eq!(tls_reloads(""), (0, 0));
     }
 }

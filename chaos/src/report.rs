@@ -242,7 +242,11 @@ impl Report {
                 k.crashes
             );
         }
-        let outside = self.violations.iter().filter(|v| v.during.is_none()).count();
+        let outside = self
+            .violations
+            .iter()
+            .filter(|v| v.during.is_none())
+            .count();
         if outside > 0 {
             let _ = writeln!(
                 out,

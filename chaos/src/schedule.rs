@@ -170,7 +170,10 @@ impl Schedule {
     /// the duration allows.
     pub fn generate(seed: u64, nodes: usize, kinds: &[FaultKind], duration: Duration) -> Self {
         assert!(nodes >= 2, "a chaos run needs at least 2 nodes");
-        assert!(!kinds.is_empty(), "a chaos run needs at least one kind of fault");
+        assert!(
+            !kinds.is_empty(),
+            "a chaos run needs at least one kind of fault"
+        );
         let mut rng = SplitMix64::new(seed);
         let mut steps = Vec::new();
         let mut bag: Vec<FaultKind> = Vec::new();
@@ -189,14 +192,32 @@ impl Schedule {
                     order.truncate(count);
                     (order, Duration::ZERO, None, None)
                 }
-                FaultKind::Kill => (vec![rng.node(nodes)], rng.between_ms(1_000, 4_000), None, None),
-                FaultKind::Pause => (vec![rng.node(nodes)], rng.between_ms(2_000, 10_000), None, None),
-                FaultKind::Partition => {
-                    (vec![rng.node(nodes)], rng.between_ms(1_000, 4_000), None, None)
-                }
+                FaultKind::Kill => (
+                    vec![rng.node(nodes)],
+                    rng.between_ms(1_000, 4_000),
+                    None,
+                    None,
+                ),
+                FaultKind::Pause => (
+                    vec![rng.node(nodes)],
+                    rng.between_ms(2_000, 10_000),
+                    None,
+                    None,
+                ),
+                FaultKind::Partition => (
+                    vec![rng.node(nodes)],
+                    rng.between_ms(1_000, 4_000),
+                    None,
+                    None,
+                ),
                 FaultKind::Loss => {
                     let percent = 5 + rng.below(6) as u32;
-                    (Vec::new(), rng.between_ms(8_000, 15_000), Some(percent), None)
+                    (
+                        Vec::new(),
+                        rng.between_ms(8_000, 15_000),
+                        Some(percent),
+                        None,
+                    )
                 }
                 FaultKind::Churn => {
                     let variant = if rng.below(2) == 0 {
@@ -204,7 +225,12 @@ impl Schedule {
                     } else {
                         Churn::ExtraClaim
                     };
-                    (vec![rng.node(nodes)], rng.between_ms(1_000, 4_000), None, Some(variant))
+                    (
+                        vec![rng.node(nodes)],
+                        rng.between_ms(1_000, 4_000),
+                        None,
+                        Some(variant),
+                    )
                 }
                 FaultKind::ImexCrash | FaultKind::CertRotate => {
                     (vec![rng.node(nodes)], Duration::ZERO, None, None)
@@ -290,7 +316,10 @@ mod tests {
         );
         assert_eq!(parse_scenario("all").unwrap(), FaultKind::ALL.to_vec());
         let error = parse_scenario("kill,reboot").unwrap_err();
-        assert!(error.contains("\"reboot\"") && error.contains("cert-rotate"), "{error}");
+        assert!(
+            error.contains("\"reboot\"") && error.contains("cert-rotate"),
+            "{error}"
+        );
     }
 
     #[test]

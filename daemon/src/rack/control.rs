@@ -23,7 +23,11 @@ impl LocalRack {
     /// Issues node `index` a new certificate and key from the rack's CA, written over
     /// its TLS directory as a certificate manager would; the daemon picks them up on
     /// its next reload, without a restart.
-    pub fn reissue_certificate(&self, index: usize, valid_for: time::Duration) -> anyhow::Result<()> {
+    pub fn reissue_certificate(
+        &self,
+        index: usize,
+        valid_for: time::Duration,
+    ) -> anyhow::Result<()> {
         let node = &self.nodes[index];
         let ca = DevCa::load(&self.ca_dir()).context("cannot load the rack's CA")?;
         let name = NodeName::new(node.name()).context("rack node name")?;
@@ -83,7 +87,11 @@ fn processes() -> anyhow::Result<Vec<(u32, u32, Vec<String>)>> {
     let mut found = Vec::new();
     let entries = std::fs::read_dir("/proc").context("cannot list /proc")?;
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         // A process may exit between the listing and the read: skip it.
@@ -143,7 +151,9 @@ mod tests {
         let parent = parent_of(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
         let found = processes().unwrap();
         assert!(
-            found.iter().any(|(pid, p, args)| *pid == me && *p == parent && !args.is_empty()),
+            found
+                .iter()
+                .any(|(pid, p, args)| *pid == me && *p == parent && !args.is_empty()),
             "{found:?}"
         );
     }
