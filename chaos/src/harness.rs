@@ -1133,8 +1133,18 @@ impl Harness {
             record.outcome = Outcome::NotHealed;
             return record;
         }
+        // A rotation should not take the domain apart at all: its heal is when it was
+        // first seen whole after the write, if it stayed whole while the daemon got
+        // round to reloading.
+        let mut whole_at = None;
+        let mut broke = false;
         let reloaded = self
-            .wait_until(ROTATE_LIMIT, |_, _, o| {
+            .wait_until(ROTATE_LIMIT, |h, w, o| {
+                if h.settled(w, o) {
+                    whole_at.get_or_insert(o.at);
+                } else if whole_at.is_some() {
+                    broke = true;
+                }
                 o.nodes[target]
                     .tls_reloads
                     .is_some_and(|(r, _)| r > rotated)
@@ -1167,7 +1177,13 @@ impl Harness {
                 ),
             ),
         }
-        record.heal_ms = self.heal(injected, "a certificate rotation").await;
+        record.heal_ms = self
+            .heal(injected, "a certificate rotation")
+            .await
+            .map(|after| match whole_at {
+                Some(at) if !broke => at.saturating_duration_since(injected).as_millis() as u64,
+                _ => after,
+            });
         if record.heal_ms.is_none() {
             record.outcome = Outcome::NotHealed;
         }
