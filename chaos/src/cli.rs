@@ -23,6 +23,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a rack under faults and report detection and heal times and violations.
+    ///
+    /// The table goes to stdout, progress to stderr. Exit codes: 0 when no invariant
+    /// was violated and no daemon crashed, 1 otherwise, 2 when the harness could not
+    /// run (binaries missing, no rack), 130 when interrupted (SIGINT or SIGTERM: the
+    /// rack, its network faults and its files are removed first).
     Run(RunArgs),
 }
 
