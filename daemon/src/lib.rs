@@ -13,6 +13,7 @@ pub mod dra;
 pub mod events;
 pub mod gpu;
 pub mod imex;
+pub mod kube;
 pub mod local;
 pub mod prepare;
 pub mod rack;
