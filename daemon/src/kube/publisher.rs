@@ -19,8 +19,8 @@ use std::time::Duration;
 use ::kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use ::kube::runtime::{WatchStreamExt, watcher};
 use ::kube::{Client, ResourceExt};
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{FutureExt as _, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -113,6 +113,13 @@ impl SlicePublisher {
         let mut retry_at: Option<Instant> = None;
         let mut pool_open = true;
         loop {
+            // Whatever the watch already has goes in first: writes start from the
+            // freshest view, and an event queued before our own write cannot undo it.
+            while let Some(item) = events.next().now_or_never() {
+                if !self.take(item) {
+                    return;
+                }
+            }
             let due = retry_at.is_none_or(|at| Instant::now() >= at);
             if self.synced && self.dirty && due {
                 match self.sync().await {
@@ -132,22 +139,33 @@ impl SlicePublisher {
             tokio::select! {
                 biased;
                 () = stop.cancelled() => return,
+                item = events.next() => if !self.take(item) {
+                    return;
+                },
                 changed = self.pool.changed(), if pool_open => match changed {
                     Ok(()) => self.dirty = true,
                     // The owner is gone: the pool stays as it was last set.
                     Err(_) => pool_open = false,
                 },
-                event = events.next() => match event {
-                    Some(Ok(event)) => self.observe(event),
-                    Some(Err(error)) => {
-                        metrics::counter!(WATCH_ERRORS, "resource" => "resourceslices").increment(1);
-                        warn!(%error, "ResourceSlice watch failed; retrying with backoff");
-                    }
-                    None => return,
-                },
                 () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
             }
         }
+    }
+
+    /// Takes one item of the watch; false when the watch has ended.
+    fn take(
+        &mut self,
+        item: Option<Result<watcher::Event<ResourceSlice>, watcher::Error>>,
+    ) -> bool {
+        match item {
+            Some(Ok(event)) => self.observe(event),
+            Some(Err(error)) => {
+                metrics::counter!(WATCH_ERRORS, "resource" => "resourceslices").increment(1);
+                warn!(%error, "ResourceSlice watch failed; retrying with backoff");
+            }
+            None => return false,
+        }
+        true
     }
 
     fn is_ours(&self, slice: &ResourceSlice) -> bool {
@@ -224,6 +242,8 @@ impl SlicePublisher {
         let observed: Vec<ResourceSlice> = self.view.values().cloned().collect();
         let plan = plan(&pool, owner.as_ref(), &observed, self.last_generation);
         if plan.is_empty() {
+            // Remembered for a wipe: the pool comes back at the generation it had.
+            self.last_generation = plan.generation;
             return Ok(());
         }
         info!(

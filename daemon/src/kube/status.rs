@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use ::kube::Client;
-use ::kube::api::{Api, Patch, PatchParams};
+use ::kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use async_trait::async_trait;
 use domaind_actors::model::DomainRef;
 use domaind_actors::ports::{PortError, StatusSink};
@@ -113,7 +113,13 @@ impl StatusSink for KubeStatusSink {
             cached.metadata.generation,
             OffsetDateTime::now_utc(),
         );
-        let api = Api::<ComputeDomain>::namespaced(self.client.clone(), &domain.namespace);
+        // The answer is read as any object: a write that landed is not a failure
+        // because the domain's spec would not decode into our type.
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            &domain.namespace,
+            &ApiResource::erase::<ComputeDomain>(&()),
+        );
         let body = status_apply_body(domain, &document);
         let applied = bounded(
             format!("apply the status of ComputeDomain {domain}"),
