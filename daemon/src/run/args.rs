@@ -208,7 +208,9 @@ pub enum Backend {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SlicesOnExit {
+    /// Leave them: a restart or upgrade keeps the node schedulable.
     Keep,
+    /// Delete them at a graceful stop: for daemons stopped for good.
     Delete,
 }
 
