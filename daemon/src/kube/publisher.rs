@@ -122,7 +122,13 @@ impl SlicePublisher {
             }
             let due = retry_at.is_none_or(|at| Instant::now() >= at);
             if self.synced && self.dirty && due {
-                match self.sync().await {
+                // A stop does not wait for writes to an API server that hangs.
+                let synced = tokio::select! {
+                    biased;
+                    () = stop.cancelled() => return,
+                    synced = self.sync() => synced,
+                };
+                match synced {
                     Ok(()) => {
                         self.dirty = false;
                         retry_at = None;

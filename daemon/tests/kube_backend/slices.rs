@@ -346,3 +346,20 @@ async fn an_uninstall_deletes_exactly_this_nodes_slices() {
     let mut server = script.await.unwrap();
     server.assert_idle();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_does_not_wait_for_an_api_server_that_hangs() {
+    let (client, server) = pair();
+    let running = start(client, 8);
+    let script = server.play(vec![Expect::get(NODE_PATH).hang()]);
+    running.listed(vec![]);
+    let mut server = script.await.unwrap();
+    let started = tokio::time::Instant::now();
+    running.stop().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "stopped after {:?}",
+        started.elapsed()
+    );
+    server.assert_idle();
+}
