@@ -85,11 +85,16 @@ impl KubeClaimSource {
         if let Some(cd) = self.domains.by_uid(uid) {
             return Ok(Some((*cd).clone()));
         }
-        if !self.domains.is_synced() {
+        // Just after a start the watch's first list may be on its way: worth a short
+        // wait rather than a failed prepare.
+        if !self.domains.wait_synced(self.timeout).await {
             return Err(ClaimError::Transient(format!(
                 "the ComputeDomain cache has not synced with the API server yet, so \
                  ComputeDomain uid {uid} cannot be looked up; call again"
             )));
+        }
+        if let Some(cd) = self.domains.by_uid(uid) {
+            return Ok(Some((*cd).clone()));
         }
         let api = Api::<ComputeDomain>::namespaced(self.client.clone(), namespace);
         let listed = bounded(

@@ -8,6 +8,7 @@ use domaind_actors::model::{
     AllocatedDevice, AllocationMode, ClaimInfo, ClaimRef, DomainRef, DomainUid,
 };
 use domaind_actors::ports::{ClaimError, ClaimSource};
+use kube::runtime::watcher;
 use metrics_util::debugging::DebuggingRecorder;
 use serde_json::{Value, json};
 
@@ -225,11 +226,27 @@ async fn an_unknown_domain_is_looked_up_once_live_before_it_is_refused() {
     assert!(bad.is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_unknown_domain_before_the_cache_synced_is_worth_asking_again() {
+    // The first list arrives while the claim waits for it.
+    let (cache, mut writer) = unsynced_cache();
+    let fill = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(training()));
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        writer
+    });
+    let (result, _) = resolve(cache, get_claim(reference_claim()), vec![]).await;
+    assert_eq!(result.unwrap().domain.name, "training");
+    let _writer = fill.await.unwrap();
+
+    // It does not arrive within the API timeout: call again.
     let (cache, _writer) = unsynced_cache();
+    let started = tokio::time::Instant::now();
     let (result, bad) = resolve(cache, get_claim(reference_claim()), vec![]).await;
     assert!(transient(result).contains("has not synced"));
+    assert_eq!(started.elapsed(), Duration::from_secs(10));
     assert!(bad.is_empty());
 }
 
