@@ -90,7 +90,9 @@ impl KubeClaimSource {
         if !self.domains.wait_synced(self.timeout).await {
             return Err(ClaimError::Transient(format!(
                 "the ComputeDomain cache has not synced with the API server yet, so \
-                 ComputeDomain uid {uid} cannot be looked up; call again"
+                 ComputeDomain uid {uid} cannot be looked up; call again (if this lasts: is \
+                 the ComputeDomain CRD installed, and may domaind list and watch \
+                 computedomains?)"
             )));
         }
         if let Some(cd) = self.domains.by_uid(uid) {
