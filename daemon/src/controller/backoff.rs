@@ -24,7 +24,10 @@ pub struct Failures {
 impl Failures {
     /// Counts a failure and says how long to wait before the retry.
     pub fn failed(&self, key: &str) -> Duration {
-        let mut counts = self.counts.lock().expect("the failure counts are never poisoned");
+        let mut counts = self
+            .counts
+            .lock()
+            .expect("the failure counts are never poisoned");
         let count = counts.entry(key.to_string()).or_default();
         *count = count.saturating_add(1);
         delay(*count)
@@ -47,7 +50,8 @@ mod tests {
         assert_eq!(delay(1), Duration::from_millis(500));
         assert_eq!(delay(2), Duration::from_secs(1));
         assert_eq!(delay(4), Duration::from_secs(4));
-        assert_eq!(delay(10), MAX);
+        assert_eq!(delay(10), Duration::from_secs(256));
+        assert_eq!(delay(11), MAX);
         assert_eq!(delay(u32::MAX), MAX);
     }
 

@@ -52,7 +52,11 @@ impl TemplateOutcome {
 /// The condition to write for `outcome`, or `None` when the CD already says so (same
 /// status, reason, message and generation). The transition time moves only when the
 /// status does, as Kubernetes conventions ask.
-pub fn update(cd: &ComputeDomain, outcome: &TemplateOutcome, now: OffsetDateTime) -> Option<Condition> {
+pub fn update(
+    cd: &ComputeDomain,
+    outcome: &TemplateOutcome,
+    now: OffsetDateTime,
+) -> Option<Condition> {
     let (status, reason, message) = outcome.status_reason_message();
     let current = cd
         .status
@@ -134,14 +138,22 @@ mod tests {
         assert_eq!(first.last_transition_time, "2026-11-22T10:00:00Z");
         assert_eq!(first.observed_generation, Some(1));
         let cd = with_condition(cd, first);
-        assert_eq!(update(&cd, &taken(), datetime!(2026-11-22 10:05:00 UTC)), None);
+        assert_eq!(
+            update(&cd, &taken(), datetime!(2026-11-22 10:05:00 UTC)),
+            None
+        );
     }
 
     #[test]
     fn the_transition_time_moves_only_with_the_status() {
         let cd = with_condition(
             compute_domain(),
-            update(&compute_domain(), &taken(), datetime!(2026-11-22 10:00:00 UTC)).unwrap(),
+            update(
+                &compute_domain(),
+                &taken(),
+                datetime!(2026-11-22 10:00:00 UTC),
+            )
+            .unwrap(),
         );
         let other_owner = TemplateOutcome::NameTaken {
             template: "training-channel".into(),
@@ -165,7 +177,10 @@ mod tests {
         let condition = update(&cd, &taken(), datetime!(2026-11-22 10:00:00 UTC)).unwrap();
         let body = apply_body(&cd, &condition);
         assert_eq!(body["apiVersion"], "resource.nvidia.com/v1beta1");
-        assert_eq!(body["metadata"], serde_json::json!({"name": "training", "namespace": "team-a"}));
+        assert_eq!(
+            body["metadata"],
+            serde_json::json!({"name": "training", "namespace": "team-a"})
+        );
         assert_eq!(body["status"].as_object().unwrap().len(), 1);
         assert_eq!(body["status"]["conditions"][0]["type"], "TemplateReady");
     }

@@ -88,8 +88,20 @@ mod tests {
         assert!(allocated_claims(&[deallocated, unallocated], DRIVER, DOMAIN).is_empty());
 
         let mut other_kind = reference_claim();
-        let allocation = other_kind.status.as_mut().unwrap().allocation.as_mut().unwrap();
-        let config = &mut allocation.devices.as_mut().unwrap().config.as_mut().unwrap()[0];
+        let allocation = other_kind
+            .status
+            .as_mut()
+            .unwrap()
+            .allocation
+            .as_mut()
+            .unwrap();
+        let config = &mut allocation
+            .devices
+            .as_mut()
+            .unwrap()
+            .config
+            .as_mut()
+            .unwrap()[0];
         config.opaque.as_mut().unwrap().parameters.0["kind"] = "ComputeDomainDaemonConfig".into();
         assert!(allocated_claims(&[other_kind], DRIVER, DOMAIN).is_empty());
     }
@@ -97,12 +109,16 @@ mod tests {
     #[test]
     fn a_claim_being_deleted_is_still_a_member_while_allocated() {
         let mut deleting = reference_claim();
-        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            "2026-11-22T05:00:00Z".parse().unwrap(),
-        ));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-22T05:00:00Z".parse().unwrap(),
+            ));
         deleting.metadata.name = Some("b".into());
         let mut other = reference_claim();
         other.metadata.name = Some("a".into());
-        assert_eq!(allocated_claims(&[deleting, other], DRIVER, DOMAIN), vec!["a", "b"]);
+        assert_eq!(
+            allocated_claims(&[deleting, other], DRIVER, DOMAIN),
+            vec!["a", "b"]
+        );
     }
 }

@@ -50,7 +50,7 @@ use tracing::{debug, info, warn};
 pub use args::ControllerArgs;
 pub use channel_config::ChannelConfig;
 pub use condition::TemplateOutcome;
-pub use leader::{Elector, Heartbeat, LeaseSettings, Leadership};
+pub use leader::{Elector, Heartbeat, Leadership, LeaseSettings};
 pub use membership::allocated_claims;
 pub use rack::RackSettings;
 pub use reconcile::{Context, Error, Timing, error_policy, reconcile};
@@ -117,9 +117,15 @@ async fn serve(args: ControllerArgs, metrics: PrometheusHandle) -> anyhow::Resul
             timing: args.election_timing(),
         };
         info!(lease = %args.lease_name, %namespace, %identity, "electing a leader");
-        let (elector, leadership) =
-            Elector::new(Api::namespaced(client.clone(), &namespace), settings, heartbeat.clone());
-        (leadership, Some(tokio::spawn(elector.run(stop_elector.clone()))))
+        let (elector, leadership) = Elector::new(
+            Api::namespaced(client.clone(), &namespace),
+            settings,
+            heartbeat.clone(),
+        );
+        (
+            leadership,
+            Some(tokio::spawn(elector.run(stop_elector.clone()))),
+        )
     } else {
         heartbeat.answered();
         (Leadership::unconditional(), None)
@@ -164,7 +170,10 @@ async fn serve(args: ControllerArgs, metrics: PrometheusHandle) -> anyhow::Resul
                 elector.release().await;
             }
         };
-        if tokio::time::timeout(args.shutdown_timeout, release).await.is_err() {
+        if tokio::time::timeout(args.shutdown_timeout, release)
+            .await
+            .is_err()
+        {
             warn!("releasing the lease timed out; it expires by itself");
         }
     }
@@ -189,7 +198,10 @@ async fn lead(client: Client, args: &ControllerArgs, identity: &str, term: Cance
     let templates: Api<ResourceClaimTemplate> = Api::all(client.clone());
     let controller = Controller::new(domains, watcher::Config::default())
         // Only our templates: their deletion wakes their CD, which recreates them.
-        .owns(templates, watcher::Config::default().labels(names::DOMAIN_LABEL))
+        .owns(
+            templates,
+            watcher::Config::default().labels(names::DOMAIN_LABEL),
+        )
         .graceful_shutdown_on(term.clone().cancelled_owned());
     let rack = args.rack_mode.then(|| {
         let settings = RackSettings {

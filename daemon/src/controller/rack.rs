@@ -22,8 +22,8 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
-use kube::runtime::reflector::{self, Store};
 use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, ResourceExt as _};
 use tokio_util::sync::CancellationToken;
@@ -120,10 +120,7 @@ pub fn desired_domain(clique: &str, settings: &RackSettings) -> ComputeDomain {
 
 /// The cliques among `cliques` that have no CD among `existing` (names in the rack
 /// namespace).
-pub fn missing<'a>(
-    cliques: &'a BTreeSet<String>,
-    existing: &BTreeSet<String>,
-) -> Vec<&'a str> {
+pub fn missing<'a>(cliques: &'a BTreeSet<String>, existing: &BTreeSet<String>) -> Vec<&'a str> {
     cliques
         .iter()
         .filter(|clique| !existing.contains(&domain_name(clique)))
@@ -267,7 +264,10 @@ mod tests {
         assert_ne!(domain_name("Rack"), domain_name("rack"));
         assert!(domain_name("rack_1").starts_with("rack-1-"));
         let empty = domain_name("___");
-        assert!(empty.starts_with("clique-") && is_dns_subdomain(&empty), "{empty}");
+        assert!(
+            empty.starts_with("clique-") && is_dns_subdomain(&empty),
+            "{empty}"
+        );
         assert!(is_dns_subdomain(&domain_name("-a..b-")));
         // Stable: the same value gives the same name on every replica and restart.
         assert_eq!(domain_name("rack_1"), domain_name("rack_1"));

@@ -133,7 +133,8 @@ fn key(cd: &ComputeDomain) -> String {
 pub async fn reconcile(cd: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = reconcile_once(&cd, &ctx).await;
-    ::metrics::histogram!(super::metrics::RECONCILE_SECONDS).record(started.elapsed().as_secs_f64());
+    ::metrics::histogram!(super::metrics::RECONCILE_SECONDS)
+        .record(started.elapsed().as_secs_f64());
     let outcome = if result.is_ok() { "ok" } else { "error" };
     ::metrics::counter!(super::metrics::RECONCILES, "outcome" => outcome).increment(1);
     if result.is_ok() {
@@ -176,9 +177,13 @@ async fn reconcile_once(cd: &ComputeDomain, ctx: &Context) -> Result<Action, Err
     if !finalizer::has(cd) {
         let patch: json_patch::Patch = serde_json::from_value(finalizer::add(cd))
             .expect("our finalizer patch is a valid JSON patch");
-        cds.patch(&cd.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch))
-            .await
-            .map_err(api("add the finalizer to", key(cd)))?;
+        cds.patch(
+            &cd.name_any(),
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await
+        .map_err(api("add the finalizer to", key(cd)))?;
         info!("finalizer added");
     }
 
@@ -192,7 +197,10 @@ async fn reconcile_once(cd: &ComputeDomain, ctx: &Context) -> Result<Action, Err
             templates
                 .create(&PostParams::default(), &desired)
                 .await
-                .map_err(api("create template", format!("{namespace}/{template_name}")))?;
+                .map_err(api(
+                    "create template",
+                    format!("{namespace}/{template_name}"),
+                ))?;
             ::metrics::counter!(super::metrics::TEMPLATES_CREATED).increment(1);
             info!(template = %template_name, "ResourceClaimTemplate created");
             TemplateOutcome::Ready {
@@ -270,7 +278,10 @@ async fn release(
         && template::ownership(&template, uid) == Ownership::Ours
         && template.metadata.deletion_timestamp.is_none()
     {
-        match templates.delete(template_name, &DeleteParams::default()).await {
+        match templates
+            .delete(template_name, &DeleteParams::default())
+            .await
+        {
             Ok(_) => {
                 ::metrics::counter!(super::metrics::TEMPLATES_DELETED).increment(1);
                 info!(template = %template_name, "ResourceClaimTemplate deleted");
@@ -278,18 +289,19 @@ async fn release(
             }
             Err(error) if is_not_found(&error) => {}
             Err(error) => {
-                return Err(api("delete template", format!("{namespace}/{template_name}"))(
-                    error,
-                ));
+                return Err(api(
+                    "delete template",
+                    format!("{namespace}/{template_name}"),
+                )(error));
             }
         }
     }
 
     let claims: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &namespace);
-    let listed = claims
-        .list(&ListParams::default())
-        .await
-        .map_err(api("list the ResourceClaims of namespace", namespace.clone()))?;
+    let listed = claims.list(&ListParams::default()).await.map_err(api(
+        "list the ResourceClaims of namespace",
+        namespace.clone(),
+    ))?;
     let members = membership::allocated_claims(&listed.items, &ctx.template.driver, uid);
     if !members.is_empty() {
         info!(claims = ?members, "waiting for the domain's claims to be deallocated");
@@ -316,7 +328,11 @@ async fn release(
     let patch: json_patch::Patch =
         serde_json::from_value(remove).expect("our finalizer patch is a valid JSON patch");
     match cds
-        .patch(&cd.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch))
+        .patch(
+            &cd.name_any(),
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
         .await
     {
         // Gone already: someone else removed the last finalizer.

@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::{
     DeviceClaim, DeviceClaimConfiguration, DeviceRequest, ExactDeviceRequest,
-    OpaqueDeviceConfiguration, ResourceClaimSpec, ResourceClaimTemplate,
-    ResourceClaimTemplateSpec,
+    OpaqueDeviceConfiguration, ResourceClaimSpec, ResourceClaimTemplate, ResourceClaimTemplateSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
@@ -149,8 +148,9 @@ mod tests {
             .unwrap(),
         )
         .unwrap();
-        let ours = serde_json::to_value(desired(&cd(ChannelAllocationMode::Single), &settings()).unwrap())
-            .unwrap();
+        let ours =
+            serde_json::to_value(desired(&cd(ChannelAllocationMode::Single), &settings()).unwrap())
+                .unwrap();
         // The claim spec, exactly as the server returned the anchor's (the domain id is
         // the CD's uid in both).
         assert_eq!(ours["spec"]["spec"], reference["spec"]["spec"]);
@@ -183,7 +183,10 @@ mod tests {
             json["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["allocationMode"],
             "All"
         );
-        assert_eq!(ownership(&template, "5b0e7c7e-2f6a-4b1e-9d3c-0a9f3e2d1c11"), Ownership::Ours);
+        assert_eq!(
+            ownership(&template, "5b0e7c7e-2f6a-4b1e-9d3c-0a9f3e2d1c11"),
+            Ownership::Ours
+        );
     }
 
     #[test]

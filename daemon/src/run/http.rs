@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
+use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
-use axum::Router;
 use domaind_actors::{GetSnapshot, NodeActor};
 use futures::FutureExt as _;
 use metrics_exporter_prometheus::PrometheusHandle;

@@ -59,7 +59,9 @@ impl Leadership {
     }
 
     pub fn is_leader(&self) -> bool {
-        self.until.borrow().is_some_and(|until| Instant::now() < until)
+        self.until
+            .borrow()
+            .is_some_and(|until| Instant::now() < until)
     }
 
     /// Returns once this replica leads.
@@ -138,7 +140,9 @@ impl Heartbeat {
     /// How long since the last round ended (since start, if none has).
     pub fn since_last_round(&self) -> Duration {
         let last = Duration::from_millis(self.last_round_ms.load(Ordering::Acquire));
-        Instant::now().duration_since(self.base).saturating_sub(last)
+        Instant::now()
+            .duration_since(self.base)
+            .saturating_sub(last)
     }
 }
 
@@ -206,7 +210,8 @@ impl Elector {
     pub async fn round(&mut self) {
         let timing = self.settings.timing;
         let now = Instant::now();
-        let read = tokio::time::timeout(timing.retry_period, self.api.get_opt(&self.settings.name)).await;
+        let read =
+            tokio::time::timeout(timing.retry_period, self.api.get_opt(&self.settings.name)).await;
         let lease = match read {
             Ok(Ok(lease)) => lease,
             Ok(Err(error)) => return self.failed("read", error.to_string()),
@@ -308,7 +313,8 @@ impl Elector {
     }
 
     fn is_leading(&self) -> bool {
-        self.leading_until.is_some_and(|until| Instant::now() < until)
+        self.leading_until
+            .is_some_and(|until| Instant::now() < until)
     }
 
     fn failed(&mut self, what: &'static str, error: String) {

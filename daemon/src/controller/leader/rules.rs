@@ -182,7 +182,10 @@ mod tests {
         );
         tokio::time::advance(Duration::from_secs(14)).await;
         let seen = observe(Some(seen), lease(Some("other"), "1"), Instant::now());
-        assert!(matches!(decide("me", Some(&seen), Instant::now()), Decision::Follow { .. }));
+        assert!(matches!(
+            decide("me", Some(&seen), Instant::now()),
+            Decision::Follow { .. }
+        ));
         tokio::time::advance(Duration::from_secs(1)).await;
         let seen = observe(Some(seen), lease(Some("other"), "1"), Instant::now());
         assert_eq!(
@@ -200,9 +203,15 @@ mod tests {
         let seen = observe(Some(seen), lease(Some("other"), "2"), Instant::now());
         assert_eq!(seen.unchanged_since, start + Duration::from_secs(10));
         tokio::time::advance(Duration::from_secs(10)).await;
-        assert!(matches!(decide("me", Some(&seen), Instant::now()), Decision::Follow { .. }));
+        assert!(matches!(
+            decide("me", Some(&seen), Instant::now()),
+            Decision::Follow { .. }
+        ));
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(matches!(decide("me", Some(&seen), Instant::now()), Decision::Acquire { .. }));
+        assert!(matches!(
+            decide("me", Some(&seen), Instant::now()),
+            Decision::Acquire { .. }
+        ));
     }
 
     #[tokio::test(start_paused = true)]
