@@ -16,6 +16,7 @@
 //! name that we did not create is left alone.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -26,6 +27,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, ResourceExt as _};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -43,6 +45,8 @@ pub const TEMPLATE_PREFIX: &str = "imex-channel-";
 /// How often the domains are checked even when no node changed (a deleted CD is
 /// recreated within this).
 const RESYNC: Duration = Duration::from_secs(60);
+/// How long a burst of node changes is let pass before looking.
+const BURST: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RackSettings {
@@ -128,27 +132,27 @@ pub fn missing<'a>(cliques: &'a BTreeSet<String>, existing: &BTreeSet<String>) -
         .collect()
 }
 
-/// Creates the CDs of `cliques`; one that appeared meanwhile is fine. Returns how many
-/// were created.
+/// Creates the CDs of `cliques`; one that appeared meanwhile is fine. Returns the names
+/// of the CDs that exist now (created, or found created).
 pub async fn create_domains(
     api: &Api<ComputeDomain>,
     cliques: &[&str],
     settings: &RackSettings,
-) -> Result<usize, kube::Error> {
-    let mut created = 0;
+) -> Result<Vec<String>, kube::Error> {
+    let mut present = vec![];
     for clique in cliques {
         let cd = desired_domain(clique, settings);
         match api.create(&PostParams::default(), &cd).await {
             Ok(_) => {
-                created += 1;
                 ::metrics::counter!(super::metrics::RACK_DOMAINS_CREATED).increment(1);
                 info!(clique = %clique, cd = %cd.name_any(), namespace = %settings.namespace, "ComputeDomain created for a new clique");
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(error) => return Err(error),
         }
+        present.push(cd.name_any());
     }
-    Ok(created)
+    Ok(present)
 }
 
 /// The distinct clique values of the nodes in `nodes`.
@@ -174,12 +178,26 @@ pub async fn run(
     let cds: Api<ComputeDomain> = Api::namespaced(client, &settings.namespace);
     let (reader, writer) = reflector::store();
     let config = watcher::Config::default().labels(&settings.label);
-    let mut changes = Box::pin(
-        watcher(nodes_api, config)
-            .default_backoff()
-            .reflect(writer)
-            .applied_objects(),
-    );
+    // The store fills only while its stream is polled: a task of its own polls it and
+    // says when a node appeared or changed.
+    let changed = Arc::new(Notify::new());
+    let watching = tokio::spawn({
+        let changed = changed.clone();
+        async move {
+            let changes = watcher(nodes_api, config)
+                .default_backoff()
+                .reflect(writer)
+                .applied_objects();
+            futures::pin_mut!(changes);
+            while let Some(change) = changes.next().await {
+                match change {
+                    Ok(_) => changed.notify_one(),
+                    Err(error) => warn!(%error, "watching Nodes for cliques"),
+                }
+            }
+        }
+    });
+    let _stop_watching = AbortOnDrop(watching);
     tokio::select! {
         _ = stop.cancelled() => return,
         ready = async {
@@ -191,18 +209,26 @@ pub async fn run(
         }
     }
     let mut failures = 0u32;
+    // Created by us and not yet in the controller's store, which learns of them by its
+    // watch a moment later: not created twice meanwhile. Forgotten once the store has
+    // them (so that a deletion is seen and repaired) or after a resync period.
+    let mut created: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
     loop {
-        let existing: BTreeSet<String> = domains
+        let mut existing: BTreeSet<String> = domains
             .state()
             .iter()
             .filter(|cd| cd.namespace().as_deref() == Some(settings.namespace.as_str()))
             .map(|cd| cd.name_any())
             .collect();
+        let now = tokio::time::Instant::now();
+        created.retain(|name, at| !existing.contains(name) && now.duration_since(*at) < RESYNC);
+        existing.extend(created.keys().cloned());
         let cliques = cliques(&reader, &settings.label);
         let wanted = missing(&cliques, &existing);
         let wait = match create_domains(&cds, &wanted, &settings).await {
-            Ok(_) => {
+            Ok(present) => {
                 failures = 0;
+                created.extend(present.into_iter().map(|name| (name, now)));
                 RESYNC
             }
             Err(error) => {
@@ -212,21 +238,24 @@ pub async fn run(
                 retry_in
             }
         };
-        let sleep = tokio::time::sleep(wait);
-        tokio::pin!(sleep);
-        // Node events come in bursts (a rack of 18 joins at once): take them all, then
-        // look once.
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = &mut sleep => {}
-            event = changes.next() => {
-                if event.is_none() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                while let Some(Some(_)) = futures::FutureExt::now_or_never(changes.next()) {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = changed.notified() => {
+                // Nodes come in bursts (a rack of 18 joins at once): let the burst
+                // pass, then look once.
+                tokio::time::sleep(BURST).await;
             }
         }
+    }
+}
+
+/// Stops the node watch when rack mode stops, however it stops.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

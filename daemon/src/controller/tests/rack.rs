@@ -80,7 +80,13 @@ async fn a_new_clique_gets_its_domain_and_one_created_meanwhile_is_fine() {
     );
     call.fail(409, "AlreadyExists");
 
-    assert_eq!(creating.await.unwrap().unwrap(), 1);
+    assert_eq!(
+        creating.await.unwrap().unwrap(),
+        vec![
+            "1ea0c1b6-1f0a-4d0b-9a1e-6e2f1c3b4a5d.32766".to_string(),
+            domain_name("S0_RACK")
+        ]
+    );
     server.done().await;
 }
 
@@ -99,5 +105,84 @@ async fn other_failures_stop_the_round_for_a_retry() {
         .await
         .fail(403, "Forbidden");
     assert!(creating.await.unwrap().is_err());
+    server.done().await;
+}
+
+fn node(name: &str, clique: &str, version: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": {
+            "name": name,
+            "resourceVersion": version,
+            "labels": {"nvidia.com/gpu.clique": clique}
+        }
+    })
+}
+
+/// Takes the next two requests, whichever order they come in: the node watch (returned
+/// unanswered) and the creation of the CD named `cd`.
+async fn watch_and_create(server: &mut super::api::ApiServer, cd: &str) -> super::api::Call {
+    let (first, second) = (server.next().await, server.next().await);
+    let (watch, create) = if first.method == Method::GET {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert_eq!(watch.path, "/api/v1/nodes");
+    watch.assert_query(&[("watch", "true"), ("labelSelector", "nvidia.com%2Fgpu.clique")]);
+    assert_eq!((&create.method, create.path.as_str()), (&Method::POST, CDS_PATH));
+    assert_eq!(create.body["metadata"]["name"], cd);
+    let answer = create.body.clone();
+    create.respond(StatusCode::CREATED, &answer);
+    watch
+}
+
+#[tokio::test]
+async fn nodes_of_a_new_clique_get_a_domain_as_they_appear() {
+    use kube::runtime::{reflector, watcher};
+    use tokio_util::sync::CancellationToken;
+
+    let settings = RackSettings {
+        namespace: "gpu-operator".into(),
+        label: "nvidia.com/gpu.clique".into(),
+    };
+    // The controller's store of ComputeDomains: clique a.1 has its domain already.
+    let (domains, mut writer) = reflector::store::<ComputeDomain>();
+    let mut existing = crate::controller::rack::desired_domain("a.1", &settings);
+    existing.metadata.uid = Some("cd-a".into());
+    writer.apply_watcher_event(&watcher::Event::Init);
+    writer.apply_watcher_event(&watcher::Event::InitApply(existing));
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+
+    let (client, mut server) = pair();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(crate::controller::rack::run(
+        client,
+        settings,
+        domains,
+        stop.clone(),
+    ));
+
+    // The nodes carrying the label, metadata only.
+    let list = server.expect(Method::GET, "/api/v1/nodes").await;
+    list.assert_query(&[("labelSelector", "nvidia.com%2Fgpu.clique")]);
+    list.ok(&json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadataList",
+        "metadata": {"resourceVersion": "10"},
+        "items": [node("node-1", "a.1", "5"), node("node-2", "b.2", "6"), node("node-3", "b.2", "7")]
+    }));
+    // b.2 has no domain: one is created (once, for its two nodes).
+    let watch = watch_and_create(&mut server, "b.2").await;
+
+    // A node of a new clique joins.
+    let added = json!({"type": "ADDED", "object": node("node-4", "c.3", "11")});
+    watch.respond(StatusCode::OK, &added);
+    let _rewatch = watch_and_create(&mut server, "c.3").await;
+
+    stop.cancel();
+    running.await.unwrap();
+    drop(writer);
     server.done().await;
 }
