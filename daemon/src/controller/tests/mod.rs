@@ -4,3 +4,4 @@ pub mod api;
 pub mod fixtures;
 mod rack;
 mod reconcile;
+mod wiring;

@@ -130,8 +130,14 @@ async fn watch_and_create(server: &mut super::api::ApiServer, cd: &str) -> super
         (second, first)
     };
     assert_eq!(watch.path, "/api/v1/nodes");
-    watch.assert_query(&[("watch", "true"), ("labelSelector", "nvidia.com%2Fgpu.clique")]);
-    assert_eq!((&create.method, create.path.as_str()), (&Method::POST, CDS_PATH));
+    watch.assert_query(&[
+        ("watch", "true"),
+        ("labelSelector", "nvidia.com%2Fgpu.clique"),
+    ]);
+    assert_eq!(
+        (&create.method, create.path.as_str()),
+        (&Method::POST, CDS_PATH)
+    );
     assert_eq!(create.body["metadata"]["name"], cd);
     let answer = create.body.clone();
     create.respond(StatusCode::CREATED, &answer);
