@@ -19,6 +19,8 @@ pub enum TemplateOutcome {
         template: String,
         owner: Option<String>,
     },
+    /// The API server refused the template as invalid; `why` is its message.
+    Rejected { template: String, why: String },
 }
 
 impl TemplateOutcome {
@@ -44,6 +46,14 @@ impl TemplateOutcome {
                          template in a new ComputeDomain, or delete that template"
                     ),
                 },
+            ),
+            Self::Rejected { template, why } => (
+                ConditionStatus::False,
+                reason::TEMPLATE_REJECTED,
+                format!(
+                    "the API server refused ResourceClaimTemplate {template}: {why}; the spec \
+                     cannot change: create a new ComputeDomain with a valid template name"
+                ),
             ),
         }
     }

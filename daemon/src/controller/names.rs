@@ -35,6 +35,7 @@ pub const TEMPLATE_READY: &str = "TemplateReady";
 pub mod reason {
     pub const TEMPLATE_CREATED: &str = "TemplateCreated";
     pub const TEMPLATE_NAME_TAKEN: &str = "TemplateNameTaken";
+    pub const TEMPLATE_REJECTED: &str = "TemplateRejected";
     pub const WAITING_FOR_MEMBERS: &str = "WaitingForMembers";
     pub const DOMAIN_CREATED: &str = "DomainCreated";
 }

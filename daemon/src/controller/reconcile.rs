@@ -23,7 +23,7 @@ use super::condition::{self, TemplateOutcome};
 use super::names::{FIELD_MANAGER, reason};
 use super::template::{self, Ownership, TemplateError, TemplateSettings};
 use super::{finalizer, membership};
-use crate::crd::ComputeDomain;
+use crate::crd::{ComputeDomain, ConditionStatus};
 
 /// How often things are looked at again when no watch event says they changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,17 +194,26 @@ async fn reconcile_once(cd: &ComputeDomain, ctx: &Context) -> Result<Action, Err
     let outcome = match existing {
         None => {
             let desired = template::desired(cd, &ctx.template).map_err(invalid)?;
-            templates
-                .create(&PostParams::default(), &desired)
-                .await
-                .map_err(api(
-                    "create template",
-                    format!("{namespace}/{template_name}"),
-                ))?;
-            ::metrics::counter!(super::metrics::TEMPLATES_CREATED).increment(1);
-            info!(template = %template_name, "ResourceClaimTemplate created");
-            TemplateOutcome::Ready {
-                template: template_name.clone(),
+            match templates.create(&PostParams::default(), &desired).await {
+                Ok(_) => {
+                    ::metrics::counter!(super::metrics::TEMPLATES_CREATED).increment(1);
+                    info!(template = %template_name, "ResourceClaimTemplate created");
+                    TemplateOutcome::Ready {
+                        template: template_name.clone(),
+                    }
+                }
+                // Invalid (a name that is no DNS subdomain, say): the spec is immutable,
+                // so no retry can help; the user is told.
+                Err(kube::Error::Api(status)) if status.code == 422 => TemplateOutcome::Rejected {
+                    template: template_name.clone(),
+                    why: status.message,
+                },
+                Err(error) => {
+                    return Err(api(
+                        "create template",
+                        format!("{namespace}/{template_name}"),
+                    )(error));
+                }
             }
         }
         Some(found) => match template::ownership(&found, &uid) {
@@ -221,16 +230,24 @@ async fn reconcile_once(cd: &ComputeDomain, ctx: &Context) -> Result<Action, Err
     let Some(condition) = condition::update(cd, &outcome, OffsetDateTime::now_utc()) else {
         return Ok(next_pass(&outcome, &ctx.timing));
     };
-    if let TemplateOutcome::NameTaken { template, .. } = &outcome {
-        // Once per change of the condition, not per pass: the condition says it
-        // meanwhile.
-        ::metrics::counter!(super::metrics::TEMPLATE_NAME_CONFLICTS).increment(1);
-        warn!(template = %template, "template name taken by a template that is not ours");
+    // Events once per change of the condition, not per pass: the condition says it
+    // meanwhile.
+    match &outcome {
+        TemplateOutcome::Ready { .. } => {}
+        TemplateOutcome::NameTaken { template, .. } => {
+            ::metrics::counter!(super::metrics::TEMPLATE_NAME_CONFLICTS).increment(1);
+            warn!(template = %template, "template name taken by a template that is not ours");
+        }
+        TemplateOutcome::Rejected { template, why } => {
+            warn!(template = %template, %why, "the API server refused the template");
+        }
+    }
+    if condition.status == ConditionStatus::False {
         publish(
             ctx,
             cd,
             EventType::Warning,
-            reason::TEMPLATE_NAME_TAKEN,
+            &condition.reason,
             "CreateTemplate",
             condition.message.clone(),
         )
@@ -252,6 +269,8 @@ fn next_pass(outcome: &TemplateOutcome, timing: &Timing) -> Action {
         // Deletion of our template wakes us through the owned-templates watch.
         TemplateOutcome::Ready { .. } => Action::requeue(timing.resync),
         TemplateOutcome::NameTaken { .. } => Action::requeue(timing.conflict_recheck),
+        // Nothing to retry: the spec cannot change.
+        TemplateOutcome::Rejected { .. } => Action::requeue(timing.resync),
     }
 }
 

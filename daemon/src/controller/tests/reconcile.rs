@@ -506,3 +506,43 @@ async fn a_template_created_meanwhile_by_someone_else_is_an_error_to_retry() {
     .await;
     assert!(result.unwrap_err().contains("cannot create template"));
 }
+
+#[tokio::test]
+async fn a_template_the_api_server_refuses_is_reported_not_retried() {
+    let mut cd = fixtures::finalized();
+    cd.spec.channel.resource_claim_template.name = "Not_A_Name".into();
+    let action = scenario(cd, |mut server| async move {
+        not_found(
+            server
+                .expect(
+                    Method::GET,
+                    "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaimtemplates/Not_A_Name",
+                )
+                .await,
+        );
+        server
+            .expect(Method::POST, TEMPLATES_PATH)
+            .await
+            .fail(422, "Invalid");
+        let call = server.expect(Method::POST, EVENTS_PATH).await;
+        assert_eq!(call.body["type"], "Warning");
+        assert_eq!(call.body["reason"], "TemplateRejected");
+        let answer = call.body.clone();
+        call.respond(StatusCode::CREATED, &answer);
+        let call = server.next().await;
+        assert_condition_apply(&call, "False", "TemplateRejected");
+        assert!(
+            call.body["status"]["conditions"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Invalid (scripted)")
+        );
+        let answer = with_status_of(fixtures::finalized(), &call);
+        call.ok(&answer);
+        server
+    })
+    .await
+    .unwrap();
+    // Not an error: no backoff retries for a spec that cannot change.
+    assert_eq!(action, Action::requeue(Duration::from_secs(600)));
+}
