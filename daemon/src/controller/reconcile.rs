@@ -85,11 +85,50 @@ impl Context {
     }
 }
 
+/// The API call a pass failed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    AddFinalizer,
+    ReadTemplate,
+    CreateTemplate,
+    DeleteTemplate,
+    ListClaims,
+    RemoveFinalizer,
+    ApplyCondition,
+}
+
+impl Step {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::AddFinalizer => "add the finalizer to",
+            Self::ReadTemplate => "read template",
+            Self::CreateTemplate => "create template",
+            Self::DeleteTemplate => "delete template",
+            Self::ListClaims => "list the ResourceClaims of namespace",
+            Self::RemoveFinalizer => "remove the finalizer from",
+            Self::ApplyCondition => "apply the TemplateReady condition to",
+        }
+    }
+
+    /// The `reason` label of the error counter.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::AddFinalizer => "add_finalizer",
+            Self::ReadTemplate => "read_template",
+            Self::CreateTemplate => "create_template",
+            Self::DeleteTemplate => "delete_template",
+            Self::ListClaims => "list_claims",
+            Self::RemoveFinalizer => "remove_finalizer",
+            Self::ApplyCondition => "apply_condition",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot {action} {object}: {source}")]
+    #[error("cannot {} {object}: {source}", step.describe())]
     Api {
-        action: &'static str,
+        step: Step,
         object: String,
         #[source]
         source: kube::Error,
@@ -106,16 +145,16 @@ impl Error {
     /// The `reason` label of the error counter: what failed.
     pub fn metric_reason(&self) -> &'static str {
         match self {
-            Self::Api { action, .. } => action,
+            Self::Api { step, .. } => step.label(),
             Self::Invalid { .. } => "invalid",
         }
     }
 }
 
-fn api(action: &'static str, object: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+fn api(step: Step, object: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let object = object.into();
     move |source| Error::Api {
-        action,
+        step,
         object,
         source,
     }
@@ -183,14 +222,14 @@ async fn reconcile_once(cd: &ComputeDomain, ctx: &Context) -> Result<Action, Err
             &Patch::Json::<()>(patch),
         )
         .await
-        .map_err(api("add the finalizer to", key(cd)))?;
+        .map_err(api(Step::AddFinalizer, key(cd)))?;
         info!("finalizer added");
     }
 
-    let existing = templates
-        .get_opt(template_name)
-        .await
-        .map_err(api("read template", format!("{namespace}/{template_name}")))?;
+    let existing = templates.get_opt(template_name).await.map_err(api(
+        Step::ReadTemplate,
+        format!("{namespace}/{template_name}"),
+    ))?;
     let outcome = match existing {
         None => {
             let desired = template::desired(cd, &ctx.template).map_err(invalid)?;
@@ -210,7 +249,7 @@ async fn reconcile_once(cd: &ComputeDomain, ctx: &Context) -> Result<Action, Err
                 },
                 Err(error) => {
                     return Err(api(
-                        "create template",
+                        Step::CreateTemplate,
                         format!("{namespace}/{template_name}"),
                     )(error));
                 }
@@ -260,7 +299,7 @@ async fn reconcile_once(cd: &ComputeDomain, ctx: &Context) -> Result<Action, Err
         &Patch::Apply(&body),
     )
     .await
-    .map_err(api("apply the TemplateReady condition to", key(cd)))?;
+    .map_err(api(Step::ApplyCondition, key(cd)))?;
     Ok(next_pass(&outcome, &ctx.timing))
 }
 
@@ -288,10 +327,10 @@ async fn release(
     };
     let namespace = cd.namespace().unwrap_or_default();
     let template_name = &cd.spec.channel.resource_claim_template.name;
-    let template = templates
-        .get_opt(template_name)
-        .await
-        .map_err(api("read template", format!("{namespace}/{template_name}")))?;
+    let template = templates.get_opt(template_name).await.map_err(api(
+        Step::ReadTemplate,
+        format!("{namespace}/{template_name}"),
+    ))?;
     let mut deleted_template = false;
     if let Some(template) = template
         && template::ownership(&template, uid) == Ownership::Ours
@@ -309,7 +348,7 @@ async fn release(
             Err(error) if is_not_found(&error) => {}
             Err(error) => {
                 return Err(api(
-                    "delete template",
+                    Step::DeleteTemplate,
                     format!("{namespace}/{template_name}"),
                 )(error));
             }
@@ -317,10 +356,10 @@ async fn release(
     }
 
     let claims: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &namespace);
-    let listed = claims.list(&ListParams::default()).await.map_err(api(
-        "list the ResourceClaims of namespace",
-        namespace.clone(),
-    ))?;
+    let listed = claims
+        .list(&ListParams::default())
+        .await
+        .map_err(api(Step::ListClaims, namespace.clone()))?;
     let members = membership::allocated_claims(&listed.items, &ctx.template.driver, uid);
     if !members.is_empty() {
         info!(claims = ?members, "waiting for the domain's claims to be deallocated");
@@ -357,7 +396,7 @@ async fn release(
         // Gone already: someone else removed the last finalizer.
         Err(error) if is_not_found(&error) => {}
         result => {
-            result.map_err(api("remove the finalizer from", key(cd)))?;
+            result.map_err(api(Step::RemoveFinalizer, key(cd)))?;
         }
     }
     ::metrics::counter!(super::metrics::FINALIZERS_RELEASED).increment(1);
