@@ -458,6 +458,7 @@ async fn api_errors_are_retried_with_growing_delays() {
                 .contains("cannot read template team-a/training-channel"),
             "{error}"
         );
+        assert_eq!(error.metric_reason(), "read_template");
         delays.push(error_policy(cd.clone(), &error, ctx.clone()));
     }
     assert_eq!(
