@@ -1,14 +1,27 @@
 //! domaind's chaos harness.
 //!
-//! [`sim`]: a simulated rack in one process. N nodes, each the real node actors over
-//! real gossip (chitchat) on an in-memory network with injected faults, with fakes for
-//! IMEX, status, claims and checkpoints, in paused time. A [`script`] of operations
-//! (add, prepare, kill, partition, assert...) drives it, in the manner of chitchat's
-//! own cluster tests; [`checks`] are the invariants asserted from outside.
+//! Two harnesses share this crate:
 //!
-//! The process-level harness (a rack of `domaind run` processes) comes later.
+//! - [`sim`]: a simulated rack in one process. N nodes, each the real node actors over
+//!   real gossip (chitchat) on an in-memory network with injected faults, with fakes
+//!   for IMEX, status, claims and checkpoints, in paused time. A [`script`] of
+//!   operations (add, prepare, kill, partition, assert...) drives it, in the manner of
+//!   chitchat's own cluster tests; [`checks`] are the invariants asserted from outside.
+//! - [`harness`] (`domaind-chaos run`): a rack of real `domaind run` processes on
+//!   loopback under faults from a seeded [`schedule`] (SIGKILL, SIGSTOP, IMEX crashes,
+//!   graceful restarts, iptables partitions and loss, claim churn, certificate
+//!   rotation), [`observe`]d from outside through the files a node writes and its
+//!   `/state`, checked against the [`invariants`] on every observation, and
+//!   [`report`]ed as a table and JSON.
 
 pub mod checks;
+pub mod cli;
+pub mod harness;
+pub mod invariants;
+pub mod netfault;
+pub mod observe;
+pub mod report;
+pub mod schedule;
 pub mod script;
 pub mod sim;
 

@@ -220,7 +220,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     let tmp = short_temp_dir("dme2e").unwrap();
     let mut controller = std::process::Command::new(env!("CARGO_BIN_EXE_domaind"))
         .args(["controller", "--http-addr", "127.0.0.1:0"])
-        .args(["--leader-election-namespace", &namespace])
+        .args(["--lease-namespace", &namespace])
         .stdout(std::fs::File::create(tmp.path().join("controller.log")).unwrap())
         .stderr(std::fs::File::create(tmp.path().join("controller.err")).unwrap())
         .spawn()

@@ -18,7 +18,9 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-pub use envelope::FORMAT_VERSION;
+// decode: outside readers (the chaos harness) inspect a live node's file without the
+// store's side effects (moving a corrupt file aside, deleting a previous boot's).
+pub use envelope::{Corruption, Decoded, FORMAT_VERSION, decode};
 pub use error::CheckpointError;
 pub use store::{
     CHECKPOINT_FILE, CheckpointConfig, DEFAULT_BOOT_ID_PATH, FileCheckpointStore, LoadOutcome,

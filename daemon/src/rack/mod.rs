@@ -5,6 +5,7 @@
 //! Every node gets its own loopback address, so the IMEX port can be the same on all
 //! of them, as IMEX requires; gossip and HTTP ports are chosen by the OS.
 
+mod control;
 mod node;
 mod probe;
 
@@ -168,8 +169,11 @@ impl LocalRack {
                 proc_devices.clone(),
             ));
         }
-        // The CA's key is not kept: nothing issues more certificates for this rack.
         std::fs::write(spec.root.join("ca.crt"), ca.cert_pem()).context("cannot write ca.crt")?;
+        // Kept (mode 0600, removed with the rack) so that certificates can be reissued
+        // while the rack runs: the chaos harness rotates them.
+        ca.write(&spec.root.join(control::CA_DIR))
+            .context("cannot keep the rack's CA")?;
         Ok(Self {
             local: LocalDir::new(spec.root.join("local")),
             spec,

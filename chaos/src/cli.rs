@@ -1,0 +1,192 @@
+//! The command line of `domaind-chaos`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::{Args, Parser, Subcommand};
+
+use crate::harness::RunConfig;
+use crate::schedule::{FaultKind, parse_scenario};
+
+/// Chaos harness for domaind: runs a rack of real `domaind run` processes on loopback,
+/// forms one ComputeDomain across them, injects faults from a seeded schedule, and
+/// checks invariants from outside (IMEX hosts and nodes files, checkpoints, status
+/// file, /state). Exits non-zero on any violation.
+#[derive(Debug, Parser)]
+#[command(name = "domaind-chaos", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a rack under faults and report detection and heal times and violations.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Daemons in the rack (2 to 18; an NVL72 rack has 18).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(2..=18))]
+    pub nodes: u16,
+
+    /// Faults to inject: kill, pause, imex-crash, restart, partition, loss, churn,
+    /// cert-rotate, or all; several as a comma list (e.g. kill,pause,imex-crash,churn).
+    /// partition and loss need root and iptables, and are skipped (and said so)
+    /// without them.
+    #[arg(long, default_value = "all", value_parser = parse_scenario_arg)]
+    pub scenario: Scenario,
+
+    /// Seed of the fault schedule: the same seed, nodes, scenario and duration give
+    /// the same faults on the same nodes at the same planned times.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// How long faults are scheduled for, in seconds or with a unit (90, 2m).
+    /// Formation before and the final checks after come on top.
+    #[arg(long, default_value = "60", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// Write the report as JSON to this file too.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// The domaind binary [default: next to this one].
+    #[arg(long, value_name = "PATH")]
+    pub domaind: Option<PathBuf>,
+
+    /// The imex-sim binary [default: next to this one].
+    #[arg(long, value_name = "PATH")]
+    pub imex_sim: Option<PathBuf>,
+
+    /// The rack's loopback subnet: nodes get 127.0.<subnet>.1, .2, ... Network faults
+    /// touch only 127.0.<subnet>.0/24.
+    #[arg(long, default_value_t = 78, value_parser = clap::value_parser!(u8).range(1..=254))]
+    pub subnet: u8,
+
+    /// Isolation: how long after a node unprepared its last claim (or after an
+    /// observer started or resumed) it may still appear in a peer set.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub isolation_grace: Duration,
+
+    /// The daemons' gossip interval.
+    #[arg(long, default_value = "150ms", value_parser = humantime::parse_duration)]
+    pub gossip_interval: Duration,
+
+    /// The daemons' log filter (their logs are in the rack's directory).
+    #[arg(long, default_value = "info")]
+    pub daemon_log: String,
+
+    /// Keep the rack's directory (daemon logs, state, IMEX files) and print where.
+    #[arg(long)]
+    pub keep_files: bool,
+
+    /// No progress lines on stderr; the table still goes to stdout.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// The kinds of `--scenario`.
+#[derive(Debug, Clone)]
+pub struct Scenario(pub Vec<FaultKind>);
+
+fn parse_scenario_arg(text: &str) -> Result<Scenario, String> {
+    parse_scenario(text).map(Scenario)
+}
+
+/// Seconds, or a humantime duration.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = match text.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => humantime::parse_duration(text).map_err(|e| e.to_string())?,
+    };
+    if duration < Duration::from_secs(1) || duration > Duration::from_secs(6 * 3600) {
+        return Err("the duration must be between 1 s and 6 h".into());
+    }
+    Ok(duration)
+}
+
+impl RunArgs {
+    /// The run's configuration; binaries default to this executable's directory.
+    pub fn config(&self) -> anyhow::Result<RunConfig> {
+        let here = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(Path::to_path_buf));
+        let domaind = locate(self.domaind.as_deref(), here.as_deref(), "domaind")?;
+        let imex_sim = locate(self.imex_sim.as_deref(), here.as_deref(), "imex-sim")?;
+        Ok(RunConfig {
+            nodes: self.nodes.into(),
+            scenario: self.scenario.0.clone(),
+            seed: self.seed,
+            duration: self.duration,
+            domaind,
+            imex_sim,
+            subnet: self.subnet,
+            isolation_grace: self.isolation_grace,
+            gossip_interval: self.gossip_interval,
+            log_filter: self.daemon_log.clone(),
+            keep_files: self.keep_files,
+            quiet: self.quiet,
+        })
+    }
+}
+
+/// `given`, or `name` in `dir` (cargo puts every binary of a workspace in one target
+/// directory).
+fn locate(given: Option<&Path>, dir: Option<&Path>, name: &str) -> anyhow::Result<PathBuf> {
+    if let Some(path) = given {
+        if !path.is_file() {
+            bail!("{name}: {} is not a file", path.display());
+        }
+        return Ok(path.to_path_buf());
+    }
+    let Some(dir) = dir else {
+        bail!("cannot tell where this executable is; pass --{name} PATH");
+    };
+    let path = dir.join(name);
+    if !path.is_file() {
+        bail!(
+            "{name} is not next to domaind-chaos (looked for {}): build them first: \
+             cargo build --release --bin domaind --bin imex-sim (or pass --domaind and --imex-sim)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_take_seconds_or_units() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn missing_binaries_say_how_to_build_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = locate(None, Some(dir.path()), "domaind")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("cargo build --release --bin domaind --bin imex-sim"),
+            "{error}"
+        );
+        let error = locate(Some(&dir.path().join("nope")), None, "imex-sim")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("is not a file"), "{error}");
+    }
+}

@@ -1,0 +1,563 @@
+//! The invariants of `domaind-chaos run`, as pure functions of what the harness did
+//! (the [`World`]: which daemons run, which claims it prepared and unprepared) and what
+//! it saw (an [`Observation`]). Pure, so that each can be shown to fail on a bad
+//! observation.
+//!
+//! Checked on every observation:
+//! - **isolation**: a node that has held no claim for the grace period is in no peer
+//!   set (the hosts block of any node whose IMEX daemon runs), and runs no IMEX daemon
+//!   itself; no peer set names an address outside the rack; the nodes config lists
+//!   slot names only (in DNS-names mode the hosts block is the whole peer set).
+//! - **slots**: no peer set gives one node two slots.
+//! - **checkpoint**: every claim whose prepare was answered, and not since unprepared,
+//!   is in the node's checkpoint and in its `/state`, across kills and restarts; a
+//!   claim whose unprepare was answered is not in the checkpoint.
+//! - **crash** (with the daemons' exits, which the harness reaps itself): no IMEX
+//!   daemon exited that the harness did not crash.
+//!
+//! Checked once faults stop ([`unsettled`]): **agreement** (every member has the same
+//! peer set and slots, and sees the same members) and **status** (the status file lists
+//! exactly the members, Ready, with their slots).
+//!
+//! The grace: a node that unprepared its last claim deletes its gossip key at once;
+//! peers hear of the tombstone within a few gossip rounds (150 ms each) and rewrite
+//! their hosts block on the next snapshot. On a busy 2-core machine with packet loss
+//! that is well under a second or two; the default grace of 5 s leaves room and is
+//! still far below anything a job would notice. The same grace applies to an observer
+//! that just started or resumed: its hosts file is as old as its last write.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use domaind_actors::model::Phase;
+use serde::Serialize;
+
+use crate::observe::{FileRead, Observation};
+
+/// Where a daemon is, as the harness made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Life {
+    /// Started; run.json not written yet.
+    Starting,
+    Up,
+    /// SIGSTOPped with its IMEX daemon.
+    Paused,
+    /// Sent SIGTERM; not exited yet.
+    Stopping,
+    /// Killed, stopped, or never started.
+    Down,
+}
+
+/// A claim's state, as the harness (the kubelet) knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClaimPhase {
+    /// Prepare called; no success yet.
+    Preparing,
+    /// Prepare answered with success.
+    Prepared,
+    /// Unprepare called; no success yet.
+    Unpreparing,
+    /// Unprepare answered with success.
+    Released,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeRecord {
+    pub name: String,
+    pub ip: IpAddr,
+    pub life: Life,
+    pub life_since: Instant,
+    pub claims: BTreeMap<String, ClaimPhase>,
+    /// When it last came to hold no claim (the start, for a node that never held one).
+    pub released_at: Instant,
+    /// IMEX daemon crashes the harness caused since the daemon last started.
+    pub imex_crashes: u32,
+}
+
+impl NodeRecord {
+    /// Whether the node holds a claim of the domain, or is being given one.
+    pub fn holds_claims(&self) -> bool {
+        self.claims.values().any(|p| *p != ClaimPhase::Released)
+    }
+
+    fn claims_in(&self, phase: ClaimPhase) -> BTreeSet<&str> {
+        self.claims
+            .iter()
+            .filter(|(_, p)| **p == phase)
+            .map(|(uid, _)| uid.as_str())
+            .collect()
+    }
+
+    /// Up, and for at least `grace`.
+    fn settled_up(&self, now: Instant, grace: Duration) -> bool {
+        self.life == Life::Up && now.saturating_duration_since(self.life_since) >= grace
+    }
+}
+
+/// What the harness did to the rack, as far as the invariants care.
+#[derive(Debug, Clone)]
+pub struct World {
+    pub domain_uid: String,
+    pub grace: Duration,
+    pub nodes: Vec<NodeRecord>,
+}
+
+impl World {
+    /// Nodes `(name, ip)`, all down and holding nothing, as of `now`.
+    pub fn new(
+        domain_uid: impl Into<String>,
+        grace: Duration,
+        nodes: impl IntoIterator<Item = (String, IpAddr)>,
+        now: Instant,
+    ) -> Self {
+        Self {
+            domain_uid: domain_uid.into(),
+            grace,
+            nodes: nodes
+                .into_iter()
+                .map(|(name, ip)| NodeRecord {
+                    name,
+                    ip,
+                    life: Life::Down,
+                    life_since: now,
+                    claims: BTreeMap::new(),
+                    released_at: now,
+                    imex_crashes: 0,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn set_life(&mut self, node: usize, life: Life, now: Instant) {
+        let record = &mut self.nodes[node];
+        if life == Life::Starting {
+            // A new process: its IMEX daemon's counters start again.
+            record.imex_crashes = 0;
+        }
+        record.life = life;
+        record.life_since = now;
+    }
+
+    pub fn set_claim(&mut self, node: usize, uid: &str, phase: ClaimPhase, now: Instant) {
+        let record = &mut self.nodes[node];
+        let held = record.holds_claims();
+        record.claims.insert(uid.to_owned(), phase);
+        if held && !record.holds_claims() {
+            record.released_at = now;
+        }
+    }
+
+    pub fn index_of_ip(&self, ip: IpAddr) -> Option<usize> {
+        self.nodes.iter().position(|n| n.ip == ip)
+    }
+
+    /// The nodes that hold claims: the domain's members once things settle.
+    pub fn members(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].holds_claims())
+            .collect()
+    }
+}
+
+/// Which invariant a violation breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Invariant {
+    Isolation,
+    Slots,
+    Agreement,
+    Checkpoint,
+    Status,
+    /// A daemon (domaind or IMEX) died that the harness did not kill.
+    Crash,
+    /// Something that must happen did not within its limit: a dead node never dropped,
+    /// a crashed IMEX daemon never restarted, a fault never healed.
+    Liveness,
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Invariant::Isolation => "isolation",
+            Invariant::Slots => "slots",
+            Invariant::Agreement => "agreement",
+            Invariant::Checkpoint => "checkpoint",
+            Invariant::Status => "status",
+            Invariant::Crash => "crash",
+            Invariant::Liveness => "liveness",
+        })
+    }
+}
+
+/// One broken invariant. `detail` names what, never when, so that the same breach
+/// seen on many observations is one violation.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Violation {
+    pub invariant: Invariant,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub detail: String,
+}
+
+impl Violation {
+    pub fn new(invariant: Invariant, node: Option<&str>, detail: impl Into<String>) -> Self {
+        Self {
+            invariant,
+            node: node.map(str::to_owned),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The invariants that hold at every moment.
+pub fn check(world: &World, obs: &Observation, now: Instant) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for (i, node) in world.nodes.iter().enumerate() {
+        let seen = &obs.nodes[i];
+        let name = Some(node.name.as_str());
+        let violation = |invariant, detail: String| Violation::new(invariant, name, detail);
+
+        if let FileRead::Bad(reason) = &seen.nodes_config {
+            found.push(violation(
+                Invariant::Isolation,
+                format!("nodes config: {reason}"),
+            ));
+        }
+        if node.life == Life::Up {
+            if let FileRead::Bad(reason) = &seen.hosts {
+                found.push(violation(
+                    Invariant::Isolation,
+                    format!("hosts file: {reason}"),
+                ));
+            }
+        }
+
+        // A node out of the domain must not take part in IMEX at all.
+        let out_since = node.released_at.max(node.life_since);
+        if !node.holds_claims()
+            && node.life == Life::Up
+            && now.saturating_duration_since(out_since) >= world.grace
+            && seen.imex_running()
+        {
+            found.push(violation(
+                Invariant::Isolation,
+                format!(
+                    "holds no claim but runs an IMEX daemon (pid {:?})",
+                    seen.imex_pids
+                ),
+            ));
+        }
+
+        // The hosts block of a running IMEX daemon is a live peer set.
+        if node.life == Life::Up && seen.imex_running() {
+            if let FileRead::Read(block) = &seen.hosts {
+                let mut slots_of: BTreeMap<IpAddr, Vec<u16>> = BTreeMap::new();
+                for (slot, ip) in &block.slots {
+                    slots_of.entry(*ip).or_default().push(*slot);
+                }
+                for (ip, slots) in &slots_of {
+                    if slots.len() > 1 {
+                        let who = world
+                            .index_of_ip(*ip)
+                            .map_or_else(|| ip.to_string(), |t| world.nodes[t].name.clone());
+                        found.push(violation(
+                            Invariant::Slots,
+                            format!("its peer set gives {who} slots {slots:?}"),
+                        ));
+                    }
+                }
+                if node.holds_claims() && node.settled_up(now, world.grace) {
+                    for (slot, ip) in &block.slots {
+                        match world.index_of_ip(*ip) {
+                            None => found.push(violation(
+                                Invariant::Isolation,
+                                format!(
+                                    "its peer set maps slot {slot} to {ip}, no node of the rack"
+                                ),
+                            )),
+                            Some(t) => {
+                                let target = &world.nodes[t];
+                                if !target.holds_claims()
+                                    && now.saturating_duration_since(target.released_at)
+                                        >= world.grace
+                                {
+                                    found.push(violation(
+                                        Invariant::Isolation,
+                                        format!(
+                                            "its peer set lists {} (slot {slot}), which has held no claim \
+                                             of the domain for over the {:?} grace",
+                                            target.name, world.grace
+                                        ),
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        let prepared = node.claims_in(ClaimPhase::Prepared);
+        let released = node.claims_in(ClaimPhase::Released);
+        match &seen.checkpoint {
+            FileRead::Missing if !prepared.is_empty() => found.push(violation(
+                Invariant::Checkpoint,
+                format!("no checkpoint file, but prepared claims {prepared:?}"),
+            )),
+            FileRead::Missing => {}
+            FileRead::Bad(reason) => found.push(violation(Invariant::Checkpoint, reason.clone())),
+            FileRead::Read(claims) => {
+                let lost: Vec<&str> = prepared
+                    .iter()
+                    .filter(|c| !claims.contains(**c))
+                    .copied()
+                    .collect();
+                if !lost.is_empty() {
+                    found.push(violation(
+                        Invariant::Checkpoint,
+                        format!("the checkpoint lost prepared claims {lost:?}"),
+                    ));
+                }
+                let kept: Vec<&str> = released
+                    .iter()
+                    .filter(|c| claims.contains(**c))
+                    .copied()
+                    .collect();
+                if !kept.is_empty() {
+                    found.push(violation(
+                        Invariant::Checkpoint,
+                        format!("the checkpoint still holds unprepared claims {kept:?}"),
+                    ));
+                }
+            }
+        }
+        if let Some(view) = &seen.view {
+            let lost: Vec<&str> = prepared
+                .iter()
+                .filter(|c| !view.claims.iter().any(|v| v == **c))
+                .copied()
+                .collect();
+            if !lost.is_empty() {
+                found.push(violation(
+                    Invariant::Checkpoint,
+                    format!("/state lost prepared claims {lost:?}"),
+                ));
+            }
+            if view.imex.restarts > node.imex_crashes {
+                found.push(violation(
+                    Invariant::Crash,
+                    format!(
+                        "its IMEX daemon was restarted {} times, the harness crashed it {} times",
+                        view.imex.restarts, node.imex_crashes
+                    ),
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// Whether `target` is out of the peer set of every other member whose IMEX daemon
+/// runs: the survivors noticed it went (at least one survivor must be looking).
+pub fn dropped_by_all(world: &World, obs: &Observation, target: usize) -> bool {
+    let ip = world.nodes[target].ip;
+    let mut observers = 0;
+    for (i, node) in world.nodes.iter().enumerate() {
+        if i == target || !node.holds_claims() || node.life != Life::Up {
+            continue;
+        }
+        let seen = &obs.nodes[i];
+        let Some(block) = seen.hosts.read().filter(|_| seen.imex_running()) else {
+            continue;
+        };
+        observers += 1;
+        if block.slots.values().any(|a| *a == ip) {
+            return false;
+        }
+    }
+    observers > 0
+}
+
+/// Members missing from another member's peer set: `(observer, missing)`. Under
+/// message loss alone there should be none (no false removal).
+pub fn missing_members(world: &World, obs: &Observation) -> Vec<(String, String)> {
+    let members: Vec<usize> = world
+        .members()
+        .into_iter()
+        .filter(|m| world.nodes[*m].life == Life::Up)
+        .collect();
+    let mut missing = Vec::new();
+    for o in &members {
+        let seen = &obs.nodes[*o];
+        let Some(block) = seen.hosts.read().filter(|_| seen.imex_running()) else {
+            continue;
+        };
+        for m in &members {
+            if !block.slots.values().any(|a| *a == world.nodes[*m].ip) {
+                missing.push((world.nodes[*o].name.clone(), world.nodes[*m].name.clone()));
+            }
+        }
+    }
+    missing
+}
+
+/// Why the rack is not settled, if it is not: every member runs, sees exactly the
+/// members and the domain Ready, has the same peer set as every other (exactly the
+/// members, one slot each), and the status file says Ready with exactly the members,
+/// each Ready with its slot. Empty when settled.
+pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
+    let mut reasons = Vec::new();
+    let members = world.members();
+    let mut names: Vec<&str> = members
+        .iter()
+        .map(|m| world.nodes[*m].name.as_str())
+        .collect();
+    names.sort_unstable();
+    let mut agreed: Option<(&str, BTreeMap<u16, String>)> = None;
+    for m in &members {
+        let node = &world.nodes[*m];
+        let seen = &obs.nodes[*m];
+        let name = Some(node.name.as_str());
+        let agreement = |detail: String| Violation::new(Invariant::Agreement, name, detail);
+        if node.life != Life::Up {
+            reasons.push(Violation::new(
+                Invariant::Liveness,
+                name,
+                format!("holds claims but is {:?}", node.life),
+            ));
+            continue;
+        }
+        match &seen.view {
+            None => reasons.push(agreement(format!(
+                "no /state: {}",
+                seen.view_error.as_deref().unwrap_or("not asked")
+            ))),
+            Some(view) => {
+                let domains: Vec<_> = view
+                    .domains
+                    .iter()
+                    .filter(|d| d.uid == world.domain_uid)
+                    .collect();
+                match domains.as_slice() {
+                    [domain] => {
+                        let mut seen_members: Vec<&str> =
+                            domain.members.iter().map(String::as_str).collect();
+                        seen_members.sort_unstable();
+                        if seen_members != names {
+                            reasons.push(agreement(format!(
+                                "sees members {seen_members:?}, not {names:?}"
+                            )));
+                        }
+                        if !domain.lost.is_empty() {
+                            reasons.push(agreement(format!("lists {:?} as lost", domain.lost)));
+                        }
+                        if domain.phase != Phase::Ready {
+                            reasons.push(agreement(format!(
+                                "sees the domain {} ({}/{} ready)",
+                                domain.phase, domain.ready, domain.total
+                            )));
+                        }
+                    }
+                    _ => reasons.push(agreement(format!(
+                        "serves {} instances of the domain",
+                        domains.len()
+                    ))),
+                }
+            }
+        }
+        if !seen.imex_running() {
+            reasons.push(agreement("runs no IMEX daemon".into()));
+            continue;
+        }
+        let Some(block) = seen.hosts.read() else {
+            reasons.push(agreement(format!("hosts file: {:?}", seen.hosts)));
+            continue;
+        };
+        let mut peers = BTreeMap::new();
+        for (slot, ip) in &block.slots {
+            let who = world
+                .index_of_ip(*ip)
+                .map_or_else(|| ip.to_string(), |t| world.nodes[t].name.clone());
+            peers.insert(*slot, who);
+        }
+        let mut in_block: Vec<&str> = peers.values().map(String::as_str).collect();
+        in_block.sort_unstable();
+        if in_block != names {
+            reasons.push(agreement(format!(
+                "its peer set holds {in_block:?}, not {names:?}"
+            )));
+        }
+        match &agreed {
+            None => agreed = Some((node.name.as_str(), peers)),
+            Some((first, theirs)) if *theirs != peers => reasons.push(agreement(format!(
+                "its peer set {peers:?} differs from {first}'s {theirs:?}"
+            ))),
+            Some(_) => {}
+        }
+    }
+    for (i, node) in world.nodes.iter().enumerate() {
+        if !node.holds_claims() && node.life == Life::Up && obs.nodes[i].imex_running() {
+            reasons.push(Violation::new(
+                Invariant::Agreement,
+                Some(&node.name),
+                "holds no claim but runs an IMEX daemon",
+            ));
+        }
+    }
+
+    let status_reason = |detail: String| Violation::new(Invariant::Status, None, detail);
+    match &obs.status {
+        FileRead::Read(status) if !members.is_empty() => {
+            if status.status != Phase::Ready {
+                reasons.push(status_reason(format!("status is {}", status.status)));
+            }
+            let count = members.len() as u32;
+            if status.ready_nodes != count || status.total_nodes != count {
+                reasons.push(status_reason(format!(
+                    "{}/{} nodes ready, not {count}/{count}",
+                    status.ready_nodes, status.total_nodes
+                )));
+            }
+            let mut listed: Vec<&str> = status.nodes.iter().map(|n| n.name.as_str()).collect();
+            listed.sort_unstable();
+            if listed != names {
+                reasons.push(status_reason(format!("lists {listed:?}, not {names:?}")));
+            }
+            for entry in &status.nodes {
+                let Some(t) = world.nodes.iter().position(|n| n.name == entry.name) else {
+                    continue;
+                };
+                if entry.status != Phase::Ready {
+                    reasons.push(status_reason(format!("{} is {}", entry.name, entry.status)));
+                }
+                if entry.ip_address != world.nodes[t].ip.to_string() {
+                    reasons.push(status_reason(format!(
+                        "{} has address {}",
+                        entry.name, entry.ip_address
+                    )));
+                }
+                if let Some((_, peers)) = &agreed {
+                    let slot = peers
+                        .iter()
+                        .find(|(_, who)| **who == entry.name)
+                        .map(|(slot, _)| *slot);
+                    if entry.index != slot {
+                        reasons.push(status_reason(format!(
+                            "{} has index {:?}, its slot is {slot:?}",
+                            entry.name, entry.index
+                        )));
+                    }
+                }
+            }
+        }
+        FileRead::Read(_) => {}
+        FileRead::Missing if members.is_empty() => {}
+        FileRead::Missing => reasons.push(status_reason("no status file".into())),
+        FileRead::Bad(reason) => reasons.push(status_reason(reason.clone())),
+    }
+    reasons
+}

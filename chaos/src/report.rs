@@ -1,0 +1,332 @@
+//! The report of `domaind-chaos run`: per fault kind, how many faults, how fast they
+//! were detected and healed, what broke; as a table for people and JSON for tools.
+//!
+//! - **detect**: from the fault's injection until the survivors' view reflects it.
+//!   kill, pause, partition, restart, churn (leave): the node is gone from the peer
+//!   set (hosts block) of every other member whose IMEX daemon runs. imex-crash: a
+//!   new IMEX daemon runs on the node. cert-rotate: the node reports the rotation
+//!   (`domaind_gossip_tls_reloads_total{result="rotated"}`). loss and churn with an
+//!   extra claim change no membership: nothing to detect.
+//! - **heal**: from the fault's end (restart issued, SIGCONT, rules removed, claim
+//!   prepared again, certificate written) until the domain is Ready with all its
+//!   members again: every member sees all members Ready, the same peer set and slots,
+//!   and the status file says so.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::invariants::{Invariant, Violation};
+use crate::schedule::{FaultKind, Schedule};
+
+/// p50, p99 and max of a set of durations, in milliseconds (nearest rank).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub samples: usize,
+    pub p50_ms: u64,
+    pub p99_ms: u64,
+    pub max_ms: u64,
+}
+
+impl Stats {
+    pub fn of(samples: &[u64]) -> Option<Self> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_unstable();
+        Some(Self {
+            samples: sorted.len(),
+            p50_ms: percentile(&sorted, 50),
+            p99_ms: percentile(&sorted, 99),
+            max_ms: *sorted.last().expect("not empty"),
+        })
+    }
+}
+
+/// The nearest-rank percentile of sorted samples: the smallest sample with at least
+/// `p`% of the samples at or below it.
+pub fn percentile(sorted: &[u64], p: u32) -> u64 {
+    let rank = (sorted.len() * p as usize).div_ceil(100).max(1);
+    sorted[rank - 1]
+}
+
+/// What became of one fault.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "outcome", content = "reason")]
+pub enum Outcome {
+    /// Injected, and the domain was whole again afterwards.
+    Healed,
+    /// Injected, and the domain was not whole within the limit (a violation).
+    NotHealed,
+    /// Not injected: what it needs is missing here (e.g. iptables, root).
+    Skipped(String),
+    /// Not injected: the run was too far behind its schedule.
+    NotRun(String),
+}
+
+/// One injected (or skipped) fault.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultRecord {
+    pub step: usize,
+    pub kind: FaultKind,
+    pub targets: Vec<String>,
+    /// When the schedule wanted it, and when it came, from the fault phase's start.
+    pub planned_at_ms: u64,
+    pub injected_at_ms: Option<u64>,
+    pub detect_ms: Option<u64>,
+    pub heal_ms: Option<u64>,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// A violation as reported: when it was first seen, during which fault, how often.
+#[derive(Debug, Clone, Serialize)]
+pub struct ViolationRecord {
+    #[serde(flatten)]
+    pub violation: Violation,
+    /// From the start of the run.
+    pub first_seen_ms: u64,
+    /// The fault being injected or healed then (none: formation or the final check).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub during: Option<FaultKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    /// Observations that showed it.
+    pub times_seen: u64,
+}
+
+/// A daemon that died without being killed.
+#[derive(Debug, Clone, Serialize)]
+pub struct CrashRecord {
+    pub node: String,
+    pub at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub during: Option<FaultKind>,
+    /// The end of its log.
+    pub log_tail: Vec<String>,
+}
+
+/// Per fault kind.
+#[derive(Debug, Clone, Serialize)]
+pub struct KindReport {
+    pub kind: FaultKind,
+    pub injected: usize,
+    pub skipped: usize,
+    pub detected: usize,
+    pub detect: Option<Stats>,
+    pub heal: Option<Stats>,
+    pub violations: usize,
+    pub crashes: usize,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub seed: u64,
+    pub nodes: usize,
+    pub scenario: Vec<FaultKind>,
+    pub duration_s: u64,
+    pub domaind: String,
+    /// Prepares issued on every node → domain Ready with every node, all agreeing.
+    pub formation_ms: Option<u64>,
+    pub elapsed_ms: u64,
+    /// How network faults were made, or why they were skipped.
+    pub network: String,
+    pub isolation_grace_ms: u64,
+    /// Observations taken; every one was checked against the invariants.
+    pub observations: u64,
+    pub kinds: Vec<KindReport>,
+    pub faults: Vec<FaultRecord>,
+    pub violations: Vec<ViolationRecord>,
+    pub crashes: Vec<CrashRecord>,
+    pub schedule: Schedule,
+    /// Where the rack's files (logs, state) were left, with `--keep-files`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_files: Option<std::path::PathBuf>,
+    /// No violation and no crash.
+    pub ok: bool,
+}
+
+impl Report {
+    /// Per-kind figures from the fault records, violations and crashes.
+    pub fn summarise(
+        scenario: &[FaultKind],
+        faults: &[FaultRecord],
+        violations: &[ViolationRecord],
+        crashes: &[CrashRecord],
+    ) -> Vec<KindReport> {
+        scenario
+            .iter()
+            .map(|kind| {
+                let of_kind: Vec<&FaultRecord> =
+                    faults.iter().filter(|f| f.kind == *kind).collect();
+                let detects: Vec<u64> = of_kind.iter().filter_map(|f| f.detect_ms).collect();
+                let heals: Vec<u64> = of_kind.iter().filter_map(|f| f.heal_ms).collect();
+                KindReport {
+                    kind: *kind,
+                    injected: of_kind
+                        .iter()
+                        .filter(|f| f.injected_at_ms.is_some())
+                        .count(),
+                    skipped: of_kind
+                        .iter()
+                        .filter(|f| matches!(f.outcome, Outcome::Skipped(_) | Outcome::NotRun(_)))
+                        .count(),
+                    detected: detects.len(),
+                    detect: Stats::of(&detects),
+                    heal: Stats::of(&heals),
+                    violations: violations
+                        .iter()
+                        .filter(|v| v.during == Some(*kind))
+                        .count(),
+                    crashes: crashes.iter().filter(|c| c.during == Some(*kind)).count(),
+                }
+            })
+            .collect()
+    }
+
+    /// The table printed at the end of a run.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "domaind-chaos: {} nodes, scenario {}, seed {}, {} s of faults ({} observations, each checked)",
+            self.nodes,
+            self.scenario
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(","),
+            self.seed,
+            self.duration_s,
+            self.observations
+        );
+        if let Some(ms) = self.formation_ms {
+            let _ = writeln!(out, "formation: Ready {0}/{0} in {ms} ms", self.nodes);
+        }
+        let _ = writeln!(out, "network faults: {}", self.network);
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<12} {:>8} {:>8} {:>9}  {:>22}  {:>22}  {:>10} {:>7}",
+            "SCENARIO",
+            "INJECTED",
+            "SKIPPED",
+            "DETECTED",
+            "DETECT p50/p99/max ms",
+            "HEAL p50/p99/max ms",
+            "VIOLATIONS",
+            "CRASHES"
+        );
+        let triple = |s: &Option<Stats>| {
+            s.map_or_else(
+                || "-".to_owned(),
+                |s| format!("{}/{}/{}", s.p50_ms, s.p99_ms, s.max_ms),
+            )
+        };
+        for k in &self.kinds {
+            let _ = writeln!(
+                out,
+                "{:<12} {:>8} {:>8} {:>9}  {:>22}  {:>22}  {:>10} {:>7}",
+                k.kind.name(),
+                k.injected,
+                k.skipped,
+                k.detected,
+                triple(&k.detect),
+                triple(&k.heal),
+                k.violations,
+                k.crashes
+            );
+        }
+        let outside = self
+            .violations
+            .iter()
+            .filter(|v| v.during.is_none())
+            .count();
+        if outside > 0 {
+            let _ = writeln!(
+                out,
+                "{:<12} {:>76}",
+                "(no fault)",
+                format!("{outside} violations")
+            );
+        }
+        let skipped: BTreeMap<&str, &str> = self
+            .faults
+            .iter()
+            .filter_map(|f| match &f.outcome {
+                Outcome::Skipped(reason) | Outcome::NotRun(reason) => {
+                    Some((f.kind.name(), reason.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        for (kind, reason) in skipped {
+            let _ = writeln!(out, "skipped {kind}: {reason}");
+        }
+        let _ = writeln!(out);
+        if self.violations.is_empty() && self.crashes.is_empty() {
+            let _ = writeln!(out, "invariants: 0 violations, 0 daemon crashes");
+        } else {
+            let _ = writeln!(
+                out,
+                "invariants: {} violations, {} daemon crashes",
+                self.violations.len(),
+                self.crashes.len()
+            );
+            for v in &self.violations {
+                let _ = writeln!(
+                    out,
+                    "  VIOLATION {} at {} ms{}{}: {}",
+                    v.violation.invariant,
+                    v.first_seen_ms,
+                    v.violation
+                        .node
+                        .as_ref()
+                        .map(|n| format!(" on {n}"))
+                        .unwrap_or_default(),
+                    v.during
+                        .map(|k| format!(" (during {k}, step {})", v.step.unwrap_or_default()))
+                        .unwrap_or_default(),
+                    v.violation.detail
+                );
+            }
+            for c in &self.crashes {
+                let _ = writeln!(out, "  CRASH {} at {} ms; its log ends:", c.node, c.at_ms);
+                for line in &c.log_tail {
+                    let _ = writeln!(out, "    {line}");
+                }
+            }
+        }
+        out
+    }
+
+    /// How many violations break `invariant`.
+    pub fn count(&self, invariant: Invariant) -> usize {
+        self.violations
+            .iter()
+            .filter(|v| v.violation.invariant == invariant)
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let samples: Vec<u64> = (1..=100).collect();
+        let stats = Stats::of(&samples).unwrap();
+        assert_eq!((stats.p50_ms, stats.p99_ms, stats.max_ms), (50, 99, 100));
+        let one = Stats::of(&[7]).unwrap();
+        assert_eq!((one.p50_ms, one.p99_ms, one.max_ms), (7, 7, 7));
+        let few = Stats::of(&[30, 10, 20]).unwrap();
+        assert_eq!((few.p50_ms, few.p99_ms, few.max_ms), (20, 30, 30));
+        assert!(Stats::of(&[]).is_none());
+    }
+}

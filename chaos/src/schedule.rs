@@ -1,0 +1,371 @@
+//! The fault schedule of `domaind-chaos run`: which faults, on which nodes, when and
+//! for how long, drawn from a seed before the run starts. The same seed, node count,
+//! scenario and duration always give the same schedule, on any machine: the generator
+//! is our own (SplitMix64), not a library RNG whose stream may change between
+//! versions or platforms.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// A kind of fault the harness injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// SIGKILL a daemon's process group (its IMEX daemon dies with it), then restart it.
+    Kill,
+    /// SIGSTOP a daemon's process group, then SIGCONT.
+    Pause,
+    /// SIGKILL only the node's IMEX daemon; `domaind` must start it again.
+    ImexCrash,
+    /// Graceful restarts (SIGTERM), rolling: one node after another.
+    Restart,
+    /// Cut one node off from the others (iptables), then heal.
+    Partition,
+    /// Drop a share of the packets between the rack's addresses (iptables), then stop.
+    Loss,
+    /// Claims prepared and unprepared: a node leaves and rejoins, or gets an extra
+    /// claim while its own claim is unprepared and prepared again.
+    Churn,
+    /// Reissue a node's certificate into its TLS directory; it reloads without a restart.
+    CertRotate,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 8] = [
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::ImexCrash,
+        FaultKind::Restart,
+        FaultKind::Partition,
+        FaultKind::Loss,
+        FaultKind::Churn,
+        FaultKind::CertRotate,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Kill => "kill",
+            FaultKind::Pause => "pause",
+            FaultKind::ImexCrash => "imex-crash",
+            FaultKind::Restart => "restart",
+            FaultKind::Partition => "partition",
+            FaultKind::Loss => "loss",
+            FaultKind::Churn => "churn",
+            FaultKind::CertRotate => "cert-rotate",
+        }
+    }
+
+    /// Whether the fault needs root and iptables.
+    pub fn needs_network_control(self) -> bool {
+        matches!(self, FaultKind::Partition | FaultKind::Loss)
+    }
+
+    /// How long, beyond its hold, a fault of this kind usually takes to be noticed and
+    /// healed on a small loopback rack: the room the schedule leaves before the next
+    /// fault. A fault that takes longer delays the ones after it (the harness never
+    /// injects a fault before the previous one healed).
+    fn allowance(self, targets: usize) -> Duration {
+        let secs = match self {
+            FaultKind::Kill => 8,
+            FaultKind::Pause => 4,
+            FaultKind::ImexCrash => 3,
+            FaultKind::Restart => 6 * targets as u64,
+            FaultKind::Partition => 8,
+            FaultKind::Loss => 2,
+            FaultKind::Churn => 5,
+            // The daemon looks at its TLS files every 10 s.
+            FaultKind::CertRotate => 11,
+        };
+        Duration::from_secs(secs)
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `--scenario`: one kind, `all`, or a comma-separated list (duplicates ignored).
+pub fn parse_scenario(text: &str) -> Result<Vec<FaultKind>, String> {
+    let mut kinds = Vec::new();
+    for word in text.split(',').map(str::trim) {
+        let found: Vec<FaultKind> = if word == "all" {
+            FaultKind::ALL.to_vec()
+        } else {
+            match FaultKind::ALL.iter().find(|k| k.name() == word) {
+                Some(kind) => vec![*kind],
+                None => {
+                    return Err(format!(
+                        "unknown scenario {word:?}: expected all or a comma-separated list of {}",
+                        FaultKind::ALL.map(FaultKind::name).join(", ")
+                    ));
+                }
+            }
+        };
+        for kind in found {
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+    }
+    Ok(kinds)
+}
+
+/// What a churn step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Churn {
+    /// Unprepare every claim of the target (it leaves the domain), wait `hold`, prepare
+    /// its claim again (it rejoins).
+    LeaveAndRejoin,
+    /// Prepare an extra claim of the same domain on the target, unprepare the target's
+    /// own claim (the extra keeps it a member), wait `hold`, prepare it again, then
+    /// unprepare the extra.
+    ExtraClaim,
+}
+
+/// One fault of the schedule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    pub index: usize,
+    /// When to inject it, from the start of the fault phase (later if the previous
+    /// fault has not healed by then).
+    #[serde(rename = "at_ms", serialize_with = "millis")]
+    pub at: Duration,
+    pub kind: FaultKind,
+    /// Node indexes: one, or the nodes of a rolling restart in order.
+    pub targets: Vec<usize>,
+    /// How long the fault lasts (paused, cut off, lossy, out of the domain); for kill
+    /// and partition, at least this long after the survivors noticed.
+    #[serde(rename = "hold_ms", serialize_with = "millis")]
+    pub hold: Duration,
+    /// `loss`: the share of packets dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_percent: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub churn: Option<Churn>,
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
+/// A run's faults, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Schedule {
+    pub seed: u64,
+    pub nodes: usize,
+    pub kinds: Vec<FaultKind>,
+    #[serde(rename = "duration_ms", serialize_with = "millis")]
+    pub duration: Duration,
+    pub steps: Vec<Step>,
+}
+
+impl Schedule {
+    /// Faults for `nodes` nodes (at least 2) until `duration` has passed. Kinds are
+    /// drawn from shuffled rounds of `kinds`, so that every kind comes up as often as
+    /// the duration allows.
+    pub fn generate(seed: u64, nodes: usize, kinds: &[FaultKind], duration: Duration) -> Self {
+        assert!(nodes >= 2, "a chaos run needs at least 2 nodes");
+        assert!(
+            !kinds.is_empty(),
+            "a chaos run needs at least one kind of fault"
+        );
+        let mut rng = SplitMix64::new(seed);
+        let mut steps = Vec::new();
+        let mut bag: Vec<FaultKind> = Vec::new();
+        let mut at = rng.between_ms(1_000, 3_000);
+        while at < duration {
+            if bag.is_empty() {
+                bag = kinds.to_vec();
+                rng.shuffle(&mut bag);
+            }
+            let kind = bag.pop().expect("refilled above");
+            let (targets, hold, loss_percent, churn) = match kind {
+                FaultKind::Restart => {
+                    let count = 1 + rng.below(nodes.min(3) as u64) as usize;
+                    let mut order: Vec<usize> = (0..nodes).collect();
+                    rng.shuffle(&mut order);
+                    order.truncate(count);
+                    (order, Duration::ZERO, None, None)
+                }
+                FaultKind::Kill => (
+                    vec![rng.node(nodes)],
+                    rng.between_ms(1_000, 4_000),
+                    None,
+                    None,
+                ),
+                FaultKind::Pause => (
+                    vec![rng.node(nodes)],
+                    rng.between_ms(2_000, 10_000),
+                    None,
+                    None,
+                ),
+                FaultKind::Partition => (
+                    vec![rng.node(nodes)],
+                    rng.between_ms(1_000, 4_000),
+                    None,
+                    None,
+                ),
+                FaultKind::Loss => {
+                    let percent = 5 + rng.below(6) as u32;
+                    (
+                        Vec::new(),
+                        rng.between_ms(8_000, 15_000),
+                        Some(percent),
+                        None,
+                    )
+                }
+                FaultKind::Churn => {
+                    let variant = if rng.below(2) == 0 {
+                        Churn::LeaveAndRejoin
+                    } else {
+                        Churn::ExtraClaim
+                    };
+                    (
+                        vec![rng.node(nodes)],
+                        rng.between_ms(1_000, 4_000),
+                        None,
+                        Some(variant),
+                    )
+                }
+                FaultKind::ImexCrash | FaultKind::CertRotate => {
+                    (vec![rng.node(nodes)], Duration::ZERO, None, None)
+                }
+            };
+            let next = at + hold + kind.allowance(targets.len()) + rng.between_ms(1_000, 3_000);
+            steps.push(Step {
+                index: steps.len(),
+                at,
+                kind,
+                targets,
+                hold,
+                loss_percent,
+                churn,
+            });
+            at = next;
+        }
+        Self {
+            seed,
+            nodes,
+            kinds: kinds.to_vec(),
+            duration,
+            steps,
+        }
+    }
+}
+
+/// SplitMix64 (Steele, Lea and Flood): tiny, fast, and fixed forever, which is what
+/// a reproducible schedule needs; its quality is ample for picking faults.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (n > 0), by multiplying into the range: the bias is below
+    /// n / 2^64, nothing for our n.
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
+    fn node(&mut self, nodes: usize) -> usize {
+        self.below(nodes as u64) as usize
+    }
+
+    /// A whole number of milliseconds in `low..=high`.
+    fn between_ms(&mut self, low: u64, high: u64) -> Duration {
+        Duration::from_millis(low + self.below(high - low + 1))
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenarios_parse_lists_and_all() {
+        assert_eq!(
+            parse_scenario("kill,pause, imex-crash,churn,kill").unwrap(),
+            vec![
+                FaultKind::Kill,
+                FaultKind::Pause,
+                FaultKind::ImexCrash,
+                FaultKind::Churn
+            ]
+        );
+        assert_eq!(parse_scenario("all").unwrap(), FaultKind::ALL.to_vec());
+        let error = parse_scenario("kill,reboot").unwrap_err();
+        assert!(
+            error.contains("\"reboot\"") && error.contains("cert-rotate"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_generator_is_splitmix64() {
+        // The first outputs for seed 0, as published with the algorithm.
+        let mut rng = SplitMix64::new(0);
+        assert_eq!(rng.next_u64(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(rng.next_u64(), 0x6e78_9e6a_a1b9_65f4);
+    }
+
+    #[test]
+    fn below_stays_in_range_and_reaches_both_ends() {
+        let mut rng = SplitMix64::new(9);
+        let draws: Vec<u64> = (0..1_000).map(|_| rng.below(5)).collect();
+        assert!(draws.iter().all(|d| *d < 5));
+        assert!(draws.contains(&0) && draws.contains(&4));
+    }
+
+    #[test]
+    fn every_kind_comes_up_and_targets_are_valid() {
+        let schedule = Schedule::generate(3, 5, &FaultKind::ALL, Duration::from_secs(600));
+        for kind in FaultKind::ALL {
+            assert!(
+                schedule.steps.iter().any(|s| s.kind == kind),
+                "{kind} never comes up"
+            );
+        }
+        for (i, step) in schedule.steps.iter().enumerate() {
+            assert_eq!(step.index, i);
+            assert!(step.at < schedule.duration);
+            assert!(step.targets.iter().all(|t| *t < 5), "{step:?}");
+            if i > 0 {
+                assert!(step.at > schedule.steps[i - 1].at);
+            }
+            match step.kind {
+                FaultKind::Loss => assert!(step.targets.is_empty() && step.loss_percent.is_some()),
+                FaultKind::Restart => {
+                    let mut distinct = step.targets.clone();
+                    distinct.sort();
+                    distinct.dedup();
+                    assert_eq!(distinct.len(), step.targets.len(), "{step:?}");
+                    assert!((1..=3).contains(&step.targets.len()));
+                }
+                FaultKind::Churn => assert!(step.churn.is_some() && step.targets.len() == 1),
+                _ => assert_eq!(step.targets.len(), 1),
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! What a chaos harness needs beyond starting and stopping daemons: a graceful stop it
+//! can watch instead of wait on, the IMEX daemon of a node (to crash it alone), and
+//! certificates reissued from the rack's CA (to rotate them under a running daemon).
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use domaind_gossip::NodeName;
+use domaind_gossip::pki::{DevCa, NodeCertRequest};
+use nix::sys::signal::Signal;
+
+use super::LocalRack;
+
+/// Where, under the rack's root, its CA (certificate and key) is kept.
+pub(super) const CA_DIR: &str = "ca";
+
+impl LocalRack {
+    /// The rack's CA: `ca.crt` and `ca.key`.
+    pub fn ca_dir(&self) -> PathBuf {
+        self.spec.root.join(CA_DIR)
+    }
+
+    /// Issues node `index` a new certificate and key from the rack's CA, written over
+    /// its TLS directory as a certificate manager would; the daemon picks them up on
+    /// its next reload, without a restart.
+    pub fn reissue_certificate(
+        &self,
+        index: usize,
+        valid_for: time::Duration,
+    ) -> anyhow::Result<()> {
+        let node = &self.nodes[index];
+        let ca = DevCa::load(&self.ca_dir()).context("cannot load the rack's CA")?;
+        let name = NodeName::new(node.name()).context("rack node name")?;
+        ca.issue(&NodeCertRequest::new(name, valid_for))
+            .and_then(|cert| cert.write(&node.dir().join("tls")))
+            .with_context(|| format!("cannot reissue {}'s certificate", node.name()))?;
+        Ok(())
+    }
+
+    /// SIGTERM to node `index`, without waiting for it to exit (see [`Self::running`]).
+    /// Its exit is not counted as unexpected.
+    pub fn begin_stop(&mut self, index: usize) -> anyhow::Result<()> {
+        self.nodes[index].begin_stop()
+    }
+
+    /// Whether node `index`'s daemon is alive (reaping it if it exited).
+    pub fn running(&mut self, index: usize) -> bool {
+        self.nodes[index].running()
+    }
+
+    /// Sends `signal` to node `index`'s process group (the daemon and its IMEX
+    /// daemon), if it runs: SIGSTOP and SIGCONT pause and resume the whole "container".
+    pub fn signal_group(&mut self, index: usize, signal: Signal) -> anyhow::Result<()> {
+        self.nodes[index].signal_group(signal)
+    }
+
+    /// For every node, the pids of its IMEX daemon: children of its `domaind` that run
+    /// the daemon (`... -c CONFIG`), not a status query (`... ctl ...`). Normally one;
+    /// none while the node or its IMEX daemon is down. One pass over /proc (Linux).
+    pub fn imex_daemons(&mut self) -> anyhow::Result<Vec<Vec<u32>>> {
+        let parents: Vec<Option<u32>> = self
+            .nodes
+            .iter_mut()
+            .map(|node| node.pid().filter(|_| node.running()))
+            .collect();
+        let mut found = vec![Vec::new(); parents.len()];
+        for (pid, parent, args) in processes()? {
+            if !is_imex_daemon(&args) {
+                continue;
+            }
+            if let Some(index) = parents.iter().position(|p| *p == Some(parent)) {
+                found[index].push(pid);
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// The IMEX daemon runs as `<sim or nvidia-imex> -c CONFIG` (`domaind imex-sim -c
+/// CONFIG` when built in); queries run `... ctl -c CONFIG -q`.
+fn is_imex_daemon(args: &[String]) -> bool {
+    args.iter().any(|a| a == "-c") && !args.iter().any(|a| a == "ctl")
+}
+
+/// Every process: its pid, its parent's pid and its command line.
+fn processes() -> anyhow::Result<Vec<(u32, u32, Vec<String>)>> {
+    let mut found = Vec::new();
+    let entries = std::fs::read_dir("/proc").context("cannot list /proc")?;
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process may exit between the listing and the read: skip it.
+        let Some(parent) = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|stat| parent_of(&stat))
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        found.push((pid, parent, args));
+    }
+    Ok(found)
+}
+
+/// The parent pid in a /proc/<pid>/stat line. The command name (field 2) is in
+/// parentheses and may itself hold spaces and parentheses, so fields are counted from
+/// the last ')'.
+fn parent_of(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let _state = fields.next()?;
+    fields.next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parent_is_read_after_the_command_name() {
+        assert_eq!(parent_of("42 (imex-sim) S 7 42 42 0 -1"), Some(7));
+        assert_eq!(parent_of("42 (a) b (c) S 9 1 1"), Some(9));
+        assert_eq!(parent_of("garbage"), None);
+    }
+
+    #[test]
+    fn daemon_and_queries_are_told_apart() {
+        let daemon = ["imex-sim", "-c", "/s/imex/config.cfg"].map(String::from);
+        let builtin = ["domaind", "imex-sim", "-c", "/s/config.cfg"].map(String::from);
+        let query = ["imex-sim", "ctl", "-c", "/s/config.cfg", "-q"].map(String::from);
+        assert!(is_imex_daemon(&daemon));
+        assert!(is_imex_daemon(&builtin));
+        assert!(!is_imex_daemon(&query));
+    }
+
+    #[test]
+    fn this_process_is_listed_with_its_parent() {
+        let me = std::process::id();
+        let parent = parent_of(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
+        let found = processes().unwrap();
+        assert!(
+            found
+                .iter()
+                .any(|(pid, p, args)| *pid == me && *p == parent && !args.is_empty()),
+            "{found:?}"
+        );
+    }
+}
