@@ -678,12 +678,12 @@ impl Harness {
 
     /// Runs one step of the schedule: waits for its time, injects, holds, ends, heals.
     async fn run_step(&mut self, step: &Step) -> Vec<FaultRecord> {
-        if step.kind.needs_network_control() {
-            if let Err(reason) = &self.net {
-                let mut record = self.not_run(step, reason);
-                record.outcome = Outcome::Skipped(reason.clone());
-                return vec![record];
-            }
+        if step.kind.needs_network_control()
+            && let Err(reason) = &self.net
+        {
+            let mut record = self.not_run(step, reason);
+            record.outcome = Outcome::Skipped(reason.clone());
+            return vec![record];
         }
         // Past twice the planned duration (and a minute), the run is too far behind
         // to be the schedule it was asked for: stop injecting, say so.
@@ -1198,12 +1198,12 @@ impl Harness {
             &self.crashes,
         );
         let mut kept_files = None;
-        if self.config.keep_files {
-            if let Some(tmp) = self.tmp.take() {
-                let kept = tmp.keep();
-                self.say(&format!("the rack's files are kept in {}", kept.display()));
-                kept_files = Some(kept);
-            }
+        if self.config.keep_files
+            && let Some(tmp) = self.tmp.take()
+        {
+            let kept = tmp.keep();
+            self.say(&format!("the rack's files are kept in {}", kept.display()));
+            kept_files = Some(kept);
         }
         let ok = self.violations.is_empty() && self.crashes.is_empty();
         Report {

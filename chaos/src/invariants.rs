@@ -227,13 +227,13 @@ pub fn check(world: &World, obs: &Observation, now: Instant) -> Vec<Violation> {
                 format!("nodes config: {reason}"),
             ));
         }
-        if node.life == Life::Up {
-            if let FileRead::Bad(reason) = &seen.hosts {
-                found.push(violation(
-                    Invariant::Isolation,
-                    format!("hosts file: {reason}"),
-                ));
-            }
+        if node.life == Life::Up
+            && let FileRead::Bad(reason) = &seen.hosts
+        {
+            found.push(violation(
+                Invariant::Isolation,
+                format!("hosts file: {reason}"),
+            ));
         }
 
         // A node out of the domain must not take part in IMEX at all.
@@ -253,47 +253,45 @@ pub fn check(world: &World, obs: &Observation, now: Instant) -> Vec<Violation> {
         }
 
         // The hosts block of a running IMEX daemon is a live peer set.
-        if node.life == Life::Up && seen.imex_running() {
-            if let FileRead::Read(block) = &seen.hosts {
-                let mut slots_of: BTreeMap<IpAddr, Vec<u16>> = BTreeMap::new();
+        if node.life == Life::Up
+            && seen.imex_running()
+            && let FileRead::Read(block) = &seen.hosts
+        {
+            let mut slots_of: BTreeMap<IpAddr, Vec<u16>> = BTreeMap::new();
+            for (slot, ip) in &block.slots {
+                slots_of.entry(*ip).or_default().push(*slot);
+            }
+            for (ip, slots) in &slots_of {
+                if slots.len() > 1 {
+                    let who = world
+                        .index_of_ip(*ip)
+                        .map_or_else(|| ip.to_string(), |t| world.nodes[t].name.clone());
+                    found.push(violation(
+                        Invariant::Slots,
+                        format!("its peer set gives {who} slots {slots:?}"),
+                    ));
+                }
+            }
+            if node.holds_claims() && node.settled_up(now, world.grace) {
                 for (slot, ip) in &block.slots {
-                    slots_of.entry(*ip).or_default().push(*slot);
-                }
-                for (ip, slots) in &slots_of {
-                    if slots.len() > 1 {
-                        let who = world
-                            .index_of_ip(*ip)
-                            .map_or_else(|| ip.to_string(), |t| world.nodes[t].name.clone());
-                        found.push(violation(
-                            Invariant::Slots,
-                            format!("its peer set gives {who} slots {slots:?}"),
-                        ));
-                    }
-                }
-                if node.holds_claims() && node.settled_up(now, world.grace) {
-                    for (slot, ip) in &block.slots {
-                        match world.index_of_ip(*ip) {
-                            None => found.push(violation(
-                                Invariant::Isolation,
-                                format!(
-                                    "its peer set maps slot {slot} to {ip}, no node of the rack"
-                                ),
-                            )),
-                            Some(t) => {
-                                let target = &world.nodes[t];
-                                if !target.holds_claims()
-                                    && now.saturating_duration_since(target.released_at)
-                                        >= world.grace
-                                {
-                                    found.push(violation(
-                                        Invariant::Isolation,
-                                        format!(
-                                            "its peer set lists {} (slot {slot}), which has held no claim \
-                                             of the domain for over the {:?} grace",
-                                            target.name, world.grace
-                                        ),
-                                    ));
-                                }
+                    match world.index_of_ip(*ip) {
+                        None => found.push(violation(
+                            Invariant::Isolation,
+                            format!("its peer set maps slot {slot} to {ip}, no node of the rack"),
+                        )),
+                        Some(t) => {
+                            let target = &world.nodes[t];
+                            if !target.holds_claims()
+                                && now.saturating_duration_since(target.released_at) >= world.grace
+                            {
+                                found.push(violation(
+                                    Invariant::Isolation,
+                                    format!(
+                                        "its peer set lists {} (slot {slot}), which has held no claim \
+                                         of the domain for over the {:?} grace",
+                                        target.name, world.grace
+                                    ),
+                                ));
                             }
                         }
                     }

@@ -38,14 +38,9 @@ fn formed(now: Instant) -> World {
             .map(|(i, n)| ((*n).to_owned(), ip(i))),
         long_ago,
     );
-    for i in 0..3 {
+    for (i, name) in NAMES.iter().enumerate() {
         world.set_life(i, Life::Up, long_ago);
-        world.set_claim(
-            i,
-            &format!("claim-{}", NAMES[i]),
-            ClaimPhase::Prepared,
-            long_ago,
-        );
+        world.set_claim(i, &format!("claim-{name}"), ClaimPhase::Prepared, long_ago);
     }
     world
 }
