@@ -237,7 +237,22 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     assert_eq!(parameters["domainID"], json!(cd_uid));
     assert_eq!(parameters["kind"], "ComputeDomainChannelConfig");
 
-    // 3. Claims allocated on the three nodes.
+    // 3. Three daemons on loopback, as those nodes.
+    let mut spec = RackSpec::self_contained(
+        3,
+        env!("CARGO_BIN_EXE_domaind").into(),
+        tmp.path().join("rack"),
+    );
+    spec.names = Some(names.clone());
+    spec.ips = Some(ips);
+    spec.backend = RackBackend::Kube;
+    spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
+    let mut rack = LocalRack::create(spec).unwrap();
+    rack.start_all().unwrap();
+    tokio::task::block_in_place(|| rack.wait_all_ready(LIMIT)).unwrap();
+
+    // 4. Claims allocated on the three nodes, after the daemons started: prepare
+    //    goes through the claim source, not start-up reconciliation.
     let mut claims = Vec::new();
     for name in &names {
         claims.push(
@@ -251,20 +266,6 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
             .await,
         );
     }
-
-    // 4. Three daemons on loopback, as those nodes.
-    let mut spec = RackSpec::self_contained(
-        3,
-        env!("CARGO_BIN_EXE_domaind").into(),
-        tmp.path().join("rack"),
-    );
-    spec.names = Some(names.clone());
-    spec.ips = Some(ips);
-    spec.backend = RackBackend::Kube;
-    spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
-    let mut rack = LocalRack::create(spec).unwrap();
-    rack.start_all().unwrap();
-    tokio::task::block_in_place(|| rack.wait_all_ready(LIMIT)).unwrap();
 
     // 5. Prepare, as the kubelets would (or let them).
     if real_kubelets {
