@@ -567,3 +567,56 @@ fn a_late_write_of_a_former_reporter_is_written_over() {
         .await;
     });
 }
+
+/// Found by `domaind-chaos run` (8 nodes, seed 1): a member that stopped gracefully
+/// had its IMEX link go down first, so each peer's ImexPeer for it turned suspect with
+/// the 30 s link grace running. The retraction removed that ImexPeer from the domain,
+/// but the actor lived on for its timer, and 30 s later told the domain to drop the
+/// node, long after it had rejoined with a fresh ImexPeer; nothing re-admitted it.
+#[test]
+fn a_member_that_left_and_rejoined_is_not_dropped_by_its_old_link_grace() {
+    run(|| async {
+        let mut rack = rack_of(&NODES);
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        prepare_all(&rack, "c", &NODES).await;
+
+        // node-c's IMEX daemon goes first (its links drop), then it retracts.
+        rack.fabric.cut("node-a", "node-c");
+        rack.fabric.cut("node-b", "node-c");
+        let survivors = ["node-a", "node-b"];
+        rack.wait_until(
+            LIMIT,
+            "the survivors see node-c's link down",
+            &survivors,
+            |s| s.iter().all(|n| n.domains[0].phase == Phase::NotReady),
+        )
+        .await;
+        rack.nodes["node-c"]
+            .addr
+            .send(domaind_actors::Depart)
+            .await
+            .unwrap();
+        rack.fabric.heal();
+        rack.start("node-c");
+        rack.wait_until(LIMIT, "node-c rejoins", &NODES, |s| {
+            s.iter().all(|n| {
+                n.domains
+                    .first()
+                    .is_some_and(|d| d.phase == Phase::Ready && d.peer_set.contains("node-c"))
+            })
+        })
+        .await;
+
+        // Paused time: past the link grace that started when node-c's IMEX stopped.
+        tokio::time::sleep(PeerHealthConfig::default().link_grace + Duration::from_secs(5)).await;
+        for node in NODES {
+            let snapshot = rack.snapshot(node).await;
+            let d = &snapshot.domains[0];
+            assert!(
+                d.phase == Phase::Ready && d.peer_set.contains("node-c"),
+                "{node} dropped node-c after it rejoined: {d:#?}"
+            );
+        }
+    });
+}

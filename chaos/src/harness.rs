@@ -480,6 +480,34 @@ impl Harness {
         }
     }
 
+    /// Waits with no fault under way. The domain healed before, and nothing should
+    /// take it apart now: if it stays apart for longer than the isolation grace (a
+    /// blip of a loaded machine is not a verdict), what is wrong becomes violations.
+    async fn quiet(&mut self, duration: Duration) {
+        let grace = self.config.isolation_grace;
+        let mut apart_since: Option<Instant> = None;
+        let mut broken = Vec::new();
+        self.hold(duration, |h, w, o| {
+            if h.settled(w, o) {
+                apart_since = None;
+            } else {
+                let since = *apart_since.get_or_insert(o.at);
+                if broken.is_empty() && o.at.saturating_duration_since(since) >= grace {
+                    broken = unsettled(w, o);
+                }
+            }
+            false
+        })
+        .await;
+        for mut reason in broken {
+            reason.detail = format!(
+                "came apart with no fault under way, for over {grace:?}: {}",
+                reason.detail
+            );
+            self.record(reason);
+        }
+    }
+
     fn settled(&self, world: &World, observation: &Observation) -> bool {
         self.prepares.is_empty() && unsettled(world, observation).is_empty()
     }
@@ -694,7 +722,7 @@ impl Harness {
         let due = self.phase_start + step.at;
         let now = Instant::now();
         if due > now {
-            self.hold(due - now, |_, _, _| false).await;
+            self.quiet(due - now).await;
         }
         self.current = Some((step.kind, step.index));
         let records = match step.kind {
@@ -1105,8 +1133,18 @@ impl Harness {
             record.outcome = Outcome::NotHealed;
             return record;
         }
+        // A rotation should not take the domain apart at all: its heal is when it was
+        // first seen whole after the write, if it stayed whole while the daemon got
+        // round to reloading.
+        let mut whole_at = None;
+        let mut broke = false;
         let reloaded = self
-            .wait_until(ROTATE_LIMIT, |_, _, o| {
+            .wait_until(ROTATE_LIMIT, |h, w, o| {
+                if h.settled(w, o) {
+                    whole_at.get_or_insert(o.at);
+                } else if whole_at.is_some() {
+                    broke = true;
+                }
                 o.nodes[target]
                     .tls_reloads
                     .is_some_and(|(r, _)| r > rotated)
@@ -1139,7 +1177,13 @@ impl Harness {
                 ),
             ),
         }
-        record.heal_ms = self.heal(injected, "a certificate rotation").await;
+        record.heal_ms = self
+            .heal(injected, "a certificate rotation")
+            .await
+            .map(|after| match whole_at {
+                Some(at) if !broke => at.saturating_duration_since(injected).as_millis() as u64,
+                _ => after,
+            });
         if record.heal_ms.is_none() {
             record.outcome = Outcome::NotHealed;
         }

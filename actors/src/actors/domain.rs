@@ -692,7 +692,16 @@ impl Handler<ImexReport> for DomainActor {
 
 impl Handler<PeerVerdict> for DomainActor {
     type Result = ();
-    fn handle(&mut self, PeerVerdict { node, verdict }: PeerVerdict, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: PeerVerdict, ctx: &mut Self::Context) {
+        let PeerVerdict {
+            node,
+            verdict,
+            peer,
+        } = msg;
+        if self.peers.get(&node) != Some(&peer) {
+            debug!(domain = %self.domain, %node, ?verdict, "verdict of a retired IMEX peer ignored");
+            return;
+        }
         match verdict {
             Verdict::Drop(cause) => {
                 info!(domain = %self.domain, %node, ?cause, "dropping peer from the IMEX peer set");

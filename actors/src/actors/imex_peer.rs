@@ -15,6 +15,10 @@ use crate::rules::peer_health::{PeerHealth, PeerHealthConfig, Verdict};
 pub struct PeerVerdict {
     pub node: NodeId,
     pub verdict: Verdict,
+    /// The ImexPeer that decided. The domain replaces a member's ImexPeer when the
+    /// member leaves and comes back, and the old one lives on until its grace timer
+    /// has fired: its verdicts are about a membership that is over.
+    pub peer: Addr<ImexPeerActor>,
 }
 
 #[derive(Debug, Clone, Copy, Message)]
@@ -61,6 +65,7 @@ impl ImexPeerActor {
                 domain.do_send(PeerVerdict {
                     node: self.node.clone(),
                     verdict,
+                    peer: ctx.address(),
                 });
             }
         }
