@@ -60,7 +60,7 @@ mod tests {
         serde_json::from_str(
             &std::fs::read_to_string(concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/../../shared/reference/resourceclaim-allocated.json"
+                "/tests/fixtures/resourceclaim-allocated.json"
             ))
             .unwrap(),
         )

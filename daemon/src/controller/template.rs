@@ -143,7 +143,7 @@ mod tests {
         let reference: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/../../shared/reference/resourceclaimtemplate.json"
+                "/tests/fixtures/resourceclaimtemplate.json"
             ))
             .unwrap(),
         )

@@ -184,7 +184,7 @@ fn allocated_claim() -> ResourceClaim {
     let mut claim: ResourceClaim = serde_json::from_str(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/reference/resourceclaim-allocated.json"
+            "/tests/fixtures/resourceclaim-allocated.json"
         ))
         .unwrap(),
     )
