@@ -60,6 +60,16 @@ pub enum Command {
     /// itself from its domains so that peers drop it at once, IMEX is stopped and the
     /// checkpoint flushed. A restart restores the checkpoint and rejoins.
     Run(Box<domaind::run::RunArgs>),
+    /// Run the controller: the thin central part. Per ComputeDomain it adds a finalizer
+    /// and creates the ResourceClaimTemplate its spec names; when the domain is deleted,
+    /// it deletes the template and releases the domain once none of its claims is
+    /// allocated. In rack mode it also creates a ComputeDomain per NVLink clique.
+    ///
+    /// Several replicas are safe: with leader election (on by default) only the holder
+    /// of a Lease acts, and it stops when it cannot renew. It never writes per-node
+    /// status: that is the node daemons' job. Connects with the in-cluster config, or
+    /// KUBECONFIG.
+    Controller(Box<domaind::controller::ControllerArgs>),
     /// Make a development CA and node certificates for gossip's mutual TLS.
     ///
     /// For development, the demo and tests. In production, mount certificates from

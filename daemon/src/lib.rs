@@ -6,13 +6,16 @@
 mod atomic_file;
 pub mod cdi;
 pub mod checkpoint;
+pub mod controller;
 pub mod crd;
 pub mod demo;
 pub mod devices;
 pub mod dra;
 pub mod events;
 pub mod gpu;
+pub mod health;
 pub mod imex;
+pub mod kube;
 pub mod local;
 pub mod prepare;
 pub mod rack;

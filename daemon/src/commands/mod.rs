@@ -9,6 +9,7 @@ use crate::cli::Command;
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Certs(certs) => certs::run(certs),
+        Command::Controller(args) => domaind::controller::run(*args),
         Command::Crdgen => {
             print!("{}", domaind::crd::crd_yaml());
             Ok(())

@@ -25,7 +25,11 @@ pub struct ComputeDomainStatus {
     pub ready_nodes: u32,
     #[serde(default)]
     pub total_nodes: u32,
+    /// Keyed by `type`, so that server-side apply merges entries: the node daemons own
+    /// `Ready` (field manager `domaind-node`), the controller `TemplateReady`
+    /// (`domaind-controller`), and neither apply removes the other's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// The CD's `metadata.generation` this status was computed for; unknown to the
     /// local backend, which has no generations.

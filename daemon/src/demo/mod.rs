@@ -6,7 +6,7 @@ mod table;
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
@@ -279,19 +279,18 @@ fn claim_ref(node: &str) -> ClaimRef {
     }
 }
 
-/// A UUID-shaped uid, different each run (a restarted demo is a new domain).
+/// A random version-4 UUID: a restarted demo is a new domain.
 fn demo_uid() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    let hex = format!("{:032x}", nanos ^ (u128::from(std::process::id()) << 96));
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!(
-        "{}-{}-4{}-8{}-{}",
+        "{}-{}-{}-{}-{}",
         &hex[0..8],
         &hex[8..12],
-        &hex[13..16],
-        &hex[17..20],
+        &hex[12..16],
+        &hex[16..20],
         &hex[20..32]
     )
 }

@@ -224,6 +224,15 @@ impl Inner {
                 ))
             })?
             .map_err(|e| port_error(&format!("cannot run {}", s.ctl.program.display()), e))?;
+        // A tool that failed without answering (its own wait ran out, the daemon did not
+        // answer) is no answer at all, not an empty one: "not ready" would be a guess.
+        if !output.status.success() && output.stdout.is_empty() {
+            return Err(PortError(format!(
+                "IMEX status query failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 

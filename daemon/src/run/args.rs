@@ -66,13 +66,38 @@ pub struct RunArgs {
     pub state_dir: PathBuf,
 
     /// Where claims come from and status goes: `local` reads claim files from and writes
-    /// status files to --local-dir (no cluster; see the README).
+    /// status files to --local-dir (no cluster; see the README); `kube` talks to the
+    /// Kubernetes API server (in-cluster service account, or KUBECONFIG): ResourceClaims,
+    /// ComputeDomain status and Events, and this node's ResourceSlices.
     #[arg(long, env = "DOMAIND_BACKEND", value_enum, default_value_t = Backend::Local)]
     pub backend: Backend,
 
     /// The local backend's directory, shared by every daemon of a local rack.
     #[arg(long, env = "DOMAIND_LOCAL_DIR", required_if_eq("backend", "local"))]
     pub local_dir: Option<PathBuf>,
+
+    /// Kubernetes backend: channel devices this node publishes in its ResourceSlices
+    /// (channel-0 .. channel-N-1). Each pod's claim takes one, so this is how many pods of
+    /// one ComputeDomain can run on the node; every one gets the domain's channel.
+    #[arg(long, env = "DOMAIND_CHANNEL_DEVICES", default_value_t = crate::kube::slices::DEFAULT_CHANNEL_DEVICES, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::kube::slices::MAX_CHANNEL_DEVICES)))]
+    pub channel_devices: u32,
+
+    /// Kubernetes backend: what happens to this node's ResourceSlices when the daemon
+    /// stops. `keep` (restarts and upgrades leave the node schedulable; on a cluster the
+    /// kubelet removes the slices of a driver whose plugin stays gone) or `delete`
+    /// (removed at once: for daemons stopped for good).
+    #[arg(long, env = "DOMAIND_SLICES_ON_EXIT", value_enum, default_value_t = SlicesOnExit::Keep)]
+    pub slices_on_exit: SlicesOnExit,
+
+    /// Kubernetes backend: how long one API call may take before it counts as failed
+    /// (and is retried, or answered with a retryable error).
+    #[arg(long, env = "DOMAIND_KUBE_API_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub kube_api_timeout: Duration,
+
+    /// Kubernetes backend: when the checkpoint is missing or corrupt, how long rebuilding
+    /// the prepared claims from the API server may take before the node starts with none.
+    #[arg(long, env = "DOMAIND_RECONCILE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub reconcile_timeout: Duration,
 
     /// The CDI spec directory the container runtime reads.
     #[arg(long, env = "DOMAIND_CDI_DIR", default_value = DEFAULT_CDI_DIR)]
@@ -177,6 +202,16 @@ pub struct RunArgs {
 pub enum Backend {
     /// Claim files and status files in --local-dir.
     Local,
+    /// The Kubernetes API server.
+    Kube,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SlicesOnExit {
+    /// Leave them: a restart or upgrade keeps the node schedulable.
+    Keep,
+    /// Delete them at a graceful stop: for daemons stopped for good.
+    Delete,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

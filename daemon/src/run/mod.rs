@@ -5,7 +5,8 @@
 //! (a node joins its clique's gossip ring, and rejoins its domains from the
 //! checkpoint), and the kubelet's sockets open last, once prepare calls can be served.
 //! A graceful stop runs the other way: refuse new calls, retract this node from its
-//! domains so peers drop it at once, stop IMEX, flush the checkpoint, stop gossip.
+//! domains so peers drop it at once, stop IMEX, flush the checkpoint, stop gossip, and
+//! (Kubernetes backend) stop publishing slices, deleting them if told to.
 
 mod args;
 mod http;
@@ -30,7 +31,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs};
+pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs, SlicesOnExit};
 pub use info::RunInfo;
 pub use state::{DomainView, ImexView, NodeView};
 
@@ -40,6 +41,7 @@ use crate::devices::{ChannelDevices, DeviceRoots};
 use crate::dra::{DriverName, KubeletPluginServer, PluginServerConfig};
 use crate::gpu::{GpuInventory, NvmlInventory, TopologyInventory};
 use crate::imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
+use crate::kube::{KubeBackend, KubeSettings};
 use crate::local::{LocalClaimSource, LocalDir, LocalEventSink, LocalStatusSink};
 use crate::prepare::{ChannelInjection, PrepareService};
 
@@ -105,7 +107,36 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
     );
 
     let imex = Arc::new(ImexDaemon::new(imex_settings(&args)?));
+    let mut kube = None;
     let ports = match args.backend {
+        Backend::Kube => {
+            let client = crate::kube::client().await?;
+            let backend = KubeBackend::start(
+                client,
+                KubeSettings {
+                    node: node.to_string(),
+                    driver: args.driver_name.clone(),
+                    clique: clique.0.clone(),
+                    channel_devices: args.channel_devices,
+                    default_readiness: args.default_readiness.into(),
+                    api_timeout: args.kube_api_timeout,
+                    reconcile_timeout: args.reconcile_timeout,
+                },
+                checkpoint,
+                cdi.clone(),
+            );
+            let ports = Ports {
+                gossip: gossip.clone(),
+                imex,
+                status: backend.status.clone(),
+                events: backend.events.clone(),
+                claims: backend.claims.clone(),
+                checkpoint: backend.checkpoint.clone(),
+                clock: Arc::new(SystemClock),
+            };
+            kube = Some(backend);
+            ports
+        }
         Backend::Local => {
             let dir = LocalDir::new(
                 args.local_dir
@@ -193,6 +224,9 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
             warn!(%error, "gossip did not stop cleanly");
         }
         plugin_server.shutdown().await;
+        if let Some(kube) = kube {
+            kube.stop(args.slices_on_exit == SlicesOnExit::Delete).await;
+        }
     };
     if tokio::time::timeout(args.shutdown_timeout, graceful)
         .await

@@ -1,0 +1,14 @@
+//! The controller's Prometheus metrics: names in one place, so that the README's table
+//! and the code agree.
+
+pub const RECONCILES: &str = "domaind_controller_reconciles_total";
+pub const RECONCILE_ERRORS: &str = "domaind_controller_reconcile_errors_total";
+pub const RECONCILE_SECONDS: &str = "domaind_controller_reconcile_duration_seconds";
+pub const TEMPLATES_CREATED: &str = "domaind_controller_templates_created_total";
+pub const TEMPLATES_DELETED: &str = "domaind_controller_templates_deleted_total";
+pub const TEMPLATE_NAME_CONFLICTS: &str = "domaind_controller_template_name_conflicts_total";
+pub const FINALIZERS_RELEASED: &str = "domaind_controller_finalizers_released_total";
+pub const LEADER: &str = "domaind_controller_leader";
+pub const LEADERSHIP_ACQUIRED: &str = "domaind_controller_leadership_acquired_total";
+pub const LEASE_ERRORS: &str = "domaind_controller_lease_errors_total";
+pub const RACK_DOMAINS_CREATED: &str = "domaind_controller_rack_domains_created_total";

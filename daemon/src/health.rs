@@ -1,0 +1,163 @@
+//! The HTTP endpoints every long-running domaind process serves — `/metrics` for
+//! Prometheus, `/healthz` and `/readyz` for the kubelet's probes — shared by the node
+//! daemon and the controller, each adding its own routes and liveness check.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::future::BoxFuture;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// What `/readyz` reports: set by the process as it starts and stops.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    ready: AtomicBool,
+}
+
+impl Readiness {
+    pub fn set(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    pub fn get(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}
+
+/// `/healthz`'s question: is the process still doing its work? `Err` says why not, and
+/// the kubelet restarts the container.
+pub type Liveness = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+#[derive(Clone)]
+struct Shared {
+    metrics: PrometheusHandle,
+    liveness: Liveness,
+    readiness: Arc<Readiness>,
+    not_ready: &'static str,
+}
+
+/// `/metrics`, `/healthz` and `/readyz`. `not_ready` is what `/readyz` answers while the
+/// process is not ready. Merge the process's own routes into the result.
+pub fn router(
+    metrics: PrometheusHandle,
+    liveness: Liveness,
+    readiness: Arc<Readiness>,
+    not_ready: &'static str,
+) -> Router {
+    Router::new()
+        .route("/metrics", get(render_metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(Shared {
+            metrics,
+            liveness,
+            readiness,
+            not_ready,
+        })
+}
+
+/// Binds `addr` and serves `app` until `stop` is cancelled. Returns the bound address
+/// (the port may have been 0) and the server's task.
+pub async fn serve(
+    addr: SocketAddr,
+    app: Router,
+    stop: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "the HTTP server stopped");
+        }
+    });
+    Ok((bound, task))
+}
+
+async fn render_metrics(State(shared): State<Shared>) -> String {
+    shared.metrics.render()
+}
+
+async fn healthz(State(shared): State<Shared>) -> Response {
+    match (shared.liveness)().await {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+    }
+}
+
+async fn readyz(State(shared): State<Shared>) -> Response {
+    if shared.readiness.get() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {}\n", shared.not_ready),
+        )
+            .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt as _;
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn probes_report_liveness_and_readiness() {
+        let alive = Arc::new(AtomicBool::new(true));
+        let probe = alive.clone();
+        let liveness: Liveness = Arc::new(move || {
+            let alive = probe.load(Ordering::Acquire);
+            async move {
+                if alive {
+                    Ok(())
+                } else {
+                    Err("the loop is stuck".to_string())
+                }
+            }
+            .boxed()
+        });
+        let readiness = Arc::new(Readiness::default());
+        let metrics = PrometheusBuilder::new().build_recorder().handle();
+        let app = router(metrics, liveness, readiness.clone(), "starting");
+        let stop = CancellationToken::new();
+        let (addr, task) = serve("127.0.0.1:0".parse().unwrap(), app, stop.clone())
+            .await
+            .unwrap();
+
+        assert!(get(addr, "/readyz").await.contains("503"));
+        assert!(get(addr, "/readyz").await.contains("not ready: starting"));
+        readiness.set(true);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        alive.store(false, Ordering::Release);
+        let unhealthy = get(addr, "/healthz").await;
+        assert!(unhealthy.starts_with("HTTP/1.1 503"), "{unhealthy}");
+        assert!(unhealthy.contains("the loop is stuck"));
+        assert!(get(addr, "/metrics").await.starts_with("HTTP/1.1 200"));
+
+        stop.cancel();
+        task.await.unwrap();
+    }
+}

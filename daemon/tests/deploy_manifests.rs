@@ -1,0 +1,280 @@
+//! deploy/: every plain manifest parses, the Helm chart's templates are consistent with
+//! its values, its helpers and the binary's flags, and the copies of the CRD and the
+//! DeviceClasses agree. (Helm itself is not needed: templates are checked as text.)
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+fn chart() -> PathBuf {
+    deploy().join("helm/domaind")
+}
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+fn is_template(path: &Path) -> bool {
+    path.components().any(|c| c.as_os_str() == "templates")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn documents(path: &Path) -> Vec<Value> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&read(path))
+        .unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()));
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+fn values() -> Value {
+    serde_saphyr::from_str(&read(&chart().join("values.yaml"))).unwrap()
+}
+
+#[test]
+fn every_plain_yaml_file_parses_and_names_its_kind() {
+    let mut all = vec![];
+    files(&deploy(), &mut all);
+    let yaml: Vec<&PathBuf> = all
+        .iter()
+        .filter(|p| {
+            matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+                && !is_template(p)
+        })
+        .collect();
+    assert!(yaml.len() >= 5, "found only {yaml:?}");
+    for path in yaml {
+        let docs = documents(path);
+        assert!(!docs.is_empty(), "{} is empty", path.display());
+        let name = path.file_name().unwrap().to_str().unwrap();
+        if name == "Chart.yaml" || name == "values.yaml" {
+            continue;
+        }
+        for doc in docs {
+            assert!(
+                doc["apiVersion"].is_string() && doc["kind"].is_string(),
+                "{}: a document without apiVersion and kind",
+                path.display()
+            );
+            assert!(doc["metadata"]["name"].is_string(), "{}", path.display());
+        }
+    }
+}
+
+#[test]
+fn the_chart_describes_this_release() {
+    let chart_yaml: Value = serde_saphyr::from_str(&read(&chart().join("Chart.yaml"))).unwrap();
+    assert_eq!(chart_yaml["apiVersion"], "v2");
+    assert_eq!(chart_yaml["name"], "domaind");
+    assert_eq!(chart_yaml["appVersion"], env!("CARGO_PKG_VERSION"));
+    assert!(chart_yaml["version"].as_str().unwrap().split('.').count() == 3);
+}
+
+#[test]
+fn the_charts_crd_is_the_generated_one() {
+    let generated = read(&deploy().join("crds/computedomains.resource.nvidia.com.yaml"));
+    let in_chart = read(&chart().join("crds/computedomains.resource.nvidia.com.yaml"));
+    assert!(
+        generated == in_chart,
+        "deploy/helm/domaind/crds is stale: copy deploy/crds/computedomains.resource.nvidia.com.yaml there"
+    );
+    assert_eq!(generated, domaind::crd::crd_yaml());
+}
+
+#[test]
+fn the_device_classes_select_our_channels_and_match_the_charts() {
+    let docs = documents(&deploy().join("deviceclasses.yaml"));
+    let expression = |name: &str| -> String {
+        let class = docs
+            .iter()
+            .find(|d| d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no DeviceClass {name}"));
+        assert_eq!(class["apiVersion"], "resource.k8s.io/v1");
+        assert_eq!(class["kind"], "DeviceClass");
+        class["spec"]["selectors"][0]["cel"]["expression"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let channel = expression("compute-domain-default-channel.nvidia.com");
+    assert_eq!(
+        channel,
+        "device.driver == 'compute-domain.nvidia.com' && \
+         device.attributes['compute-domain.nvidia.com'].type == 'channel'"
+    );
+    let daemon = expression("compute-domain-daemon.nvidia.com");
+
+    // The chart's template, rendered with the default driver name, says the same.
+    let template = read(&chart().join("templates/deviceclasses.yaml"));
+    let driver = values()["driverName"].as_str().unwrap().to_string();
+    let rendered: Vec<String> = template
+        .lines()
+        .filter_map(|line| line.split_once("printf \"").map(|(_, rest)| rest))
+        .map(|rest| rest.split_once('"').unwrap().0.replace("%s", &driver))
+        .collect();
+    assert_eq!(rendered, vec![channel, daemon]);
+}
+
+/// `{{ ... }}` actions of a template, trimmed of `-` and spaces.
+fn actions(text: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let end = after.find("}}").expect("an unclosed {{");
+        out.push(
+            after[..end]
+                .trim_matches(|c: char| c == '-' || c.is_whitespace())
+                .to_string(),
+        );
+        rest = &after[end + 2..];
+    }
+    assert!(!rest.contains("}}"), "a }} without {{");
+    out
+}
+
+fn templates() -> Vec<(PathBuf, String)> {
+    let mut all = vec![];
+    files(&chart().join("templates"), &mut all);
+    all.sort();
+    all.into_iter().map(|p| (p.clone(), read(&p))).collect()
+}
+
+#[test]
+fn template_blocks_are_balanced() {
+    for (path, text) in templates() {
+        let mut open: Vec<String> = vec![];
+        for action in actions(&text) {
+            if action.starts_with("/*") {
+                continue;
+            }
+            let word = action.split_whitespace().next().unwrap_or_default();
+            match word {
+                "if" | "with" | "range" | "define" | "block" => open.push(action.clone()),
+                "end" => {
+                    open.pop()
+                        .unwrap_or_else(|| panic!("{}: an end with nothing open", path.display()));
+                }
+                "else" => assert!(!open.is_empty(), "{}: else outside a block", path.display()),
+                _ => {}
+            }
+        }
+        assert!(open.is_empty(), "{}: unclosed {open:?}", path.display());
+    }
+}
+
+#[test]
+fn every_value_a_template_reads_is_in_values_yaml() {
+    let values = values();
+    let mut read_paths = BTreeSet::new();
+    for (_, text) in templates() {
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(".Values.") {
+            let tail = &rest[at + ".Values.".len()..];
+            let path: String = tail
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '_')
+                .collect();
+            read_paths.insert(path.trim_end_matches('.').to_string());
+            rest = tail;
+        }
+    }
+    assert!(read_paths.len() > 20, "{read_paths:?}");
+    for path in &read_paths {
+        let mut at = &values;
+        for key in path.split('.') {
+            at = at
+                .get(key)
+                .unwrap_or_else(|| panic!(".Values.{path}: values.yaml has no {key}"));
+        }
+    }
+}
+
+#[test]
+fn every_included_helper_is_defined() {
+    let all = templates();
+    let defined: BTreeSet<String> = all
+        .iter()
+        .flat_map(|(_, text)| actions(text))
+        .filter_map(|a| {
+            a.strip_prefix("define ")
+                .map(|n| n.trim_matches('"').to_string())
+        })
+        .collect();
+    for (path, text) in &all {
+        for action in actions(text) {
+            for part in action.split("include ").skip(1) {
+                let name = part.split('"').nth(1).unwrap();
+                assert!(
+                    defined.contains(name),
+                    "{}: include of undefined {name}",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+/// The `--flag` names in a template's container args.
+fn flags(template: &str) -> BTreeSet<String> {
+    template
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("- --"))
+        .map(|flag| format!("--{}", flag.split('=').next().unwrap()))
+        .collect()
+}
+
+fn help(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_domaind"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{args:?}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn the_charts_command_lines_use_flags_the_binary_has() {
+    let cases = [
+        ("templates/deployment.yaml", vec!["controller", "--help"]),
+        ("templates/daemonset.yaml", vec!["run", "--help"]),
+    ];
+    for (template, command) in cases {
+        let text = read(&chart().join(template));
+        let mut used = flags(&text);
+        // The init container's `certs issue` flags are checked below.
+        let certs = ["--ca", "--node", "--out", "--valid-days"];
+        if template.ends_with("daemonset.yaml") {
+            for flag in certs {
+                assert!(used.remove(flag), "{template}: {flag}");
+            }
+            let issue = help(&["certs", "issue", "--help"]);
+            for flag in certs {
+                assert!(issue.contains(flag), "certs issue has no {flag}");
+            }
+        }
+        assert!(used.len() >= 5, "{template}: {used:?}");
+        let help = help(&command);
+        for flag in used {
+            assert!(
+                help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+                "{template} passes {flag}, which `domaind {}` does not have",
+                command.join(" ")
+            );
+        }
+    }
+}

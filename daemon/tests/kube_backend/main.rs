@@ -1,0 +1,9 @@
+//! The Kubernetes backend against a scripted API server (kube's tower mock): each test
+//! checks the exact calls the backend makes and answers them as an API server would.
+
+mod apiserver;
+mod claims;
+mod events;
+mod reconcile;
+mod slices;
+mod status;
