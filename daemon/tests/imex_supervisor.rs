@@ -1,5 +1,6 @@
 //! The ImexProcess actor supervising a real `imex-sim` through the IMEX adapter: a
-//! crashed daemon is restarted with backoff, and reloads coalesce.
+//! crashed daemon is restarted with backoff, reloads coalesce, and a daemon a killed
+//! domaind left running is stopped before the next one starts.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -180,4 +181,71 @@ async fn reloads_coalesce() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(count(), 2, "the waiting ones become one");
     daemon.stop().await.unwrap();
+}
+
+fn ended(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| domaind::imex::leftover::stat_says_ended(&stat))
+        .unwrap_or(true)
+}
+
+/// A SIGKILLed domaind runs no destructor, so its IMEX daemon lives on, holding the
+/// IMEX ports. The next domaind on the same state directory stops it before starting
+/// its own, which then owns the ports and comes up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_left_by_a_killed_domaind_is_stopped_before_the_next_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = IpAddr::from([127, 0, 0, 81]);
+    let settings = settings(dir.path(), ip);
+    let pid_file = domaind::imex::leftover::pid_path(dir.path());
+
+    let killed = ImexDaemon::new(settings.clone());
+    killed.start(&alone(ip)).await.unwrap();
+    let left = killed.pid().await.unwrap();
+    wait_async(|| async { killed.status().await.is_ok_and(|s| s.ready) }).await;
+    std::mem::forget(killed);
+    assert_eq!(
+        std::fs::read_to_string(&pid_file).unwrap().trim(),
+        left.to_string()
+    );
+
+    let next = ImexDaemon::new(settings);
+    next.start(&alone(ip)).await.unwrap();
+    let started = next.pid().await.unwrap();
+    assert_ne!(started, left);
+    assert!(ended(left), "the leftover daemon {left} still runs");
+    assert_eq!(
+        std::fs::read_to_string(&pid_file).unwrap().trim(),
+        started.to_string()
+    );
+    wait_async(|| async { next.status().await.is_ok_and(|s| s.ready) }).await;
+
+    next.stop().await.unwrap();
+    assert!(ended(started));
+    assert!(!pid_file.exists(), "a stopped daemon's pid is forgotten");
+}
+
+/// A pid file naming a process that is not our IMEX daemon (the pid was reused) is
+/// dropped, and that process is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_pid_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = IpAddr::from([127, 0, 0, 82]);
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid_file = domaind::imex::leftover::pid_path(dir.path());
+    std::fs::write(&pid_file, format!("{}\n", bystander.id())).unwrap();
+
+    let daemon = ImexDaemon::new(settings(dir.path(), ip));
+    daemon.start(&alone(ip)).await.unwrap();
+    assert!(!ended(bystander.id()), "a process not ours was stopped");
+    assert_eq!(
+        std::fs::read_to_string(&pid_file).unwrap().trim(),
+        daemon.pid().await.unwrap().to_string()
+    );
+    daemon.stop().await.unwrap();
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
 }

@@ -24,7 +24,8 @@ use crate::ports::{Gossip, PortError, StatusSink};
 use crate::rules::membership::status_key;
 use crate::rules::status::{DomainStatus, digest};
 
-pub const STATUS_WRITES: &str = "domaind_status_writes_total";
+// Successful writes are counted by the sinks, which know their backend and outcome
+// (`domaind_status_writes_total`); counting here too would double every write.
 pub const STATUS_WRITE_FAILURES: &str = "domaind_status_write_failures_total";
 /// Writes repeated because a former reporter's write landed after ours.
 pub const STATUS_REWRITES: &str = "domaind_status_rewrites_total";
@@ -171,7 +172,6 @@ impl StatusWriterActor {
                 act.writing = false;
                 match result {
                     Ok(()) => {
-                        metrics::counter!(STATUS_WRITES).increment(1);
                         act.backoff.succeed();
                         act.overwritten = false;
                         act.written = Some(fingerprint);

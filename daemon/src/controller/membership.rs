@@ -16,7 +16,7 @@
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::ResourceExt as _;
 
-use super::channel_config::ChannelConfig;
+use crate::kube::ChannelConfig;
 
 /// The names of the claims in `claims` that are allocated with `driver`'s channel config
 /// for the domain `domain_uid`, sorted.
@@ -43,8 +43,7 @@ fn allocated_for(claim: &ResourceClaim, driver: &str, domain_uid: &str) -> bool 
     configs.into_iter().flatten().any(|config| {
         config.opaque.as_ref().is_some_and(|opaque| {
             opaque.driver == driver
-                && ChannelConfig::parse(&opaque.parameters.0)
-                    .is_some_and(|channel| channel.domain_id == domain_uid)
+                && ChannelConfig::domain_of(&opaque.parameters.0) == Some(domain_uid)
         })
     })
 }

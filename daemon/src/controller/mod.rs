@@ -7,7 +7,6 @@
 //! | module | job |
 //! |---|---|
 //! | `names` | the finalizer, labels, device class, field manager and reasons |
-//! | `channel_config` | the opaque `ComputeDomainChannelConfig` |
 //! | `template` | the template a CD must have; whether a found one is ours |
 //! | `membership` | whether any claim of a domain is still allocated |
 //! | `condition` | the `TemplateReady` condition and its apply body |
@@ -20,7 +19,6 @@
 
 mod args;
 mod backoff;
-mod channel_config;
 mod condition;
 mod finalizer;
 pub mod leader;
@@ -48,7 +46,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 pub use args::ControllerArgs;
-pub use channel_config::ChannelConfig;
 pub use condition::TemplateOutcome;
 pub use leader::{Elector, Heartbeat, Leadership, LeaseSettings};
 pub use membership::allocated_claims;

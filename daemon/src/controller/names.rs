@@ -19,10 +19,6 @@ pub const DEFAULT_CHANNEL_DEVICE_CLASS: &str = "compute-domain-default-channel.n
 /// The one request of a template, as the anchor names it (node daemons match on it).
 pub const CHANNEL_REQUEST: &str = "channel";
 
-/// The opaque config a channel claim carries.
-pub const CHANNEL_CONFIG_API_VERSION: &str = "resource.nvidia.com/v1beta1";
-pub const CHANNEL_CONFIG_KIND: &str = "ComputeDomainChannelConfig";
-
 /// The controller's server-side-apply field manager. The node daemons apply the rest of
 /// the status as `domaind-node`; with `conditions` a map keyed by `type`, neither
 /// removes what the other wrote.

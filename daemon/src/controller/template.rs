@@ -11,11 +11,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::{Resource as _, ResourceExt as _};
 
-use super::channel_config::ChannelConfig;
 use super::names::{
     CHANNEL_REQUEST, DOMAIN_LABEL, MANAGED_BY, MANAGED_BY_LABEL, TARGET_LABEL, TARGET_WORKLOAD,
 };
 use crate::crd::ComputeDomain;
+use crate::kube::ChannelConfig;
 
 /// What the template carries besides the CD's own fields.
 #[derive(Debug, Clone, PartialEq, Eq)]

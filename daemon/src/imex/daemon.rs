@@ -11,6 +11,8 @@
 //!   backoff), then asks `nvidia-imex-ctl -c <config> -q` for READY, and when not
 //!   ready `-N -j` for per-peer links.
 //! - `stop` sends SIGTERM, waits `stop_timeout`, then SIGKILL.
+//! - The running daemon's pid is kept in `imex.pid` beside its config, and `start`
+//!   first stops a daemon a killed domaind left running ([`super::leftover`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,7 +35,7 @@ use tokio::time::{Instant, timeout};
 use tracing::{info, warn};
 
 use super::config::{AddressingMode, ImexSettings, render_config};
-use super::hosts;
+use super::{hosts, leftover};
 
 pub const IMEX_STARTS: &str = "domaind_imex_starts_total";
 pub const IMEX_RELOADS: &str = "domaind_imex_reloads_total";
@@ -149,13 +151,18 @@ impl Inner {
         }
         metrics::counter!(IMEX_STARTS).increment(1);
         info!(pid = child.id(), program = %s.daemon.program.display(), "IMEX daemon started");
+        if let Some(pid) = child.id()
+            && let Err(error) = leftover::record(&s.config_dir, pid)
+        {
+            warn!(%error, "cannot record the IMEX daemon's pid; were domaind killed, it would be left running");
+        }
         state.child = Some(child);
         state.last_reload = None;
         Ok(())
     }
 
     /// Whether the child still runs; reaps it if it exited.
-    fn alive(state: &mut State) -> bool {
+    fn alive(&self, state: &mut State) -> bool {
         let Some(child) = state.child.as_mut() else {
             return false;
         };
@@ -165,6 +172,7 @@ impl Inner {
                 metrics::counter!(IMEX_EXITS).increment(1);
                 warn!(%status, "IMEX daemon exited");
                 state.child = None;
+                leftover::forget(&self.settings.config_dir);
                 false
             }
             Err(error) => {
@@ -189,6 +197,7 @@ impl Inner {
                 let _ = child.kill().await;
             }
         }
+        leftover::forget(&self.settings.config_dir);
     }
 
     fn signal_reload(&self, state: &mut State) {
@@ -281,10 +290,18 @@ impl Imex for ImexDaemon {
     async fn start(&self, peers: &PeerSet) -> Result<(), PortError> {
         let inner = &self.inner;
         let mut state = inner.state.lock().await;
-        if Inner::alive(&mut state) {
+        if inner.alive(&mut state) {
             // Asked to start while running: a stale daemon (hung, or from before a
             // restart of ours). Replace it.
             inner.stop_child(&mut state).await;
+        } else {
+            let settings = &inner.settings;
+            leftover::stop(
+                &settings.config_dir,
+                &settings.config_path(),
+                settings.stop_timeout,
+            )
+            .await;
         }
         let settings = &inner.settings;
         write_atomic(&settings.config_path(), &render_config(settings)).map_err(|e| {
@@ -310,7 +327,7 @@ impl Imex for ImexDaemon {
     async fn apply(&self, peers: &PeerSet) -> Result<(), PortError> {
         let inner = &self.inner;
         let mut state = inner.state.lock().await;
-        if !Inner::alive(&mut state) {
+        if !inner.alive(&mut state) {
             return Err(PortError("the IMEX daemon is not running".into()));
         }
         match inner.settings.mode {
@@ -366,7 +383,7 @@ impl Imex for ImexDaemon {
     async fn status(&self) -> Result<ImexStatus, PortError> {
         let peers = {
             let mut state = self.inner.state.lock().await;
-            if !Inner::alive(&mut state) {
+            if !self.inner.alive(&mut state) {
                 return Ok(ImexStatus::default());
             }
             state.peers.clone()

@@ -3,6 +3,7 @@
 pub mod config;
 pub mod daemon;
 pub mod hosts;
+pub mod leftover;
 pub mod sim;
 pub mod sim_cli;
 

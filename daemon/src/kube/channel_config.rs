@@ -17,7 +17,9 @@
 //!
 //! Decoding is strict here too: an unknown field is most often a typo
 //! (`allocationmode`), and ignoring it would give the claim something it did not ask
-//! for.
+//! for. The controller reads the same type, but only asks which domain a config names
+//! ([`ChannelConfig::domain_of`]): a claim the nodes would refuse is still allocated,
+//! and deleting its domain must still wait for it.
 
 use domaind_actors::model::{AllocationMode, ReadinessPolicy};
 use serde::{Deserialize, Serialize};
@@ -90,6 +92,19 @@ impl ChannelConfig {
             ));
         }
         Ok(config)
+    }
+}
+
+impl ChannelConfig {
+    /// The domain uid an opaque parameters object names, if it is a channel config,
+    /// whether or not the rest of it would decode. `None` for any other kind.
+    pub fn domain_of(parameters: &Value) -> Option<&str> {
+        let object = parameters.as_object()?;
+        let field = |name: &str| object.get(name).and_then(Value::as_str);
+        (field("apiVersion") == Some(CHANNEL_CONFIG_API_VERSION)
+            && field("kind") == Some(CHANNEL_CONFIG_KIND))
+        .then(|| field("domainID"))
+        .flatten()
     }
 }
 
@@ -177,5 +192,36 @@ mod tests {
         let written = ChannelConfig::new("uid-1", ChannelAllocationMode::All);
         let back = ChannelConfig::decode(&serde_json::to_value(&written).unwrap()).unwrap();
         assert_eq!(back, written);
+    }
+
+    #[test]
+    fn the_controller_writes_what_the_anchor_writes() {
+        let anchors = json!({
+            "allocationMode": "Single",
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "domainID": "5b0e7c7e-2f6a-4b1e-9d3c-0a9f3e2d1c11",
+            "kind": "ComputeDomainChannelConfig"
+        });
+        let ours = ChannelConfig::new(
+            "5b0e7c7e-2f6a-4b1e-9d3c-0a9f3e2d1c11",
+            ChannelAllocationMode::Single,
+        );
+        assert_eq!(serde_json::to_value(&ours).unwrap(), anchors);
+    }
+
+    #[test]
+    fn the_domain_a_config_names_is_read_even_when_the_rest_would_not_decode() {
+        let typo = params(json!({"allocationmode": "All"}));
+        assert!(ChannelConfig::decode(&typo).is_err());
+        assert_eq!(
+            ChannelConfig::domain_of(&typo),
+            Some("5b0e7c7e-2f6a-4b1e-9d3c-0a9f3e2d1c11")
+        );
+        let daemon = params(json!({"kind": "ComputeDomainDaemonConfig"}));
+        assert_eq!(ChannelConfig::domain_of(&daemon), None);
+        assert_eq!(ChannelConfig::domain_of(&json!("text")), None);
+        let mut missing = params(json!({}));
+        missing.as_object_mut().unwrap().remove("domainID");
+        assert_eq!(ChannelConfig::domain_of(&missing), None);
     }
 }

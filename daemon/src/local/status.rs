@@ -10,7 +10,8 @@ use time::OffsetDateTime;
 use super::{BAD_FILES, FILE_MODE, LocalDir, LocalError};
 use crate::crd::status_from_domain;
 
-/// Counts status documents written, as the Kubernetes status writer does.
+/// Counts status documents written by outcome (`ok`, `failed`), as the Kubernetes
+/// sink does under the same name.
 pub const STATUS_WRITES: &str = "domaind_status_writes_total";
 
 #[derive(Debug, Clone)]
@@ -59,14 +60,20 @@ impl LocalStatusSink {
 impl StatusSink for LocalStatusSink {
     async fn write(&self, domain: &DomainRef, status: &DomainStatus) -> Result<(), PortError> {
         let (sink, domain, status) = (self.clone(), domain.clone(), status.clone());
-        let garbled = tokio::task::spawn_blocking(move || sink.write_blocking(&domain, &status))
+        let written = tokio::task::spawn_blocking(move || sink.write_blocking(&domain, &status))
             .await
-            .map_err(|e| PortError(format!("status write failed: {e}")))?
-            .map_err(|e| PortError(e.to_string()))?;
-        if garbled {
-            metrics::counter!(BAD_FILES, "kind" => "status").increment(1);
-        }
-        metrics::counter!(STATUS_WRITES, "backend" => "local").increment(1);
-        Ok(())
+            .map_err(|e| PortError(format!("status write failed: {e}")))
+            .and_then(|result| result.map_err(|e| PortError(e.to_string())));
+        let outcome = match written {
+            Ok(garbled) => {
+                if garbled {
+                    metrics::counter!(BAD_FILES, "kind" => "status").increment(1);
+                }
+                "ok"
+            }
+            Err(_) => "failed",
+        };
+        metrics::counter!(STATUS_WRITES, "backend" => "local", "outcome" => outcome).increment(1);
+        written.map(drop)
     }
 }
