@@ -49,7 +49,7 @@ impl NodeConfig {
             prepare_deadline: Duration::from_secs(10),
             status_quiet: Duration::from_millis(400),
             status_max_delay: Duration::from_secs(3),
-            reporter_settle: Duration::from_millis(600),
+            reporter_settle: Duration::from_millis(200),
             peer_health: PeerHealthConfig::default(),
             imex_poll_interval: Duration::from_millis(250),
             imex_restart_backoff_min: Duration::from_millis(200),

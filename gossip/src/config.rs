@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chitchat::FailureDetectorConfig;
 
+use crate::eager::EagerGossip;
 use crate::identity::NodeName;
 
 /// How often gossip runs and how quickly a silent node is declared dead.
@@ -28,6 +29,8 @@ pub struct GossipTiming {
     pub dead_node_grace_period: Duration,
     /// How long a deleted key's tombstone is kept so that lagging peers learn of it.
     pub tombstone_grace_period: Duration,
+    /// How news is passed on between rounds.
+    pub eager: EagerGossip,
 }
 
 impl Default for GossipTiming {
@@ -40,6 +43,7 @@ impl Default for GossipTiming {
             initial_heartbeat_interval: Duration::from_millis(300),
             dead_node_grace_period: Duration::from_secs(3600),
             tombstone_grace_period: Duration::from_secs(3600),
+            eager: EagerGossip::default(),
         }
     }
 }

@@ -6,12 +6,15 @@
 //! as anyone but the node its certificate names.
 //!
 //! - [`GossipNode`]: start, set and delete this node's keys, watch the membership, stop.
+//! - eager gossip (`eager`): news is passed on at once and seen at once, between
+//!   chitchat's rounds.
 //! - [`tls::NodeTls`]: certificates from files, reloaded when they change.
 //! - [`transport::TlsTransport`]: chitchat's transport over mutual TLS.
 //! - [`transport::FaultyTransport`]: loss, delay and partitions for simulations.
 //! - [`pki`]: a development CA and node certificates.
 
 pub mod config;
+mod eager;
 pub mod identity;
 pub mod membership;
 pub mod metrics;
@@ -22,6 +25,7 @@ pub mod transport;
 
 pub use chitchat::transport::{ChannelTransport, Socket, Transport};
 pub use config::{GossipConfig, GossipTiming, cluster_id_for_clique, default_generation};
+pub use eager::{EAGER_PUSHES, EagerGossip};
 pub use identity::{NodeName, NodeNameError};
 pub use membership::{GossipEvent, Member, Membership};
 pub use node::{GossipError, GossipNode};

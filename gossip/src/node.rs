@@ -2,11 +2,10 @@
 //! chitchat's mutex and state types behind set/delete, a membership view and a stream
 //! of changes.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chitchat::transport::Transport;
-use chitchat::{ChitchatConfig, ChitchatHandle, ChitchatId, NodeState, spawn_chitchat};
+use chitchat::{ChitchatConfig, ChitchatHandle, ChitchatId, spawn_chitchat};
 use futures::Stream;
 use futures::StreamExt;
 use tokio::sync::watch;
@@ -14,6 +13,7 @@ use tokio_stream::wrappers::WatchStream;
 use tracing::info;
 
 use crate::config::GossipConfig;
+use crate::eager::{EagerTask, LiveNodes};
 use crate::identity::NodeName;
 use crate::membership::{GossipEvent, Membership, event_stream, membership_from};
 use crate::tls::NodeTls;
@@ -39,14 +39,14 @@ pub enum GossipError {
     Stopped(anyhow::Error),
 }
 
-type LiveNodes = BTreeMap<ChitchatId, NodeState>;
-
 /// A running gossip member.
 pub struct GossipNode {
     node: NodeName,
     chitchat_id: ChitchatId,
-    handle: ChitchatHandle,
+    handle: Arc<ChitchatHandle>,
+    /// Refreshed as soon as gossip learns something, not only once per round.
     live: watch::Receiver<LiveNodes>,
+    eager: EagerTask,
 }
 
 impl std::fmt::Debug for GossipNode {
@@ -83,9 +83,8 @@ impl GossipNode {
         let handle = spawn_chitchat(chitchat_config, config.initial_keys.clone(), transport)
             .await
             .map_err(GossipError::Start)?;
-        let live = handle
-            .with_chitchat(|chitchat| chitchat.live_nodes_watcher())
-            .await;
+        let handle = Arc::new(handle);
+        let (eager, live) = EagerTask::spawn(handle.clone(), config.timing.eager).await;
         info!(
             node = %config.node,
             generation = config.generation,
@@ -99,6 +98,7 @@ impl GossipNode {
             chitchat_id,
             handle,
             live,
+            eager,
         })
     }
 
@@ -148,7 +148,8 @@ impl GossipNode {
         self.chitchat_id.gossip_advertise_addr
     }
 
-    /// Publishes a key of this node; peers learn it within a few gossip rounds.
+    /// Publishes a key of this node and passes it on at once (eager gossip); the
+    /// regular rounds repeat it to everyone.
     pub async fn set(&self, key: impl Into<String>, value: impl Into<String>) {
         let (key, value) = (key.into(), value.into());
         self.handle
@@ -156,6 +157,7 @@ impl GossipNode {
                 chitchat.self_node_state().set(key.clone(), value.clone());
             })
             .await;
+        self.eager.own_news.notify_one();
     }
 
     /// Deletes a key of this node; peers see the deletion, not a timeout.
@@ -163,9 +165,10 @@ impl GossipNode {
         self.handle
             .with_chitchat(|chitchat| chitchat.self_node_state().delete(key))
             .await;
+        self.eager.own_news.notify_one();
     }
 
-    /// The live members (this node included) as of the last gossip round.
+    /// The live members (this node included), as of the newest news.
     pub fn live_nodes(&self) -> Membership {
         membership_from(&self.live.borrow())
     }
@@ -198,7 +201,6 @@ impl GossipNode {
     /// Stops gossiping and closes the listener. Peers notice through their failure
     /// detectors.
     pub async fn shutdown(self) -> Result<(), GossipError> {
-        info!(node = %self.node, "gossip stopping");
-        self.handle.shutdown().await.map_err(GossipError::Stopped)
+        self.stop().await
     }
 }

@@ -82,8 +82,14 @@ pub struct ImexProcessActor {
     exited_unexpectedly: bool,
     detached: bool,
     poller: Option<SpawnHandle>,
+    /// After a start or an apply, the delay before the next quick poll: a forming
+    /// domain waits on IMEX turning ready, and the regular interval is too slow for it.
+    quick_poll: Option<Duration>,
     lifecycle: ImexLifecycle,
 }
+
+/// Quick polls start at the regular interval divided by this, and double up to it.
+const QUICK_POLL_DIVISOR: u32 = 8;
 
 impl std::fmt::Debug for ImexProcessActor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -111,6 +117,7 @@ impl ImexProcessActor {
             exited_unexpectedly: false,
             detached: false,
             poller: None,
+            quick_poll: None,
             lifecycle: ImexLifecycle::default(),
         }
     }
@@ -167,8 +174,9 @@ impl ImexProcessActor {
                         } else {
                             act.lifecycle.applies += 1;
                         }
-                        // Ask at once rather than at the next tick: a domain forming
-                        // waits on this answer.
+                        // Ask at once rather than at the next tick, and then again
+                        // soon: a domain forming waits on this answer.
+                        act.quick_poll = Some(act.poll_interval / QUICK_POLL_DIVISOR);
                         act.poll(ctx);
                     }
                     Err(error) => {
@@ -234,11 +242,19 @@ impl ImexProcessActor {
                     act.not_before = Some(Instant::now() + delay);
                     act.drive(ctx);
                 }
+                let ready = act.running && status.ready;
+                match act.quick_poll.take() {
+                    Some(delay) if !ready && act.running && delay < act.poll_interval => {
+                        act.quick_poll = Some(delay * 2);
+                        ctx.run_later(delay, |act, ctx| act.poll(ctx));
+                    }
+                    _ => {}
+                }
                 if let Some(owner) = act.owner.as_ref().and_then(WeakRecipient::upgrade) {
                     owner.do_send(ImexReport {
                         version: act.applied,
                         running: act.running,
-                        ready: act.running && status.ready,
+                        ready,
                         links: status.links,
                     });
                 }
