@@ -404,3 +404,33 @@ fn imex_crash_idempotent_prepare_and_unknown_unprepare() {
         assert_eq!(view.nodes[&node_name(2)].imex.restarts, 1);
     });
 }
+
+/// A member's death is one membership change and one status write: its IMEX links
+/// drop seconds before gossip declares it dead, and the writer holds a Ready domain's
+/// degradation until the loss is known, instead of writing each step.
+#[test]
+fn a_node_loss_is_one_status_write() {
+    init_logs();
+    run_simulation(async {
+        let mut sim = SimCluster::new(SimConfig::default());
+        sim.domain("cd", 0);
+        let nodes = range(18);
+        sim.run(formed("cd", &nodes)).await.unwrap();
+        let before = sim.status().writes().len();
+        sim.run(vec![
+            Operation::Kill(7),
+            assert_within(
+                FORM,
+                "the loss is reported",
+                status("cd", Phase::NotReady, 17, 18, "lost: node-007"),
+            ),
+            Operation::Wait(Duration::from_secs(10)),
+        ])
+        .await
+        .unwrap();
+        let writes = sim.status().writes();
+        let after = &writes[before..];
+        assert_eq!(after.len(), 1, "{after:#?}");
+        assert!(after[0].status.message.contains("lost: node-007"), "{after:#?}");
+    });
+}

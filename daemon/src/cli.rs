@@ -30,6 +30,8 @@ pub struct LoggingArgs {
     #[arg(long, global = true, env = "DOMAIND_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Log filter, in tracing's env-filter syntax (e.g. `info,domaind_gossip=debug`).
+    /// kube-client's own line per failed API request is off unless the filter names
+    /// `kube_client`: domaind logs those failures itself, saying what it was doing.
     #[arg(long, global = true, env = "DOMAIND_LOG", default_value = "info")]
     pub log: String,
 }

@@ -210,9 +210,16 @@ impl Handler<PublishStatus> for StatusWriterActor {
         // The domain turning Ready is what users (and Domain-policy prepares) wait
         // for: write it at once rather than after the quiet period.
         let now_ready = status.status == Phase::Ready && self.written_phase != Some(Phase::Ready);
+        // A Ready domain that degrades is held for the longest delay: a node loss shows
+        // first as IMEX links dropping, seconds before gossip's verdict and the
+        // recovery without the node. Waiting makes the whole change one write (or
+        // none, when the domain comes back as it was).
+        let degrading = status.status != Phase::Ready && self.written_phase == Some(Phase::Ready);
         self.pending = Some(status);
         let delay = if now_ready {
             Duration::ZERO
+        } else if degrading {
+            self.max_delay
         } else {
             self.quiet
         };
