@@ -431,6 +431,9 @@ fn a_node_loss_is_one_status_write() {
         let writes = sim.status().writes();
         let after = &writes[before..];
         assert_eq!(after.len(), 1, "{after:#?}");
-        assert!(after[0].status.message.contains("lost: node-007"), "{after:#?}");
+        assert!(
+            after[0].status.message.contains("lost: node-007"),
+            "{after:#?}"
+        );
     });
 }

@@ -22,9 +22,11 @@ fn the_demo_forms_heals_and_rejoins_and_leaves_nothing_behind() {
     assert_eq!(summary["ok"], true, "{summary}");
     assert_eq!(summary["nodes"], 3);
     assert_eq!(summary["killed"], "node-03");
-    for field in ["formed_ms", "heal_ms", "rejoin_ms"] {
+    for field in ["formed_ms", "heal_ms", "status_ms", "rejoin_ms"] {
         assert!(summary[field].as_u64().is_some(), "{field} in {summary}");
     }
+    // The status follows the survivors' IMEX peers, never the other way round.
+    assert!(summary["status_ms"].as_u64() >= summary["heal_ms"].as_u64());
     assert_eq!(summary["compute_domain"]["name"], "demo-domain");
     // Nothing of the rack outlives the demo: its files are gone, and no process runs
     // with them.

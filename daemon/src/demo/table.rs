@@ -119,13 +119,15 @@ impl Observer {
         self.erase();
         println!(
             "\nSummary: {} nodes formed ComputeDomain {}/{} in {} ms; after a SIGKILL the \
-             survivors dropped {} in {} ms; it rejoined in {} ms. {} events recorded.",
+             survivors dropped {} in {} ms and the status said so after {} ms; it rejoined \
+             in {} ms. {} events recorded.",
             summary.nodes,
             summary.compute_domain.namespace,
             summary.compute_domain.name,
             summary.formed_ms,
             summary.killed,
             summary.heal_ms,
+            summary.status_ms,
             summary.rejoin_ms,
             summary.events
         );
