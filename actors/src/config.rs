@@ -29,6 +29,11 @@ pub struct NodeConfig {
     /// few rounds; it does not act as the domain's reporter before this long, so that
     /// every new member does not write "1/1 ready" in turn.
     pub reporter_settle: Duration,
+    /// While its view still changes (a rack starting cold), or while it is alone in
+    /// gossip, the reporter also waits `reporter_settle` after the last change, but
+    /// only up to this long after joining: a domain in a clique of one is reported
+    /// after this long.
+    pub reporter_settle_max: Duration,
     pub peer_health: PeerHealthConfig,
     /// How often the IMEX daemon's readiness is queried.
     pub imex_poll_interval: Duration,
@@ -50,6 +55,7 @@ impl NodeConfig {
             status_quiet: Duration::from_millis(400),
             status_max_delay: Duration::from_secs(3),
             reporter_settle: Duration::from_millis(200),
+            reporter_settle_max: Duration::from_secs(2),
             peer_health: PeerHealthConfig::default(),
             imex_poll_interval: Duration::from_millis(250),
             imex_restart_backoff_min: Duration::from_millis(200),

@@ -416,6 +416,13 @@ fn a_node_loss_is_one_status_write() {
         sim.domain("cd", 0);
         let nodes = range(18);
         sim.run(formed("cd", &nodes)).await.unwrap();
+        sim.run(vec![assert_within(
+            FORM,
+            "the Ready status is written",
+            status("cd", Phase::Ready, 18, 18, ""),
+        )])
+        .await
+        .unwrap();
         let before = sim.status().writes().len();
         sim.run(vec![
             Operation::Kill(7),

@@ -30,7 +30,7 @@ use crate::rules::membership::{
 use crate::rules::peer_health::Verdict;
 use crate::rules::peers::{PeerSet, peer_set};
 use crate::rules::readiness::{Readiness, domain_readiness, node_ready};
-use crate::rules::reporter::reporter;
+use crate::rules::reporter::{reporter, reporter_from};
 use crate::rules::slots::{SlotAssignment, SlotCandidate, assign_slots};
 use crate::rules::status::status_document;
 
@@ -139,8 +139,14 @@ pub struct DomainActor {
     leaving: bool,
     /// The newest gossip view, as the bridge delivered it.
     live: Option<Arc<Membership>>,
-    /// Before this, the node does not act as the domain's reporter.
-    reporter_from: Option<Instant>,
+    /// When this node joined the domain (its first report), for the reporter settle.
+    joined_domain: Option<Instant>,
+    /// The live node names of the last gossip view.
+    live_names: Option<BTreeSet<NodeId>>,
+    /// When gossip last saw a node come or go, or the domain a member join or leave.
+    membership_changed: Option<Instant>,
+    /// A recompute due when this node may start reporting.
+    reporter_timer: Option<(Instant, SpawnHandle)>,
 }
 
 /// What the reporter last told users through events.
@@ -195,7 +201,10 @@ impl DomainActor {
             retention_timer: None,
             leaving: false,
             live: None,
-            reporter_from: None,
+            joined_domain: None,
+            live_names: None,
+            membership_changed: None,
+            reporter_timer: None,
         }
     }
 
@@ -488,6 +497,9 @@ impl DomainActor {
             self.progress = Some(progress);
         }
 
+        if !self.members.keys().eq(view.members.keys()) {
+            self.membership_changed = Some(now);
+        }
         self.members = view.members;
         self.assignment = assignment;
         self.report(&readiness, ctx);
@@ -497,16 +509,35 @@ impl DomainActor {
     /// Writes status and events, if this node is the reporter.
     fn report(&mut self, readiness: &Readiness, ctx: &mut Context<Self>) {
         let now = Instant::now();
-        let from = match self.reporter_from {
-            Some(from) => from,
-            None => {
-                let settle = self.config.reporter_settle;
-                self.reporter_from = Some(now + settle);
-                ctx.run_later(settle, |act, ctx| act.schedule_recompute(ctx));
-                now + settle
-            }
-        };
+        let joined = *self.joined_domain.get_or_insert(now);
+        // Alone in gossip is a view that has not started filling up (a rack starting
+        // cold), or a clique of one: either way, nothing says it is complete yet.
+        let alone = self
+            .live_names
+            .as_ref()
+            .is_none_or(|names| names.len() <= 1);
+        let from = reporter_from(
+            joined,
+            if alone {
+                Some(now)
+            } else {
+                self.membership_changed
+            },
+            self.config.reporter_settle,
+            self.config.reporter_settle_max,
+        );
         if now < from {
+            let due = self.reporter_timer.as_ref().map(|(at, _)| *at);
+            if due != Some(from) {
+                if let Some((_, timer)) = self.reporter_timer.take() {
+                    ctx.cancel_future(timer);
+                }
+                let timer = ctx.run_later(from - now, |act, ctx| {
+                    act.reporter_timer = None;
+                    act.schedule_recompute(ctx);
+                });
+                self.reporter_timer = Some((from, timer));
+            }
             return;
         }
         if reporter(&self.members) != Some(self.me()) {
@@ -517,7 +548,7 @@ impl DomainActor {
             return;
         }
         let writer = self.status_writer.get_or_insert_with(|| {
-            info!(domain = %self.domain, "this node is now the domain's reporter");
+            info!(domain = %self.domain, members = self.members.len(), "this node is now the domain's reporter");
             StatusWriterActor::new(
                 self.domain.clone(),
                 self.ports.status.clone(),
@@ -661,6 +692,15 @@ impl Handler<Recompute> for DomainActor {
 impl Handler<GossipChanged> for DomainActor {
     type Result = ();
     fn handle(&mut self, GossipChanged(live): GossipChanged, ctx: &mut Self::Context) {
+        let names: BTreeSet<NodeId> = live.keys().cloned().collect();
+        if self
+            .live_names
+            .as_ref()
+            .is_some_and(|before| *before != names)
+        {
+            self.membership_changed = Some(Instant::now());
+        }
+        self.live_names = Some(names);
         self.live = Some(live);
         self.schedule_recompute(ctx);
     }

@@ -3,6 +3,9 @@
 //! when the reporter dies, the next smallest takes over as soon as it is declared dead.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 pub fn reporter<V>(members: &BTreeMap<String, V>) -> Option<&str> {
     members.keys().next().map(String::as_str)
@@ -12,9 +15,58 @@ pub fn is_reporter<V>(members: &BTreeMap<String, V>, node: &str) -> bool {
     reporter(members) == Some(node)
 }
 
+/// From when a node may act as a domain's reporter. A node that just joined, or whose
+/// view is still filling up (a rack starting cold), sees too few members and would
+/// name itself: so not before `settle` after it joined the domain, nor — within
+/// `settle_max` of joining — before `settle` after its view last changed (gossip saw a
+/// node come or go, or a member joined or left the domain).
+/// Past `settle_max` a churning cluster no longer holds the reporter back.
+pub fn reporter_from(
+    joined: Instant,
+    membership_changed: Option<Instant>,
+    settle: Duration,
+    settle_max: Duration,
+) -> Instant {
+    let after_join = joined + settle;
+    let after_quiet =
+        membership_changed.map_or(after_join, |changed| (changed + settle).max(after_join));
+    after_quiet.min(joined + settle_max.max(settle))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const SETTLE: Duration = Duration::from_millis(200);
+    const MAX: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn a_member_reports_once_it_and_gossip_have_settled() {
+        let joined = Instant::now();
+        let ms = Duration::from_millis;
+        // A warm cluster: gossip last changed long before.
+        let long_ago = joined.checked_sub(ms(60_000));
+        assert_eq!(
+            reporter_from(joined, long_ago, SETTLE, MAX),
+            joined + SETTLE
+        );
+        assert_eq!(reporter_from(joined, None, SETTLE, MAX), joined + SETTLE);
+        // A cold rack: members still arriving 900 ms after the join.
+        assert_eq!(
+            reporter_from(joined, Some(joined + ms(900)), SETTLE, MAX),
+            joined + ms(1100)
+        );
+        // Churn without end holds it back no longer than the maximum.
+        assert_eq!(
+            reporter_from(joined, Some(joined + ms(4_950)), SETTLE, MAX),
+            joined + MAX
+        );
+        // A maximum below the settle is the settle.
+        assert_eq!(
+            reporter_from(joined, Some(joined + ms(900)), SETTLE, ms(50)),
+            joined + SETTLE
+        );
+    }
 
     #[test]
     fn smallest_name_reports_and_the_next_takes_over() {
