@@ -25,7 +25,7 @@ use domaind_actors::ports::SystemClock;
 use domaind_actors::{Depart, NodeActor, NodeConfig, Ports};
 use domaind_gossip::tls::{NodeTls, TlsPaths};
 use domaind_gossip::transport::TransportLimits;
-use domaind_gossip::{GossipConfig, GossipNode, cluster_id_for_clique};
+use domaind_gossip::{EagerGossip, GossipConfig, GossipNode, cluster_id_for_clique};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -100,6 +100,7 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
     );
     gossip_config.seeds = args.seeds.clone();
     gossip_config.timing.gossip_interval = args.gossip_interval;
+    gossip_config.timing.eager = eager_gossip(args.gossip_push_fanout);
     let gossip = Arc::new(
         GossipNode::start_tls(gossip_config, tls, TransportLimits::default())
             .await
@@ -357,4 +358,31 @@ fn imex_settings(args: &RunArgs) -> anyhow::Result<ImexSettings> {
         }
     }
     Ok(settings)
+}
+
+/// `--gossip-push-fanout`: 0 is eager gossip off, relays included.
+fn eager_gossip(push_fanout: usize) -> EagerGossip {
+    if push_fanout == 0 {
+        EagerGossip::OFF
+    } else {
+        EagerGossip {
+            origin_fanout: push_fanout,
+            ..EagerGossip::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_push_fanout_of_zero_turns_eager_gossip_off() {
+        assert_eq!(eager_gossip(0), EagerGossip::OFF);
+        let rack = eager_gossip(17);
+        assert_eq!(rack, EagerGossip::default());
+        let small = eager_gossip(4);
+        assert_eq!(small.origin_fanout, 4);
+        assert_eq!(small.relay_fanout, EagerGossip::default().relay_fanout);
+    }
 }
