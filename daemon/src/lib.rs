@@ -18,5 +18,6 @@ pub mod imex;
 pub mod kube;
 pub mod local;
 pub mod prepare;
+pub mod procfs;
 pub mod rack;
 pub mod run;

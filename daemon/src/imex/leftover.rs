@@ -19,6 +19,8 @@ use nix::unistd::Pid;
 use tokio::time::{Instant, sleep};
 use tracing::{info, warn};
 
+use crate::procfs;
+
 /// Counts leftover IMEX daemons stopped at start-up.
 pub const IMEX_LEFTOVERS: &str = "domaind_imex_leftovers_stopped_total";
 
@@ -52,17 +54,15 @@ pub fn parse_pid(text: &str) -> Option<i32> {
 /// Whether a process's NUL-separated command line passes `-c <config>`.
 pub fn names_config(cmdline: &[u8], config: &Path) -> bool {
     let config = config.as_os_str().as_encoded_bytes();
-    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let args: Vec<&[u8]> = procfs::command_line_args(cmdline).collect();
     args.windows(2)
         .any(|pair| pair[0] == b"-c" && pair[1] == config)
 }
 
 /// Whether a `/proc/<pid>/stat` line says the process has ended (a zombie, or dead).
 pub fn stat_says_ended(stat: &str) -> bool {
-    // The command name in parentheses may hold spaces and parentheses itself; the
-    // state is the first field after the last ')'.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
+    procfs::fields_after_command(stat)
+        .and_then(|mut fields| fields.next())
         .is_some_and(|state| matches!(state, "Z" | "X" | "x"))
 }
 

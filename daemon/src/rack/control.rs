@@ -104,9 +104,7 @@ fn processes() -> anyhow::Result<Vec<(u32, u32, Vec<String>)>> {
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
             continue;
         };
-        let args = cmdline
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
+        let args = crate::procfs::command_line_args(&cmdline)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
         found.push((pid, parent, args));
@@ -114,12 +112,9 @@ fn processes() -> anyhow::Result<Vec<(u32, u32, Vec<String>)>> {
     Ok(found)
 }
 
-/// The parent pid in a /proc/<pid>/stat line. The command name (field 2) is in
-/// parentheses and may itself hold spaces and parentheses, so fields are counted from
-/// the last ')'.
+/// The parent pid in a /proc/<pid>/stat line.
 fn parent_of(stat: &str) -> Option<u32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
+    let mut fields = crate::procfs::fields_after_command(stat)?;
     let _state = fields.next()?;
     fields.next()?.parse().ok()
 }
