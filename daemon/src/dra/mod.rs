@@ -2,6 +2,7 @@
 //! plugin registration) and what they call, [`NodePlugin`]; and [`client`], a client
 //! that talks to them as the kubelet does.
 
+mod authority;
 mod claims;
 pub mod client;
 mod config;
@@ -17,6 +18,7 @@ mod severable;
 mod socket;
 mod version;
 
+pub use authority::{AUTHORITY_REWRITES_TOTAL, AuthorityError, BAD_FRAMES_TOTAL};
 pub use claims::{CLAIMS_TOTAL, REQUESTS_TOTAL};
 pub use config::{
     DEFAULT_DRAIN_TIMEOUT, DEFAULT_DRIVER_NAME, DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR,

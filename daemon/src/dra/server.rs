@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
+use super::authority::AuthorityFilter;
 use super::claims::ClaimHandler;
 use super::config::PluginServerConfig;
 use super::error::PluginServerError;
@@ -90,7 +91,9 @@ impl KubeletPluginServer {
                     ))
                     .add_service(v1beta1::dra_plugin_server::DraPluginServer::from_arc(dra))
                     .serve_with_incoming_shutdown(
-                        UnixListenerStream::new(dra_listener).map(severable(&sever)),
+                        UnixListenerStream::new(dra_listener)
+                            .map(authority_filtered("dra"))
+                            .map(severable(&sever)),
                         stop.clone().cancelled_owned(),
                     ),
                 &stop,
@@ -101,7 +104,9 @@ impl KubeletPluginServer {
                 Server::builder()
                     .add_service(RegistrationServer::new(registration))
                     .serve_with_incoming_shutdown(
-                        UnixListenerStream::new(registration_listener).map(severable(&sever)),
+                        UnixListenerStream::new(registration_listener)
+                            .map(authority_filtered("registration"))
+                            .map(severable(&sever)),
                         stop.clone().cancelled_owned(),
                     ),
                 &stop,
@@ -153,6 +158,13 @@ async fn bind_health(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Plug
 }
 
 /// Wraps each accepted connection so that `sever` can cut it.
+/// Both kubelet sockets: their clients send authorities h2 refuses (see `authority`).
+fn authority_filtered<S>(
+    socket: &'static str,
+) -> impl FnMut(std::io::Result<S>) -> std::io::Result<AuthorityFilter<S>> {
+    move |accepted| accepted.map(|io| AuthorityFilter::new(io, socket))
+}
+
 fn severable<S>(
     sever: &CancellationToken,
 ) -> impl FnMut(std::io::Result<S>) -> std::io::Result<Severable<S>> + use<S> {
