@@ -72,9 +72,7 @@ def live(objects: Iterable[dict[str, Any]]) -> dict[ObjectId, dict[str, Any]]:
         {
             "apiVersion": o["apiVersion"],
             "kind": o["kind"],
-            "metadata": {
-                k: v for k, v in o["metadata"].items() if k in ("name", "namespace")
-            },
+            "metadata": {k: v for k, v in o["metadata"].items() if k in ("name", "namespace")},
         }
         for o in objects
     ]
@@ -240,7 +238,9 @@ def run(release: Release, keep: bool) -> dict[str, float]:
     if adopted:
         log(
             "DeviceClasses exist already, not from a Helm release: the release adopts "
-            f"them and they are put back after the uninstall ({', '.join(o['metadata']['name'] for o in adopted)})"
+            "them and they are put back after the uninstall ("
+            + ", ".join(o["metadata"]["name"] for o in adopted)
+            + ")"
         )
 
     installed = False
@@ -255,7 +255,9 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         kinds = {object_id(o).kind for o in objects1}
         for kind in ("DaemonSet", "Deployment", "ServiceAccount", "ClusterRole", "DeviceClass"):
             if kind not in kinds:
-                raise E2EError(f"the chart rendered no {kind} with values {json.dumps(BASE_VALUES)}")
+                raise E2EError(
+                    f"the chart rendered no {kind} with values {json.dumps(BASE_VALUES)}"
+                )
         crd = get_json(["get", "crd", CRD_NAME])
         established = any(
             c["type"] == "Established" and c["status"] == "True"
@@ -265,7 +267,11 @@ def run(release: Release, keep: bool) -> dict[str, float]:
             raise E2EError(f"CRD {CRD_NAME} is not Established after the install")
         log(
             f"every rendered object is in the cluster, owned by the release; CRD {CRD_NAME} "
-            + ("was there already (Helm leaves an existing CRD alone)" if crd_before else "created from crds/")
+            + (
+                "was there already (Helm leaves an existing CRD alone)"
+                if crd_before
+                else "created from crds/"
+            )
         )
 
         live1 = live(objects1)
@@ -282,15 +288,29 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         ds = one(live2, "DaemonSet", "-node")
         if ds["metadata"]["uid"] != ds_uid:
             raise E2EError("the upgrade recreated the DaemonSet rather than updating it")
-        expect_args(ds, "domaind", ["--log=debug", "--channel-devices=4"], ["--log=info", "--channel-devices=8"])
+        expect_args(
+            ds,
+            "domaind",
+            ["--log=debug", "--channel-devices=4"],
+            ["--log=info", "--channel-devices=8"],
+        )
         deployment = one(live2, "Deployment", "-controller")
-        expect_args(deployment, "controller", ["--rack-mode", "--leader-elect=false"], ["--leader-elect=true"])
+        expect_args(
+            deployment,
+            "controller",
+            ["--rack-mode", "--leader-elect=false"],
+            ["--leader-elect=true"],
+        )
         role = one(live2, "ClusterRole", "-controller")
-        if not grants(role, "", "nodes", "watch") or not grants(role, "resource.nvidia.com", "computedomains", "create"):
+        if not grants(role, "", "nodes", "watch") or not grants(
+            role, "resource.nvidia.com", "computedomains", "create"
+        ):
             raise E2EError(f"rack mode's rules are not in the live ClusterRole: {role['rules']}")
         dropped = [o for o in objects1 if object_id(o) not in {object_id(p) for p in objects2}]
         if not dropped:
-            raise E2EError("the upgrade's values were meant to drop the Lease's Role and RoleBinding")
+            raise E2EError(
+                "the upgrade's values were meant to drop the Lease's Role and RoleBinding"
+            )
         expect_none_live(dropped, "upgrade")
         log(
             "upgraded to revision 2: DaemonSet args (--log=debug, --channel-devices=4), "
@@ -337,7 +357,10 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         if not keep:
             restore(adopted)
             # Helm creates the namespace (create_namespace) but never deletes it.
-            kubectl(["delete", "namespace", release.namespace, "--ignore-not-found", "--wait=false"], check=False)
+            kubectl(
+                ["delete", "namespace", release.namespace, "--ignore-not-found", "--wait=false"],
+                check=False,
+            )
     return timings
 
 
@@ -349,7 +372,9 @@ def main() -> int:
         default="helm-e2e",
         help="release name; its cluster-scoped objects are named after it",
     )
-    parser.add_argument("--keep", action="store_true", help="stop before the uninstall and keep the release")
+    parser.add_argument(
+        "--keep", action="store_true", help="stop before the uninstall and keep the release"
+    )
     args = parser.parse_args()
     start = time.monotonic()
     try:

@@ -35,7 +35,7 @@ def kubectl(
             timeout=120,
         )
     except FileNotFoundError as e:
-        raise E2EError("kubectl is not on PATH (eval \"$(shared/kube/up.sh)\" puts it there)") from e
+        raise E2EError('kubectl is not on PATH (eval "$(shared/kube/up.sh)" puts it there)') from e
     except subprocess.TimeoutExpired as e:
         raise E2EError(f"kubectl {' '.join(args)}: no answer in 120 s") from e
     if check and done.returncode != 0:
@@ -74,8 +74,7 @@ def wait_until(what: str, done: Callable[[], Any], timeout_s: float, poll_s: flo
 def require_cluster() -> None:
     if not os.environ.get("KUBECONFIG"):
         raise E2EError(
-            "KUBECONFIG is not set: start the cluster first, "
-            'e.g. eval "$(../shared/kube/up.sh)"'
+            'KUBECONFIG is not set: start the cluster first, e.g. eval "$(../shared/kube/up.sh)"'
         )
     ready = kubectl(["get", "--raw", "/readyz"], check=False)
     if ready.returncode != 0 or ready.stdout.strip() != "ok":

@@ -62,12 +62,17 @@ def service_account_of(objects: list[dict[str, Any]], kind: str) -> str:
     return name
 
 
-def build_kubeconfig(server: str, ca_data: str, user: str, token: str, namespace: str) -> dict[str, Any]:
+def build_kubeconfig(
+    server: str, ca_data: str, user: str, token: str, namespace: str
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": "cluster", "cluster": {"server": server, "certificate-authority-data": ca_data}}
+            {
+                "name": "cluster",
+                "cluster": {"server": server, "certificate-authority-data": ca_data},
+            }
         ],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [
@@ -89,7 +94,9 @@ def current_cluster() -> tuple[str, str]:
     return cluster["server"], ca
 
 
-def checks(values: dict[str, Any], namespace: str) -> dict[str, tuple[list[list[str]], list[list[str]]]]:
+def checks(
+    values: dict[str, Any], namespace: str
+) -> dict[str, tuple[list[list[str]], list[list[str]]]]:
     """For each program, the `kubectl auth can-i` arguments it must be allowed and those
     it must be denied. Read from the code: daemon/src/kube/ (domains.rs, claims.rs,
     reconcile.rs, status.rs, publisher.rs, events.rs) and daemon/src/controller/ (mod.rs,
@@ -150,7 +157,11 @@ def checks(values: dict[str, Any], namespace: str) -> dict[str, tuple[list[list[
         ["update", "resourceclaims.resource.k8s.io", *elsewhere],
     ]
     if election["enabled"]:
-        controller_may += [["create", "leases.coordination.k8s.io", *here], ["get", lease, *here], ["update", lease, *here]]
+        controller_may += [
+            ["create", "leases.coordination.k8s.io", *here],
+            ["get", lease, *here],
+            ["update", lease, *here],
+        ]
         controller_must_not += [
             ["create", "leases.coordination.k8s.io", *elsewhere],  # its own namespace only
             ["update", "leases.coordination.k8s.io/someone-elses", *here],
@@ -169,7 +180,9 @@ def can_i(kubeconfig: str, args: list[str]) -> bool:
     done = kubectl(["auth", "can-i", *args], kubeconfig=kubeconfig, check=False)
     answer = done.stdout.strip()
     if answer not in ("yes", "no"):
-        raise E2EError(f"kubectl auth can-i {' '.join(args)} with {kubeconfig}: {done.stderr.strip()}")
+        raise E2EError(
+            f"kubectl auth can-i {' '.join(args)} with {kubeconfig}: {done.stderr.strip()}"
+        )
     return answer == "yes"
 
 
@@ -179,7 +192,9 @@ def prove(kubeconfig: str, who: str, may: list[list[str]], must_not: list[list[s
         raise E2EError(f"{kubeconfig} ({who}) may not: " + "; ".join(" ".join(a) for a in denied))
     allowed = [a for a in must_not if can_i(kubeconfig, a)]
     if allowed:
-        raise E2EError(f"{kubeconfig} ({who}) may, and must not: " + "; ".join(" ".join(a) for a in allowed))
+        raise E2EError(
+            f"{kubeconfig} ({who}) may, and must not: " + "; ".join(" ".join(a) for a in allowed)
+        )
 
 
 def whoami(kubeconfig: str) -> str:
@@ -216,7 +231,9 @@ def run(outdir: Path, namespace: str, duration: str, assignments: list[str]) -> 
     server, ca = current_cluster()
     may = checks(values, namespace)
     for who, sa in (("node", node_sa), ("controller", controller_sa)):
-        token = kubectl(["create", "token", sa, "-n", namespace, f"--duration={duration}"]).stdout.strip()
+        token = kubectl(
+            ["create", "token", sa, "-n", namespace, f"--duration={duration}"]
+        ).stdout.strip()
         path = outdir / f"{who}.kubeconfig"
         user = f"system:serviceaccount:{namespace}:{sa}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -226,24 +243,49 @@ def run(outdir: Path, namespace: str, duration: str, assignments: list[str]) -> 
             raise E2EError(f"{path} authenticates as {seen}, expected {user}")
         allowed, denied = may[who]
         prove(str(path), user, allowed, denied)
-        log(f"{path}: {user}, {len(allowed)} needed permissions granted, {len(denied)} others denied")
+        log(
+            f"{path}: {user}, {len(allowed)} needed permissions granted, "
+            f"{len(denied)} others denied"
+        )
 
     # can-i asks the authorizer; these are real requests through the same tokens.
     kubectl(["get", "resourceslices.resource.k8s.io"], kubeconfig=str(outdir / "node.kubeconfig"))
     kubectl(["get", CD, "--all-namespaces"], kubeconfig=str(outdir / "controller.kubeconfig"))
-    refused = kubectl(["get", "secrets", "-n", namespace], kubeconfig=str(outdir / "node.kubeconfig"), check=False)
+    refused = kubectl(
+        ["get", "secrets", "-n", namespace], kubeconfig=str(outdir / "node.kubeconfig"), check=False
+    )
     if refused.returncode == 0 or "Forbidden" not in refused.stderr:
-        raise E2EError(f"the node's token could list Secrets in {namespace}: {refused.stdout}{refused.stderr}")
-    log("real requests: the node lists ResourceSlices, the controller ComputeDomains; Secrets are Forbidden")
-    print(json.dumps({"node": str(outdir / "node.kubeconfig"), "controller": str(outdir / "controller.kubeconfig")}))
+        raise E2EError(
+            f"the node's token could list Secrets in {namespace}: {refused.stdout}{refused.stderr}"
+        )
+    log(
+        "real requests: the node lists ResourceSlices, the controller ComputeDomains; "
+        "Secrets are Forbidden"
+    )
+    print(
+        json.dumps(
+            {
+                "node": str(outdir / "node.kubeconfig"),
+                "controller": str(outdir / "controller.kubeconfig"),
+            }
+        )
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path)
     parser.add_argument("namespace", nargs="?", default="domaind-e2e")
-    parser.add_argument("--duration", default="2h", help="the tokens' lifetime (kubectl create token)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a chart value, as helm --set")
+    parser.add_argument(
+        "--duration", default="2h", help="the tokens' lifetime (kubectl create token)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a chart value, as helm --set",
+    )
     args = parser.parse_args()
     try:
         require_cluster()
