@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from kube import E2EError
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "domaind"

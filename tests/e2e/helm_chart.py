@@ -24,7 +24,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import yaml
-
 from chart import (
     CRD_NAME,
     DEVICE_CLASSES,
@@ -111,6 +110,32 @@ def expect_no_warnings(release: Release, when: str) -> None:
     unknown field it dropped, a schema format it ignores): a chart bug all the same."""
     if release.warnings:
         raise E2EError(f"the API server warned during the {when}: " + "; ".join(release.warnings))
+
+
+def expect_pods_admitted(ds: dict[str, Any], deployment: dict[str, Any], namespace: str) -> None:
+    """The workloads' pods pass admission (priority class, pod security, validation),
+    though none is scheduled: the Deployment's ReplicaSet creates its pods, which stay
+    Pending; no node matches the DaemonSet, so one of its pods is created as a dry run."""
+    want = deployment["spec"]["replicas"]
+    name = deployment["metadata"]["name"]
+    wait_until(
+        f"Deployment {name} has its {want} pods created",
+        lambda: (
+            get_json(["get", "deployment", name, "-n", namespace]).get("status", {}).get("replicas")
+            == want
+        ),
+        60,
+    )
+    template = ds["spec"]["template"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "dry-run-", "namespace": namespace, **template["metadata"]},
+        "spec": template["spec"],
+    }
+    done = kubectl(["create", "--dry-run=server", "-f", "-"], stdin=json.dumps(pod))
+    if "Warning:" in done.stderr:
+        raise E2EError(f"the DaemonSet's pod is admitted with a warning: {done.stderr.strip()}")
 
 
 def container_args(obj: dict[str, Any], container: str) -> list[str]:
@@ -266,7 +291,8 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         if not established:
             raise E2EError(f"CRD {CRD_NAME} is not Established after the install")
         log(
-            f"every rendered object is in the cluster, owned by the release; CRD {CRD_NAME} "
+            f"every rendered object is in the cluster, owned by the release, the pods pass "
+            f"admission; CRD {CRD_NAME} "
             + (
                 "was there already (Helm leaves an existing CRD alone)"
                 if crd_before
@@ -275,7 +301,9 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         )
 
         live1 = live(objects1)
-        ds_uid = one(live1, "DaemonSet", "-node")["metadata"]["uid"]
+        ds = one(live1, "DaemonSet", "-node")
+        ds_uid = ds["metadata"]["uid"]
+        expect_pods_admitted(ds, one(live1, "Deployment", "-controller"), release.namespace)
 
         # 2. upgrade
         rel2 = timed("upgrade", release.upgrade, UPGRADE_VALUES)

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from chart import CHART, NOWHERE, Release, manifest_objects, merge, object_id, set_value
 from kube import E2EError, get_json, kubectl, require_cluster
 

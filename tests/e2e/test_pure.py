@@ -5,7 +5,6 @@ from __future__ import annotations
 import unittest
 
 import yaml
-
 from chart import CHART, ObjectId, api_warnings, manifest_objects, merge, object_id, set_value
 from helm_chart import BASE_VALUES, UPGRADE_VALUES, grants
 from kube import E2EError
