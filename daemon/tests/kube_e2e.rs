@@ -20,85 +20,30 @@
 //! - `DOMAIND_E2E_KEEP=1`: leave the namespace for inspection.
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use domaind::crd::ComputeDomain;
 use domaind::dra::DraVersion;
 use domaind::rack::{LocalRack, RackBackend, RackSpec, prepare_until_ready, short_temp_dir};
 use domaind_actors::model::{ClaimRef, Phase};
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-const LIMIT: Duration = Duration::from_secs(120);
-const MANAGER: &str = "domaind-e2e";
-const DRIVER: &str = "compute-domain.nvidia.com";
+mod e2e_support;
 
-fn env_list(name: &str) -> Option<Vec<String>> {
-    std::env::var(name)
-        .ok()
-        .map(|v| v.split(',').map(|s| s.trim().to_owned()).collect())
-}
+use e2e_support::{
+    DRIVER, LIMIT, MANAGER, env_list, install_crd_and_device_classes, kubeconfig_for, skip,
+    wait_for,
+};
 
-fn repo_file(path: &str) -> String {
-    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(path);
-    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
-}
-
-/// Every document of a YAML file, as JSON.
-fn documents(yaml: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(yaml)
-        .unwrap()
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
-}
-
-async fn wait_for<T: std::fmt::Debug, F: std::future::Future<Output = (bool, T)>>(
-    what: &str,
-    mut probe: impl FnMut() -> F,
-) -> T {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let (done, seen) = probe().await;
-        if done {
-            return seen;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {LIMIT:?} waiting until {what}; last seen: {seen:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Server-side applies every document of `yaml` (cluster-scoped objects only).
-async fn apply_cluster_objects(client: &Client, yaml: &str) {
-    for document in documents(yaml) {
-        let kind = document["kind"].as_str().unwrap_or_default().to_owned();
-        let name = document["metadata"]["name"].as_str().unwrap().to_owned();
-        let params = PatchParams::apply(MANAGER).force();
-        match kind.as_str() {
-            "CustomResourceDefinition" => {
-                Api::<CustomResourceDefinition>::all(client.clone())
-                    .patch(&name, &params, &Patch::Apply(&document))
-                    .await
-                    .unwrap();
-            }
-            "DeviceClass" => {
-                Api::<DeviceClass>::all(client.clone())
-                    .patch(&name, &params, &Patch::Apply(&document))
-                    .await
-                    .unwrap();
-            }
-            _ => {}
-        }
-    }
+/// SIGTERM, so that the controller releases its Lease for the next test's.
+fn stop_gracefully(child: &mut std::process::Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let _ = child.wait();
 }
 
 /// The scheduler's part: a claim from the template, allocated on `node`.
@@ -155,17 +100,9 @@ async fn allocate_claim(
         .unwrap()
 }
 
-fn skip() -> bool {
-    if std::env::var_os("KUBECONFIG").is_none() {
-        eprintln!("skipped: KUBECONFIG is not set (this test needs a real API server)");
-        return true;
-    }
-    false
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
-    if skip() {
+    if skip(&[]) {
         return;
     }
     let client = Client::try_default().await.unwrap();
@@ -178,25 +115,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     assert_eq!(names.len(), 3, "DOMAIND_E2E_NODES names three nodes");
 
     // 1. The CRD and DeviceClasses, then a namespace and a ComputeDomain.
-    apply_cluster_objects(
-        &client,
-        &repo_file("deploy/crds/computedomains.resource.nvidia.com.yaml"),
-    )
-    .await;
-    apply_cluster_objects(&client, &repo_file("deploy/deviceclasses.yaml")).await;
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    wait_for("the CRD is established", || async {
-        let crd = crds.get("computedomains.resource.nvidia.com").await.ok();
-        let established = crd
-            .as_ref()
-            .and_then(|c| c.status.as_ref()?.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        (established, crd.map(|c| c.status))
-    })
-    .await;
+    install_crd_and_device_classes(&client).await;
     let namespace = format!("domaind-e2e-{}", std::process::id());
     Api::<Namespace>::all(client.clone())
         .create(
@@ -218,9 +137,18 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
 
     // 2. The controller creates the template.
     let tmp = short_temp_dir("dme2e").unwrap();
+    let controller_kubeconfig = kubeconfig_for("DOMAIND_E2E_CONTROLLER_KUBECONFIG");
+    // The chart's ServiceAccount may hold its Lease only in its own namespace, the
+    // kubeconfig's; admin credentials use the test's.
+    let lease_namespace: &[&str] = if controller_kubeconfig.is_empty() {
+        &["--lease-namespace", &namespace]
+    } else {
+        &[]
+    };
     let mut controller = std::process::Command::new(env!("CARGO_BIN_EXE_domaind"))
         .args(["controller", "--http-addr", "127.0.0.1:0"])
-        .args(["--lease-namespace", &namespace])
+        .args(lease_namespace)
+        .envs(controller_kubeconfig)
         .stdout(std::fs::File::create(tmp.path().join("controller.log")).unwrap())
         .stderr(std::fs::File::create(tmp.path().join("controller.err")).unwrap())
         .spawn()
@@ -246,6 +174,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     spec.names = Some(names.clone());
     spec.ips = Some(ips);
     spec.backend = RackBackend::Kube;
+    spec.env = kubeconfig_for("DOMAIND_E2E_NODE_KUBECONFIG");
     spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
     let mut rack = LocalRack::create(spec).unwrap();
     rack.start_all().unwrap();
@@ -385,8 +314,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     .await;
 
     rack.stop_all(Duration::from_secs(20));
-    let _ = controller.kill();
-    let _ = controller.wait();
+    stop_gracefully(&mut controller);
     if std::env::var("DOMAIND_E2E_KEEP").as_deref() != Ok("1") {
         Api::<Namespace>::all(client.clone())
             .delete(&namespace, &DeleteParams::default())

@@ -53,6 +53,12 @@ pub struct RackSpec {
     /// Loopback addresses instead of 127.0.<subnet>.1...
     pub ips: Option<Vec<IpAddr>>,
     pub backend: RackBackend,
+    /// Each node's kubelet root directory (`--root-dir`): the daemon serves
+    /// `plugins/<driver>/dra.sock` and `plugins_registry/<driver>-reg.sock` in it, where
+    /// a real kubelet looks. `None`: sockets in the node's own directory.
+    pub kubelet_dirs: Option<Vec<PathBuf>>,
+    /// Environment for every daemon, e.g. `KUBECONFIG` of a ServiceAccount.
+    pub env: Vec<(String, String)>,
 }
 
 /// Where the rack's claims come from and status goes.
@@ -87,6 +93,8 @@ impl RackSpec {
             names: None,
             ips: None,
             backend: RackBackend::Local,
+            kubelet_dirs: None,
+            env: Vec::new(),
         }
     }
 }
@@ -119,6 +127,15 @@ impl LocalRack {
                 .map(|i| IpAddr::from([127, 0, spec.subnet, i as u8]))
                 .collect()
         });
+        let kubelet_dirs: Vec<Option<PathBuf>> = match &spec.kubelet_dirs {
+            Some(dirs) if dirs.len() == spec.nodes => dirs.iter().cloned().map(Some).collect(),
+            Some(dirs) => bail!(
+                "a rack of {} nodes needs as many kubelet directories, not {}",
+                spec.nodes,
+                dirs.len()
+            ),
+            None => vec![None; spec.nodes],
+        };
         if names.len() != spec.nodes || ips.len() != spec.nodes {
             bail!(
                 "a rack of {} nodes needs as many names and addresses, not {} and {}",
@@ -154,7 +171,7 @@ impl LocalRack {
             }
         };
         let mut nodes = Vec::new();
-        for (name, ip) in names.into_iter().zip(ips) {
+        for ((name, ip), kubelet_dir) in names.into_iter().zip(ips).zip(kubelet_dirs) {
             let dir = spec.root.join(&name);
             let node_name = NodeName::new(&name).context("rack node name")?;
             ca.issue(&NodeCertRequest::new(node_name, time::Duration::days(1)))
@@ -167,6 +184,7 @@ impl LocalRack {
                 free_port(&[ip])?,
                 topology_path.clone(),
                 proc_devices.clone(),
+                kubelet_dir,
             ));
         }
         std::fs::write(spec.root.join("ca.crt"), ca.cert_pem()).context("cannot write ca.crt")?;
@@ -223,6 +241,7 @@ impl LocalRack {
             gossip_interval: self.spec.gossip_interval,
             log_filter: &self.spec.log_filter,
             extra_args: &self.spec.extra_args,
+            env: &self.spec.env,
         };
         self.nodes[index].spawn(&args)
     }

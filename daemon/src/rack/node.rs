@@ -27,6 +27,7 @@ pub(super) struct DaemonArgs<'a> {
     pub gossip_interval: Duration,
     pub log_filter: &'a str,
     pub extra_args: &'a [String],
+    pub env: &'a [(String, String)],
 }
 
 #[derive(Debug)]
@@ -37,6 +38,8 @@ pub struct RackNode {
     gossip_port: u16,
     topology: PathBuf,
     proc_devices: PathBuf,
+    /// A real kubelet's root directory, whose plugin directories the daemon serves.
+    kubelet_dir: Option<PathBuf>,
     child: Option<Child>,
     /// Set when the rack stopped or killed the process on purpose.
     stopped_on_purpose: bool,
@@ -51,6 +54,7 @@ impl RackNode {
         gossip_port: u16,
         topology: PathBuf,
         proc_devices: PathBuf,
+        kubelet_dir: Option<PathBuf>,
     ) -> Self {
         Self {
             name,
@@ -59,6 +63,7 @@ impl RackNode {
             gossip_port,
             topology,
             proc_devices,
+            kubelet_dir,
             child: None,
             stopped_on_purpose: false,
             info: None,
@@ -98,16 +103,28 @@ impl RackNode {
         self.dir.join("domaind.log")
     }
 
+    fn plugins_dir(&self) -> PathBuf {
+        match &self.kubelet_dir {
+            Some(kubelet) => kubelet.join("plugins"),
+            None => self.dir.join("plugins"),
+        }
+    }
+
+    fn registry_dir(&self) -> PathBuf {
+        match &self.kubelet_dir {
+            Some(kubelet) => kubelet.join("plugins_registry"),
+            None => self.dir.join("registry"),
+        }
+    }
+
     pub fn dra_socket(&self) -> PathBuf {
-        self.dir
-            .join("plugins")
+        self.plugins_dir()
             .join(crate::cdi::DEFAULT_DRIVER_NAME)
             .join("dra.sock")
     }
 
     pub fn registration_socket(&self) -> PathBuf {
-        self.dir
-            .join("registry")
+        self.registry_dir()
             .join(format!("{}-reg.sock", crate::cdi::DEFAULT_DRIVER_NAME))
     }
 
@@ -138,9 +155,9 @@ impl RackNode {
             .arg("--tls-dir")
             .arg(self.dir.join("tls"))
             .arg("--kubelet-plugins-dir")
-            .arg(self.dir.join("plugins"))
+            .arg(self.plugins_dir())
             .arg("--kubelet-registry-dir")
-            .arg(self.dir.join("registry"))
+            .arg(self.registry_dir())
             .arg("--state-dir")
             .arg(self.state_dir())
             .arg("--cdi-dir")
@@ -180,6 +197,7 @@ impl RackNode {
             }
         }
         command.env_remove("NODE_NAME").env_remove("POD_IP");
+        command.envs(args.env.iter().map(|(k, v)| (k, v)));
         command
     }
 

@@ -1,0 +1,141 @@
+//! What the end-to-end tests against a real API server share: reading the repository's
+//! manifests, applying cluster objects, waiting for what the API shows, and deciding
+//! whether to run at all.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::resource::v1::DeviceClass;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::Value;
+
+/// Bounds every wait: a step that takes longer fails the test with what was last seen.
+pub const LIMIT: Duration = Duration::from_secs(120);
+pub const MANAGER: &str = "domaind-e2e";
+pub const DRIVER: &str = "compute-domain.nvidia.com";
+
+/// Whether to skip: without `KUBECONFIG` there is no API server. With
+/// `DOMAIND_E2E_REQUIRED=1` (CI, where `../shared/kube` runs) a skip is a failure.
+pub fn skip(needs: &[&str]) -> bool {
+    let missing: Vec<&str> = std::iter::once("KUBECONFIG")
+        .chain(needs.iter().copied())
+        .filter(|name| std::env::var_os(name).is_none())
+        .collect();
+    if missing.is_empty() {
+        return false;
+    }
+    assert!(
+        std::env::var("DOMAIND_E2E_REQUIRED").as_deref() != Ok("1"),
+        "DOMAIND_E2E_REQUIRED=1 but {missing:?} not set: this end-to-end test must run"
+    );
+    eprintln!("skipped: {missing:?} not set (this test needs a real API server)");
+    true
+}
+
+pub fn env_list(name: &str) -> Option<Vec<String>> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_owned()).collect())
+}
+
+pub fn repo_file(path: &str) -> String {
+    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
+/// Every document of a YAML file, as JSON.
+pub fn documents(yaml: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(yaml)
+        .unwrap()
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// Probes until `probe` says done, every `every`, for at most [`LIMIT`].
+pub async fn wait_every<T: std::fmt::Debug, F: std::future::Future<Output = (bool, T)>>(
+    what: &str,
+    every: Duration,
+    mut probe: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let (done, seen) = probe().await;
+        if done {
+            return seen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {LIMIT:?} waiting until {what}; last seen: {seen:#?}"
+        );
+        tokio::time::sleep(every).await;
+    }
+}
+
+pub async fn wait_for<T: std::fmt::Debug, F: std::future::Future<Output = (bool, T)>>(
+    what: &str,
+    probe: impl FnMut() -> F,
+) -> T {
+    wait_every(what, Duration::from_millis(250), probe).await
+}
+
+/// Server-side applies every cluster-scoped CRD and DeviceClass of `yaml`.
+pub async fn apply_cluster_objects(client: &Client, yaml: &str) {
+    for document in documents(yaml) {
+        let kind = document["kind"].as_str().unwrap_or_default().to_owned();
+        let name = document["metadata"]["name"].as_str().unwrap().to_owned();
+        let params = PatchParams::apply(MANAGER).force();
+        match kind.as_str() {
+            "CustomResourceDefinition" => {
+                Api::<CustomResourceDefinition>::all(client.clone())
+                    .patch(&name, &params, &Patch::Apply(&document))
+                    .await
+                    .unwrap();
+            }
+            "DeviceClass" => {
+                Api::<DeviceClass>::all(client.clone())
+                    .patch(&name, &params, &Patch::Apply(&document))
+                    .await
+                    .unwrap();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The CRD and DeviceClasses of `deploy/`, and the CRD established.
+pub async fn install_crd_and_device_classes(client: &Client) {
+    apply_cluster_objects(
+        client,
+        &repo_file("deploy/crds/computedomains.resource.nvidia.com.yaml"),
+    )
+    .await;
+    apply_cluster_objects(client, &repo_file("deploy/deviceclasses.yaml")).await;
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    wait_for("the CRD is established", || async {
+        let crd = crds.get("computedomains.resource.nvidia.com").await.ok();
+        let established = crd
+            .as_ref()
+            .and_then(|c| c.status.as_ref()?.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+        (established, crd.map(|c| c.status))
+    })
+    .await;
+}
+
+/// `KUBECONFIG` for a process: the ServiceAccount's from `var` when set (the chart's
+/// ServiceAccounts, from `tests/e2e/sa-kubeconfigs.sh`), else the test's own.
+pub fn kubeconfig_for(var: &str) -> Vec<(String, String)> {
+    std::env::var(var)
+        .ok()
+        .map(|path| vec![("KUBECONFIG".to_owned(), path)])
+        .unwrap_or_default()
+}
