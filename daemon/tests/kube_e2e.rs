@@ -28,77 +28,16 @@ use domaind::rack::{LocalRack, RackBackend, RackSpec, prepare_until_ready, short
 use domaind_actors::model::{ClaimRef, Phase};
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 
 mod e2e_support;
 
 use e2e_support::{
-    DRIVER, LIMIT, MANAGER, env_list, install_crd_and_device_classes, kubeconfig_for, skip,
-    wait_for,
+    LIMIT, allocate_claim, env_list, install_crd_and_device_classes, kubeconfig_for, skip,
+    spawn_controller, stop_gracefully, wait_for,
 };
-
-/// SIGTERM, so that the controller releases its Lease for the next test's.
-fn stop_gracefully(child: &mut std::process::Child) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let _ = child.wait();
-}
-
-/// The scheduler's part: a claim from the template, allocated on `node`.
-async fn allocate_claim(
-    client: &Client,
-    namespace: &str,
-    template: &ResourceClaimTemplate,
-    name: &str,
-    node: &str,
-) -> ResourceClaim {
-    let claims = Api::<ResourceClaim>::namespaced(client.clone(), namespace);
-    let spec = serde_json::to_value(&template.spec.spec).unwrap();
-    let claim: ResourceClaim = serde_json::from_value(json!({
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }))
-    .unwrap();
-    let claim = claims.create(&PostParams::default(), &claim).await.unwrap();
-    let config: Vec<Value> = spec["devices"]["config"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|mut c| {
-            c["source"] = json!("FromClaim");
-            c
-        })
-        .collect();
-    let status = json!({
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [{"driver": DRIVER, "pool": node, "device": "channel-0", "request": "channel"}],
-                    "config": config,
-                },
-                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": [node]}
-                ]}]},
-            },
-            "reservedFor": [{"resource": "pods", "name": format!("{name}-pod"), "uid": format!("00000000-0000-4000-8000-{:012}", name.len())}],
-        }
-    });
-    claims
-        .patch_status(
-            &claim.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&status),
-        )
-        .await
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
@@ -137,22 +76,11 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
 
     // 2. The controller creates the template.
     let tmp = short_temp_dir("dme2e").unwrap();
-    let controller_kubeconfig = kubeconfig_for("DOMAIND_E2E_CONTROLLER_KUBECONFIG");
-    // The chart's ServiceAccount may hold its Lease only in its own namespace, the
-    // kubeconfig's; admin credentials use the test's.
-    let lease_namespace: &[&str] = if controller_kubeconfig.is_empty() {
-        &["--lease-namespace", &namespace]
-    } else {
-        &[]
-    };
-    let mut controller = std::process::Command::new(env!("CARGO_BIN_EXE_domaind"))
-        .args(["controller", "--http-addr", "127.0.0.1:0"])
-        .args(lease_namespace)
-        .envs(controller_kubeconfig)
-        .stdout(std::fs::File::create(tmp.path().join("controller.log")).unwrap())
-        .stderr(std::fs::File::create(tmp.path().join("controller.err")).unwrap())
-        .spawn()
-        .unwrap();
+    let mut controller = spawn_controller(
+        env!("CARGO_BIN_EXE_domaind").as_ref(),
+        &namespace,
+        tmp.path(),
+    );
     let templates = Api::<ResourceClaimTemplate>::namespaced(client.clone(), &namespace);
     let template = wait_for("the controller creates the template", || async {
         let t = templates.get_opt("training-channel").await.unwrap();

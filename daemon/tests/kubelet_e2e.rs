@@ -43,7 +43,7 @@ mod e2e_support;
 
 use e2e_support::{
     DRIVER, documents, env_list, install_crd_and_device_classes, kubeconfig_for, repo_file, skip,
-    wait_every, wait_for,
+    spawn_controller, stop_gracefully, wait_every, wait_for,
 };
 
 const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
@@ -116,12 +116,6 @@ async fn advertise_gpus(client: &Client, node: &str, gpus: u32) {
         .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-}
-
-fn stop_gracefully(child: &mut std::process::Child) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let _ = child.wait();
 }
 
 /// The pods of `selector`, as (name, node, phase).
@@ -254,20 +248,11 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
         .unwrap();
 
     let tmp = short_temp_dir("dmkl").unwrap();
-    let controller_kubeconfig = kubeconfig_for("DOMAIND_E2E_CONTROLLER_KUBECONFIG");
-    let lease_namespace: &[&str] = if controller_kubeconfig.is_empty() {
-        &["--lease-namespace", &namespace]
-    } else {
-        &[]
-    };
-    let mut controller = Command::new(env!("CARGO_BIN_EXE_domaind"))
-        .args(["controller", "--http-addr", "127.0.0.1:0"])
-        .args(lease_namespace)
-        .envs(controller_kubeconfig)
-        .stdout(std::fs::File::create(tmp.path().join("controller.log")).unwrap())
-        .stderr(std::fs::File::create(tmp.path().join("controller.err")).unwrap())
-        .spawn()
-        .unwrap();
+    let mut controller = spawn_controller(
+        env!("CARGO_BIN_EXE_domaind").as_ref(),
+        &namespace,
+        tmp.path(),
+    );
 
     let state = kube_state_dir();
     let mut spec = RackSpec::self_contained(

@@ -6,11 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::resource::v1::DeviceClass;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::Value;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
 
 /// Bounds every wait: a step that takes longer fails the test with what was last seen.
 pub const LIMIT: Duration = Duration::from_secs(120);
@@ -138,4 +138,89 @@ pub fn kubeconfig_for(var: &str) -> Vec<(String, String)> {
         .ok()
         .map(|path| vec![("KUBECONFIG".to_owned(), path)])
         .unwrap_or_default()
+}
+
+/// The scheduler's part: a claim from the template, allocated on `node`.
+pub async fn allocate_claim(
+    client: &Client,
+    namespace: &str,
+    template: &ResourceClaimTemplate,
+    name: &str,
+    node: &str,
+) -> ResourceClaim {
+    let claims = Api::<ResourceClaim>::namespaced(client.clone(), namespace);
+    let spec = serde_json::to_value(&template.spec.spec).unwrap();
+    let claim: ResourceClaim = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }))
+    .unwrap();
+    let claim = claims.create(&PostParams::default(), &claim).await.unwrap();
+    let config: Vec<Value> = spec["devices"]["config"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut c| {
+            c["source"] = json!("FromClaim");
+            c
+        })
+        .collect();
+    let status = json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"driver": DRIVER, "pool": node, "device": "channel-0", "request": "channel"}],
+                    "config": config,
+                },
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [node]}
+                ]}]},
+            },
+            "reservedFor": [{"resource": "pods", "name": format!("{name}-pod"), "uid": format!("00000000-0000-4000-8000-{:012}", name.len())}],
+        }
+    });
+    claims
+        .patch_status(
+            &claim.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&status),
+        )
+        .await
+        .unwrap()
+}
+
+/// SIGTERM, so that the controller releases its Lease for the next test's.
+pub fn stop_gracefully(child: &mut std::process::Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let _ = child.wait();
+}
+
+/// `domaind controller`, logging into `log_dir`, as the chart's ServiceAccount when
+/// `DOMAIND_E2E_CONTROLLER_KUBECONFIG` is set. That account may hold its Lease only in
+/// its own namespace, the kubeconfig's; admin credentials use `namespace`.
+pub fn spawn_controller(
+    domaind: &std::path::Path,
+    namespace: &str,
+    log_dir: &std::path::Path,
+) -> std::process::Child {
+    let kubeconfig = kubeconfig_for("DOMAIND_E2E_CONTROLLER_KUBECONFIG");
+    let lease_namespace: &[&str] = if kubeconfig.is_empty() {
+        &["--lease-namespace", namespace]
+    } else {
+        &[]
+    };
+    std::process::Command::new(domaind)
+        .args(["controller", "--http-addr", "127.0.0.1:0"])
+        .args(lease_namespace)
+        .envs(kubeconfig)
+        .stdout(std::fs::File::create(log_dir.join("controller.log")).unwrap())
+        .stderr(std::fs::File::create(log_dir.join("controller.err")).unwrap())
+        .spawn()
+        .unwrap()
 }
