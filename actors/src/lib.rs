@@ -12,7 +12,8 @@ pub mod rules;
 pub mod testing;
 
 pub use actors::node::{
-    Depart, GetSnapshot, NodeActor, NodeSnapshot, Prepare, RecordDevices, Shutdown, Unprepare,
+    Depart, GetClaims, GetSnapshot, NodeActor, NodeSnapshot, Prepare, RecordDevices, Shutdown,
+    Unprepare,
 };
 pub use config::NodeConfig;
 pub use outcome::{PrepareError, Prepared};

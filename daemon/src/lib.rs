@@ -21,3 +21,4 @@ pub mod prepare;
 pub mod procfs;
 pub mod rack;
 pub mod run;
+pub mod stale;

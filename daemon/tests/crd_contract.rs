@@ -203,3 +203,121 @@ status:
     );
     assert_eq!(status.status.to_string(), "Ready");
 }
+
+/// The formats every API server since 1.0 validates for strings (go-openapi's names,
+/// compared with their dashes removed as the API server does); newer servers know a
+/// few more, which older ones would warn about.
+const STRING_FORMATS: [&str; 24] = [
+    "bsonobjectid",
+    "uri",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "cidr",
+    "mac",
+    "uuid",
+    "uuid3",
+    "uuid4",
+    "uuid5",
+    "isbn",
+    "isbn10",
+    "isbn13",
+    "creditcard",
+    "ssn",
+    "hexcolor",
+    "rgbcolor",
+    "byte",
+    "password",
+    "date",
+    "duration",
+    "datetime",
+];
+
+/// Every `format` under `schema` that the API server does not recognise for its
+/// `type` (and so warns about on apply): integers take int32 and int64, numbers float
+/// and double, strings the formats above; other types take none.
+fn unrecognized_formats(path: &str, schema: &Value, found: &mut Vec<String>) {
+    match schema {
+        Value::Object(object) => {
+            if let Some(format) = object.get("format").and_then(Value::as_str) {
+                let known = match object.get("type").and_then(Value::as_str) {
+                    Some("integer") => ["int32", "int64"].contains(&format),
+                    Some("number") => ["float", "double"].contains(&format),
+                    None | Some("string") => {
+                        STRING_FORMATS.contains(&format.replace('-', "").as_str())
+                    }
+                    Some(_) => false,
+                };
+                if !known {
+                    found.push(format!("{path}: {format}"));
+                }
+            }
+            for (key, value) in object {
+                unrecognized_formats(&format!("{path}.{key}"), value, found);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                unrecognized_formats(&format!("{path}[{i}]"), item, found);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn every_format_in_the_schema_is_one_kubernetes_knows() {
+    let crd = yaml(&crd_yaml());
+    let mut found = Vec::new();
+    for (i, version) in crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        unrecognized_formats(
+            &format!("versions[{i}]"),
+            &version["schema"]["openAPIV3Schema"],
+            &mut found,
+        );
+    }
+    assert!(found.is_empty(), "{found:#?}");
+
+    // Unsigned integers keep their range as bounds the API server enforces.
+    let status = &schema(&crd)["properties"]["status"]["properties"];
+    assert_eq!(
+        status["readyNodes"]["maximum"].as_f64(),
+        Some(f64::from(u32::MAX))
+    );
+    assert_eq!(status["readyNodes"]["minimum"].as_f64(), Some(0.0));
+    let index = &status["nodes"]["items"]["properties"]["index"];
+    assert_eq!(index["format"], "int32");
+    assert_eq!(index["maximum"].as_f64(), Some(f64::from(u16::MAX)));
+}
+
+#[test]
+fn the_format_walk_finds_what_the_api_server_warns_about() {
+    let schema: Value = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "format": "uint32"},
+            "b": {"type": "array", "items": {"type": "integer", "format": "uint16"}},
+            "c": {"type": "string", "format": "date-time"},
+            "d": {"type": "number", "format": "int64"},
+            "e": {"type": "boolean", "format": "byte"},
+            "f": {"type": "integer", "format": "int32"},
+        }
+    });
+    let mut found = Vec::new();
+    unrecognized_formats("", &schema, &mut found);
+    assert_eq!(
+        found,
+        [
+            ".properties.a: uint32",
+            ".properties.b.items: uint16",
+            ".properties.d: int64",
+            ".properties.e: byte",
+        ]
+    );
+}

@@ -392,3 +392,51 @@ async fn bad_claims_get_precise_errors_over_the_socket() {
     prepare(&rack, 0, &claim_ref("second"), DraVersion::V1).await;
     assert_eq!(rack.stop(0, LIMIT).unwrap(), Some(0));
 }
+
+/// The hostage: a claim deleted while its daemon was down stays in the checkpoint, and
+/// the node would refuse every other domain. At the restart, the stale-claim check
+/// releases it (CDI spec, checkpoint, domain) with an event, and the next domain comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_deleted_while_the_daemon_was_down_is_released_at_start() {
+    let (_tmp, mut rack) = rack(1, 43, true);
+    let local = rack.local().clone();
+    let mut first = claim_file("first", CD_UID, "training", 0);
+    first.readiness = Some(ReadinessPolicy::Local);
+    local.write_claim(&first).unwrap();
+    prepare(&rack, 0, &claim_ref("first"), DraVersion::V1).await;
+    let spec = cdi(&rack, 0).spec_path(&ClaimUid::new("first").unwrap());
+    assert!(spec.exists());
+
+    assert_eq!(rack.stop(0, LIMIT).unwrap(), Some(0));
+    local.remove_claim("first").unwrap();
+    rack.start(0).unwrap();
+    rack.wait_ready(0, START_LIMIT).unwrap();
+
+    wait_until("the stale claim is released", || async {
+        let events = local.read_events(CD_UID).unwrap();
+        let released = events.iter().any(|e| e.reason == "StaleClaimReleased");
+        let claims = view(&rack, 0).await.claims;
+        (
+            released && !spec.exists() && claims.is_empty(),
+            (events, claims),
+        )
+    })
+    .await;
+    let event = local
+        .read_events(CD_UID)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.reason == "StaleClaimReleased")
+        .unwrap();
+    assert!(
+        event.message.contains("claim team-a/claim-first (first)")
+            && event.message.contains("no longer exists"),
+        "{}",
+        event.message
+    );
+    let mut second = claim_file("second", "cd-other", "inference", 0);
+    second.readiness = Some(ReadinessPolicy::Local);
+    local.write_claim(&second).unwrap();
+    prepare(&rack, 0, &claim_ref("second"), DraVersion::V1).await;
+    assert_eq!(rack.stop(0, LIMIT).unwrap(), Some(0));
+}

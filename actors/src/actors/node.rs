@@ -563,3 +563,17 @@ impl Handler<GetDomain> for NodeActor {
         self.domains.get(&uid).cloned()
     }
 }
+
+/// The claims this node holds, as checkpointed: for the stale-claim check, which asks
+/// the API server about each and releases those gone through [`Unprepare`]. Answered
+/// once the checkpoint is restored.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Vec<ClaimRecord>")]
+pub struct GetClaims;
+
+impl Handler<GetClaims> for NodeActor {
+    type Result = MessageResult<GetClaims>;
+    fn handle(&mut self, _: GetClaims, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.checkpoint.claims.values().cloned().collect())
+    }
+}

@@ -32,6 +32,7 @@ pub const VERSION: &str = "v1beta1";
 )]
 #[x_kube(validation = Rule::new("self == oldSelf").message("A computeDomain.spec is immutable"))]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::formats::kubernetes_formats)]
 pub struct ComputeDomainSpec {
     /// Deprecated. 0 (the default) follows the workload; above 0, the domain is not
     /// Ready until this many nodes are.

@@ -2,6 +2,7 @@
 //! and values are the compatibility contract with existing manifests and tools.
 
 mod computedomain;
+mod formats;
 mod status;
 
 pub use computedomain::{

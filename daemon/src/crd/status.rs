@@ -13,6 +13,7 @@ pub const READY_CONDITION: &str = "Ready";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::formats::kubernetes_formats)]
 pub struct ComputeDomainStatus {
     /// `Ready` once every node is (and `numNodes` of them, if set).
     #[schemars(schema_with = "phase_schema")]

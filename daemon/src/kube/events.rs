@@ -30,7 +30,7 @@ use crate::events::{EventText, EventType};
 pub const EVENTS: &str = "domaind_kube_events_total";
 
 /// The Events API caps a note at 1 kB.
-const NOTE_LIMIT: usize = 1024;
+pub(super) const NOTE_LIMIT: usize = 1024;
 
 #[derive(Clone)]
 pub struct KubeEventSink {
@@ -113,7 +113,7 @@ pub fn kube_event(event: &DomainEvent) -> (Event, bool) {
     (event, series)
 }
 
-fn truncate(mut text: String, limit: usize) -> String {
+pub(super) fn truncate(mut text: String, limit: usize) -> String {
     if text.len() > limit {
         let mut end = limit - '…'.len_utf8();
         while !text.is_char_boundary(end) {

@@ -12,6 +12,7 @@
 //! | [`slices`] | what this node's ResourceSlices should hold, and the writes to get there (pure) |
 //! | [`publisher`](SlicePublisher) | keeps them so: watches them, writes with backoff |
 //! | [`reconcile`] | rebuilds prepared claims when the checkpoint is missing or corrupt |
+//! | [`stale`](KubeClaimExistence) | whether a checkpointed claim's objects still exist; the event of its release |
 //! | [`metrics`] | every API request counted and timed |
 //! | `api` | every call bounded in time; failures sorted |
 //!
@@ -30,6 +31,7 @@ pub mod metrics;
 mod publisher;
 pub mod reconcile;
 pub mod slices;
+mod stale;
 mod status;
 
 use std::sync::Arc;
@@ -52,10 +54,12 @@ pub use events::{KubeEventSink, domain_reference, kube_event};
 pub use publisher::{SlicePublisher, delete_node_slices, slice_selector, watch_slices};
 pub use reconcile::{ReconcileSettings, ReconcilingCheckpointStore};
 pub use slices::PoolSpec;
+pub use stale::{KubeClaimExistence, KubeStaleClaimNotices, node_reference, released_kube_event};
 pub use status::{KubeStatusSink, status_apply_body};
 
 use crate::cdi::CdiWriter;
 use crate::checkpoint::FileCheckpointStore;
+use crate::stale::{PreparedClaims, StaleClaimChecker};
 
 /// The field manager of the node daemons' server-side applies (CD status,
 /// ResourceSlices). The controller applies under its own.
@@ -113,6 +117,7 @@ pub struct KubeBackend {
     pub status: Arc<KubeStatusSink>,
     pub events: Arc<KubeEventSink>,
     pub checkpoint: Arc<ReconcilingCheckpointStore>,
+    domains: DomainCache,
     pool: watch::Sender<PoolSpec>,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
@@ -182,7 +187,7 @@ impl KubeBackend {
             )),
             status: Arc::new(KubeStatusSink::new(
                 client.clone(),
-                domains,
+                domains.clone(),
                 settings.api_timeout,
             )),
             events: Arc::new(KubeEventSink::new(
@@ -191,12 +196,33 @@ impl KubeBackend {
                 settings.api_timeout,
             )),
             checkpoint: Arc::new(checkpoint),
+            domains,
             client,
             settings,
             pool,
             stop,
             tasks: vec![watching, publishing],
         }
+    }
+
+    /// The stale-claim check of this node's claims against the API server, with
+    /// events on the Node.
+    pub fn stale_claims(&self, node: Arc<dyn PreparedClaims>) -> StaleClaimChecker {
+        StaleClaimChecker::new(
+            Arc::new(KubeClaimExistence::new(
+                self.client.clone(),
+                self.domains.clone(),
+                self.settings.node.clone(),
+                self.settings.driver.clone(),
+                self.settings.api_timeout,
+            )),
+            node,
+            Arc::new(KubeStaleClaimNotices::new(
+                self.client.clone(),
+                self.settings.node.clone(),
+                self.settings.api_timeout,
+            )),
+        )
     }
 
     /// Publishes the node's slices with another clique (they are rewritten at a new

@@ -42,7 +42,11 @@ impl LocalEventSink {
     }
 
     fn append(&self, domain: &DomainRef, event: &DomainEvent) -> Result<(), LocalError> {
-        let text = EventText::of(event);
+        self.append_text(domain, EventText::of(event))
+    }
+
+    /// Appends an event that is not a [`DomainEvent`] (the stale-claim check's).
+    pub fn append_text(&self, domain: &DomainRef, text: EventText) -> Result<(), LocalError> {
         let line = LocalEvent {
             time: OffsetDateTime::now_utc()
                 .format(&Rfc3339)

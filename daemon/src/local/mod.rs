@@ -8,9 +8,13 @@
 //! - `status/<cd-uid>.json`: the ComputeDomain's `.status` exactly as the CRD defines
 //!   it, written atomically by the domain's reporter.
 //! - `events/<cd-uid>.jsonl`: one [`LocalEvent`] per line, appended by every node.
+//!
+//! A claim whose file is removed while a daemon holds it prepared is released by that
+//! daemon's stale-claim check ([`LocalClaimExistence`]).
 
 mod claims;
 mod events;
+mod stale;
 mod status;
 
 use std::io;
@@ -18,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 pub use claims::{CHANNEL_REQUEST, ClaimFile, ComputeDomainRef, LocalClaimSource};
 pub use events::{LocalEvent, LocalEventSink};
+pub use stale::{LocalClaimExistence, LocalStaleClaimNotices};
 pub use status::LocalStatusSink;
 
 use crate::crd::ComputeDomainStatus;

@@ -106,6 +106,14 @@ pub struct RunArgs {
     #[arg(long, env = "DOMAIND_RECONCILE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub reconcile_timeout: Duration,
 
+    /// How often every checkpointed claim is checked against the API server (or the
+    /// local backend's claim files), besides once at start-up: a claim whose
+    /// ResourceClaim or ComputeDomain is gone (deleted while the daemon was down, or
+    /// force-deleted) is released as an unprepare would release it, so that it does not
+    /// keep the node from serving another ComputeDomain. `0s` turns the check off.
+    #[arg(long, env = "DOMAIND_STALE_CLAIM_CHECK_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub stale_claim_check_interval: Duration,
+
     /// The CDI spec directory the container runtime reads.
     #[arg(long, env = "DOMAIND_CDI_DIR", default_value = DEFAULT_CDI_DIR)]
     pub cdi_dir: PathBuf,

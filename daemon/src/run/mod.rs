@@ -42,8 +42,12 @@ use crate::dra::{DriverName, KubeletPluginServer, PluginServerConfig};
 use crate::gpu::{GpuInventory, NvmlInventory, TopologyInventory};
 use crate::imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
 use crate::kube::{KubeBackend, KubeSettings};
-use crate::local::{LocalClaimSource, LocalDir, LocalEventSink, LocalStatusSink};
+use crate::local::{
+    LocalClaimExistence, LocalClaimSource, LocalDir, LocalEventSink, LocalStaleClaimNotices,
+    LocalStatusSink,
+};
 use crate::prepare::{ChannelInjection, PrepareService};
+use crate::stale::{NodeClaims, StaleClaimChecker};
 
 /// How often the TLS files are checked for rotation.
 const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
@@ -109,6 +113,7 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
 
     let imex = Arc::new(ImexDaemon::new(imex_settings(&args)?));
     let mut kube = None;
+    let mut local_dir = None;
     let ports = match args.backend {
         Backend::Kube => {
             let client = crate::kube::client().await?;
@@ -144,6 +149,7 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
                     .clone()
                     .context("--local-dir is required with --backend local")?,
             );
+            local_dir = Some(dir.clone());
             Ports {
                 gossip: gossip.clone(),
                 imex,
@@ -179,6 +185,24 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
         cdi,
         injection,
     ));
+    let stop_stale = CancellationToken::new();
+    let stale_task = if args.stale_claim_check_interval.is_zero() {
+        None
+    } else {
+        let claims = Arc::new(NodeClaims::new(node_actor.clone(), plugin.clone()));
+        let checker = match (&kube, &local_dir) {
+            (Some(kube), _) => Some(kube.stale_claims(claims)),
+            (None, Some(dir)) => Some(StaleClaimChecker::new(
+                Arc::new(LocalClaimExistence::new(dir.clone())),
+                claims,
+                Arc::new(LocalStaleClaimNotices::new(dir.clone(), node.as_str())),
+            )),
+            (None, None) => None,
+        };
+        checker.map(|checker| {
+            tokio::spawn(checker.run(args.stale_claim_check_interval, stop_stale.clone()))
+        })
+    };
     let plugin_server = KubeletPluginServer::start(
         PluginServerConfig {
             driver_name: DriverName::new(args.driver_name.clone())?,
@@ -214,6 +238,11 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
     let signal = wait_for_signal().await?;
     info!(signal, "stopping gracefully");
     readiness.set(false);
+    // No release races the departure (it would leave a domain the node is leaving).
+    stop_stale.cancel();
+    if let Some(task) = stale_task {
+        let _ = task.await;
+    }
     let graceful = async {
         plugin_server.begin_shutdown().await;
         if node_actor.send(Depart).await.is_err() {

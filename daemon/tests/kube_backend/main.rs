@@ -6,4 +6,5 @@ mod claims;
 mod events;
 mod reconcile;
 mod slices;
+mod stale;
 mod status;
