@@ -41,6 +41,14 @@ pub struct NodeConfig {
     pub imex_restart_backoff_max: Duration,
     /// How long a member that died stays listed (NotReady) before it is forgotten.
     pub lost_retention: Duration,
+    /// A node taking the reporter role writes nothing that drops a member the written
+    /// status lists and it has not seen yet (its gossip view may still be filling
+    /// up), for at most this long after it joined the domain; then such members are
+    /// listed lost (`rules::takeover`).
+    pub status_takeover_grace: Duration,
+    /// A node whose last claim of a domain left watches this long for the other
+    /// members to leave too: if none remains, it writes the status as vacated.
+    pub last_out_watch: Duration,
 }
 
 impl NodeConfig {
@@ -61,6 +69,8 @@ impl NodeConfig {
             imex_restart_backoff_min: Duration::from_millis(200),
             imex_restart_backoff_max: Duration::from_secs(10),
             lost_retention: Duration::from_secs(600),
+            status_takeover_grace: Duration::from_secs(10),
+            last_out_watch: Duration::from_secs(10),
         }
     }
 }

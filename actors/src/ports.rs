@@ -83,6 +83,11 @@ pub trait Imex: Send + Sync + 'static {
 #[async_trait]
 pub trait StatusSink: Send + Sync + 'static {
     async fn write(&self, domain: &DomainRef, status: &DomainStatus) -> Result<(), PortError>;
+    /// The status as last written by anyone, `None` if nothing was. A node taking the
+    /// reporter role compares it with what it sees, so as not to drop members it has
+    /// not heard of yet; the last node to leave reads it to tell whether the status
+    /// still lists nodes.
+    async fn read(&self, domain: &DomainRef) -> Result<Option<DomainStatus>, PortError>;
 }
 
 /// Something users should see about a domain (Kubernetes Events on the CD).

@@ -359,6 +359,7 @@ pub struct FakeStatusSink {
     writer: NodeId,
     writes: Arc<Mutex<Vec<StatusWrite>>>,
     failure: Arc<Mutex<Failure>>,
+    read_failure: Arc<Mutex<Failure>>,
 }
 
 impl FakeStatusSink {
@@ -367,6 +368,7 @@ impl FakeStatusSink {
             writer: node.to_owned(),
             writes: self.writes.clone(),
             failure: self.failure.clone(),
+            read_failure: self.read_failure.clone(),
         }
     }
 
@@ -389,6 +391,14 @@ impl FakeStatusSink {
             message: message.to_owned(),
         };
     }
+
+    /// Fails the next `times` reads (writes are failed by [`Self::fail_next`]).
+    pub fn fail_next_reads(&self, times: u32, message: &str) {
+        *lock(&self.read_failure) = Failure {
+            remaining: times,
+            message: message.to_owned(),
+        };
+    }
 }
 
 #[async_trait]
@@ -401,6 +411,11 @@ impl StatusSink for FakeStatusSink {
             status: status.clone(),
         });
         Ok(())
+    }
+
+    async fn read(&self, domain: &DomainRef) -> Result<Option<DomainStatus>, PortError> {
+        lock(&self.read_failure).take()?;
+        Ok(self.latest(&domain.uid.0).map(|w| w.status))
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use domaind_actors::model::Phase;
+use domaind_actors::ports::DomainEvent;
 use domaind_chaos::checks::{all, dropped, isolated, prepared, ready, refused, status};
 use domaind_chaos::script::assert_within;
 use domaind_chaos::sim::{node_name, run_simulation};
@@ -443,4 +444,139 @@ fn a_node_loss_is_one_status_write() {
             "{after:#?}"
         );
     });
+}
+
+/// A restarted node comes back before gossip has told it about the other members
+/// (here: its links are cut for 3 s, longer than the reporter settle's 2 s bound for
+/// a node alone in gossip). It must not write a status that drops them: a real
+/// cluster saw `NotReady 1/1, nodes=[gb-3]` for 0.4 s, with a stray `NotReady` event.
+#[test]
+fn a_restarted_node_never_shrinks_the_written_status() {
+    init_logs();
+    // node-002 restarts behind the reporter; node-000 was the reporter itself.
+    for victim in [2, 0] {
+        run_simulation(async move {
+            let mut sim = SimCluster::new(SimConfig::default());
+            sim.domain("cd", 0);
+            let nodes = range(3);
+            sim.run(formed("cd", &nodes)).await.unwrap();
+            sim.run(vec![
+                assert_within(FORM, "written", status("cd", Phase::Ready, 3, 3, "")),
+                Operation::Kill(victim),
+                assert_within(
+                    FORM,
+                    "the loss is reported",
+                    status("cd", Phase::NotReady, 2, 3, "lost"),
+                ),
+            ])
+            .await
+            .unwrap();
+            let before = sim.status().writes().len();
+            let events_before: Vec<usize> = nodes.iter().map(|n| sim.events_of(*n).len()).collect();
+            sim.run(vec![
+                Operation::Isolate(victim),
+                Operation::Restart(victim),
+                Operation::Wait(Duration::from_secs(3)),
+                Operation::Heal,
+                assert_within(
+                    FORM,
+                    "back to Ready",
+                    all(vec![
+                        ready("cd", &nodes),
+                        status("cd", Phase::Ready, 3, 3, "3/3"),
+                    ]),
+                ),
+                Operation::Wait(Duration::from_secs(5)),
+            ])
+            .await
+            .unwrap();
+            let writes = sim.status().writes();
+            let after = &writes[before..];
+            assert!(
+                after.iter().all(|w| w.status.nodes.len() == 3),
+                "node-{victim:03} restarted: a write dropped members: {after:#?}"
+            );
+            for (n, skip) in nodes.iter().zip(events_before) {
+                // The restarted node's events start afresh.
+                let skip = if *n == victim { 0 } else { skip };
+                let stray: Vec<_> = sim.events_of(*n)[skip..]
+                    .iter()
+                    .filter(|(_, e)| matches!(e, DomainEvent::NotReady { .. }))
+                    .cloned()
+                    .collect();
+                assert!(stray.is_empty(), "node-{n:03}: stray events {stray:#?}");
+            }
+        });
+    }
+}
+
+fn vacated(uid: &str) -> domaind_chaos::script::Check {
+    let uid = uid.to_owned();
+    Box::new(move |view| {
+        let last = view
+            .writes
+            .iter()
+            .rev()
+            .find(|w| w.domain.uid.0 == uid)
+            .ok_or("nothing written")?;
+        let s = &last.status;
+        if s.status == Phase::NotReady && s.total_nodes == 0 && s.nodes.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "last status by {}: {} {:?}",
+                last.writer, s.message, s.status
+            ))
+        }
+    })
+}
+
+/// Once the workload is gone (every claim unprepared), the status says so: NotReady,
+/// no nodes. Before, it kept reading `Ready 3/3` until the domain was deleted.
+#[test]
+fn the_status_is_vacated_when_the_workload_leaves() {
+    init_logs();
+    // All at once (a Deployment deleted), or one by one with the reporter last.
+    for gap in [Duration::ZERO, Duration::from_secs(2)] {
+        run_simulation(async move {
+            let mut sim = SimCluster::new(SimConfig::default());
+            sim.domain("cd", 0);
+            let nodes = range(3);
+            sim.run(formed("cd", &nodes)).await.unwrap();
+            sim.run(vec![assert_within(
+                FORM,
+                "written",
+                status("cd", Phase::Ready, 3, 3, ""),
+            )])
+            .await
+            .unwrap();
+            let mut ops = Vec::new();
+            for n in nodes.iter().rev() {
+                ops.push(Operation::Unprepare {
+                    node: *n,
+                    claim: format!("cd-{n}"),
+                });
+                ops.push(Operation::Wait(gap));
+            }
+            ops.push(assert_within(FORM, "vacated", vacated("cd")));
+            // Nothing writes over it afterwards.
+            ops.push(Operation::Wait(Duration::from_secs(20)));
+            ops.push(assert_within(
+                Duration::ZERO,
+                "still vacated",
+                vacated("cd"),
+            ));
+            sim.run(ops).await.unwrap();
+            let writes = sim.status().writes();
+            let vacated_writes = writes.iter().filter(|w| w.status.nodes.is_empty()).count();
+            assert!(vacated_writes <= nodes.len(), "{writes:#?}");
+            let events: Vec<_> = nodes.iter().flat_map(|n| sim.events_of(*n)).collect();
+            assert!(
+                events
+                    .iter()
+                    .any(|(_, e)| matches!(e, DomainEvent::NotReady { message } if message.starts_with("0/0"))),
+                "gap {gap:?}: {events:#?}"
+            );
+        });
+    }
 }

@@ -19,6 +19,7 @@ use tracing::{debug, info, warn};
 use crate::actors::channel::{ChannelActor, Progress, WaitReady};
 use crate::actors::imex_peer::{ImexPeerActor, PeerSignal, PeerVerdict};
 use crate::actors::imex_process::{ApplyPeers, ImexProcessActor, ImexReport, ReleaseImex};
+use crate::actors::last_out::LastOut;
 use crate::actors::status_writer::{PublishStatus, StatusWriterActor};
 use crate::config::NodeConfig;
 use crate::model::{Advertisement, DomainMember, DomainRef, NodeId, Phase, Slot};
@@ -32,9 +33,13 @@ use crate::rules::peers::{PeerSet, peer_set};
 use crate::rules::readiness::{Readiness, domain_readiness, node_ready};
 use crate::rules::reporter::{reporter, reporter_from};
 use crate::rules::slots::{SlotAssignment, SlotCandidate, assign_slots};
-use crate::rules::status::status_document;
+use crate::rules::status::{DomainStatus, NodeStatus, status_document, with_adopted};
+use crate::rules::takeover::{Takeover, takeover};
 
 pub const BAD_ADVERTISEMENTS: &str = "domaind_bad_advertisements_total";
+
+/// How soon a failed read of the written status is tried again.
+const READ_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Gossip changed: the new live membership.
 #[derive(Debug, Clone, Message)]
@@ -54,11 +59,14 @@ pub struct RemoveClaim(pub String);
 #[rtype(result = "Result<Prepared, PrepareError>")]
 pub struct WaitClaim(pub String);
 
-/// The last claim left: retract the advertisement, stop IMEX, retire. The actor ends
-/// once the node drops its address.
+/// Retract the advertisement, stop IMEX, retire. The actor ends once the node drops
+/// its address. `workload_gone`: the last claim left (not a node stopping with its
+/// claims kept), so if no member remains, the status is written as vacated.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct Leave;
+pub struct Leave {
+    pub workload_gone: bool,
+}
 
 /// Retire now, as if the process died: retract nothing.
 #[derive(Debug, Message)]
@@ -147,14 +155,33 @@ pub struct DomainActor {
     membership_changed: Option<Instant>,
     /// A recompute due when this node may start reporting.
     reporter_timer: Option<(Instant, SpawnHandle)>,
+    /// Every node seen as a member since this actor (re)started: their leaving or
+    /// death was witnessed here, not just absent from a view still filling up.
+    witnessed: BTreeSet<NodeId>,
+    /// Taking the reporter role: what is written, and whether we may write yet.
+    takeover: TakeoverState,
+    /// Nodes the written status listed that nobody here saw leave, listed lost (with
+    /// when they were adopted, for the lost-member retention).
+    adopted: BTreeMap<NodeId, (NodeStatus, Instant)>,
 }
 
-/// What the reporter last told users through events.
+/// The reporter role's start: the status as written is read once per tenure.
+#[derive(Debug, Clone, Default)]
+enum TakeoverState {
+    #[default]
+    Unread,
+    Reading,
+    Read(Option<DomainStatus>),
+    /// The writer is running.
+    Done,
+}
+
+/// What the reporter last told users through node events (the phase events follow
+/// the writes: the StatusWriter emits them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Announced {
     members: BTreeSet<NodeId>,
     lost: BTreeSet<NodeId>,
-    phase: Phase,
 }
 
 impl std::fmt::Debug for DomainActor {
@@ -205,6 +232,9 @@ impl DomainActor {
             live_names: None,
             membership_changed: None,
             reporter_timer: None,
+            witnessed: BTreeSet::new(),
+            takeover: TakeoverState::Unread,
+            adopted: BTreeMap::new(),
         }
     }
 
@@ -393,10 +423,25 @@ impl DomainActor {
             self.peers.remove(&node);
             self.dropped.remove(&node);
         }
+        self.witnessed.extend(view.members.keys().cloned());
+        self.adopted.retain(|node, (_, since)| {
+            let keep = !view.members.contains_key(node) && now.duration_since(*since) < retention;
+            if !keep {
+                info!(domain = %self.domain, %node, "a member the written status listed is back, or forgotten");
+            }
+            keep
+        });
         if let Some(timer) = self.retention_timer.take() {
             ctx.cancel_future(timer);
         }
-        if let Some(first) = self.lost.values().map(|l| l.since + retention).min() {
+        if let Some(first) = self
+            .lost
+            .values()
+            .map(|l| l.since)
+            .chain(self.adopted.values().map(|(_, since)| *since))
+            .map(|since| since + retention)
+            .min()
+        {
             self.retention_timer = Some(ctx.run_later(
                 first.saturating_duration_since(now),
                 |act, ctx| {
@@ -506,6 +551,53 @@ impl DomainActor {
         self.readiness = Some(readiness);
     }
 
+    /// Arms a recompute at `at` (one at a time: the earliest wins).
+    fn recompute_at(&mut self, at: Instant, ctx: &mut Context<Self>) {
+        let due = self.reporter_timer.as_ref().map(|(at, _)| *at);
+        if due.is_some_and(|due| due <= at) {
+            return;
+        }
+        if let Some((_, timer)) = self.reporter_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        let timer = ctx.run_later(at.saturating_duration_since(Instant::now()), |act, ctx| {
+            act.reporter_timer = None;
+            act.schedule_recompute(ctx);
+        });
+        self.reporter_timer = Some((at, timer));
+    }
+
+    /// Reads the status as written, for the reporter role's start. A read that fails
+    /// is tried again until the takeover grace has passed; then this node goes on
+    /// without it (a local status file that cannot be read is replaced by the write).
+    fn read_written(&mut self, ctx: &mut Context<Self>) {
+        self.takeover = TakeoverState::Reading;
+        let (sink, domain) = (self.ports.status.clone(), self.domain.clone());
+        ctx.spawn(async move { sink.read(&domain).await }.into_actor(self).map(
+            |read, act, ctx| {
+                if !matches!(act.takeover, TakeoverState::Reading) {
+                    return;
+                }
+                match read {
+                    Ok(written) => act.takeover = TakeoverState::Read(written),
+                    Err(error) => {
+                        let joined = act.joined_domain.unwrap_or_else(Instant::now);
+                        if Instant::now() >= joined + act.config.status_takeover_grace {
+                            warn!(domain = %act.domain, %error, "the written status cannot be read; reporting without it");
+                            act.takeover = TakeoverState::Read(None);
+                        } else {
+                            warn!(domain = %act.domain, %error, "the written status cannot be read; trying again");
+                            act.takeover = TakeoverState::Unread;
+                            act.recompute_at(Instant::now() + READ_RETRY, ctx);
+                            return;
+                        }
+                    }
+                }
+                act.schedule_recompute(ctx);
+            },
+        ));
+    }
+
     /// Writes status and events, if this node is the reporter.
     fn report(&mut self, readiness: &Readiness, ctx: &mut Context<Self>) {
         let now = Instant::now();
@@ -527,63 +619,110 @@ impl DomainActor {
             self.config.reporter_settle_max,
         );
         if now < from {
-            let due = self.reporter_timer.as_ref().map(|(at, _)| *at);
-            if due != Some(from) {
-                if let Some((_, timer)) = self.reporter_timer.take() {
-                    ctx.cancel_future(timer);
-                }
-                let timer = ctx.run_later(from - now, |act, ctx| {
-                    act.reporter_timer = None;
-                    act.schedule_recompute(ctx);
-                });
-                self.reporter_timer = Some((from, timer));
-            }
+            self.recompute_at(from, ctx);
             return;
         }
         if reporter(&self.members) != Some(self.me()) {
             if self.status_writer.take().is_some() {
                 info!(domain = %self.domain, "no longer the domain's reporter");
             }
+            self.takeover = TakeoverState::Unread;
             self.announced = None;
             return;
         }
-        let writer = self.status_writer.get_or_insert_with(|| {
-            info!(domain = %self.domain, members = self.members.len(), "this node is now the domain's reporter");
-            StatusWriterActor::new(
-                self.domain.clone(),
-                self.ports.status.clone(),
-                self.ports.gossip.clone(),
-                self.config.status_quiet,
-                self.config.status_max_delay,
-            )
-            .start()
-        });
+        match std::mem::take(&mut self.takeover) {
+            TakeoverState::Unread => return self.read_written(ctx),
+            TakeoverState::Reading => {
+                self.takeover = TakeoverState::Reading;
+                return;
+            }
+            TakeoverState::Read(written) => {
+                let live = self.live_names.clone().unwrap_or_default();
+                match takeover(
+                    written.as_ref(),
+                    &self.witnessed,
+                    &live,
+                    joined,
+                    self.config.status_takeover_grace,
+                    now,
+                ) {
+                    Takeover::Hold { until, unaccounted } => {
+                        debug!(domain = %self.domain, ?unaccounted, "not reporting yet: the written status lists members not seen here yet");
+                        self.takeover = TakeoverState::Read(written);
+                        self.recompute_at(until, ctx);
+                        return;
+                    }
+                    Takeover::Write { adopt } => {
+                        for row in adopt {
+                            warn!(domain = %self.domain, node = %row.name, "the written status lists a member nobody here saw leave: listing it lost");
+                            self.adopted.insert(row.name.clone(), (row, now));
+                        }
+                        info!(domain = %self.domain, members = self.members.len(), "this node is now the domain's reporter");
+                        self.status_writer = Some(
+                            StatusWriterActor::new(
+                                self.domain.clone(),
+                                self.ports.status.clone(),
+                                self.ports.events.clone(),
+                                self.ports.gossip.clone(),
+                                self.config.status_quiet,
+                                self.config.status_max_delay,
+                                written.as_ref(),
+                            )
+                            .start(),
+                        );
+                        self.takeover = TakeoverState::Done;
+                        if !self.adopted.is_empty() {
+                            // Their retention is timed from now.
+                            self.schedule_recompute(ctx);
+                        }
+                    }
+                }
+            }
+            TakeoverState::Done => self.takeover = TakeoverState::Done,
+        }
+        let Some(writer) = &self.status_writer else {
+            return;
+        };
         let lost_ads: BTreeMap<NodeId, Advertisement> = self
             .lost
             .iter()
             .map(|(n, l)| (n.clone(), l.member.ad.clone()))
             .collect();
-        writer.do_send(PublishStatus(status_document(
-            &self.members,
-            &lost_ads,
-            &self.assignment,
-            readiness,
-        )));
+        let document = if self.adopted.is_empty() {
+            status_document(&self.members, &lost_ads, &self.assignment, readiness)
+        } else {
+            // Nodes nobody saw leave count as lost in the status (not in the readiness
+            // that prepares wait on: nothing says they were ever part of this IMEX domain).
+            let dropped = self.dropped.clone();
+            let lost_names: BTreeSet<NodeId> = self
+                .lost
+                .keys()
+                .chain(self.adopted.keys())
+                .cloned()
+                .collect();
+            let with_lost = domain_readiness(
+                &self.members,
+                &self.assignment,
+                |n: &str| !dropped.contains(n),
+                &lost_names,
+                self.domain.num_nodes,
+            );
+            let rows: Vec<NodeStatus> = self.adopted.values().map(|(row, _)| row.clone()).collect();
+            with_adopted(
+                status_document(&self.members, &lost_ads, &self.assignment, &with_lost),
+                &rows,
+            )
+        };
+        writer.do_send(PublishStatus(document));
 
         let now = Announced {
             members: self.members.keys().cloned().collect(),
             lost: self.lost.keys().cloned().collect(),
-            phase: readiness.phase,
         };
         let before = self.announced.clone().unwrap_or_else(|| Announced {
-            // A new reporter announces what is news to users: losses, and the phase.
+            // A new reporter announces what is news to users: losses.
             members: now.members.clone(),
             lost: BTreeSet::new(),
-            phase: if now.phase == Phase::Ready {
-                Phase::NotReady
-            } else {
-                Phase::Ready
-            },
         });
         let mut events = Vec::new();
         events.extend(
@@ -596,13 +735,6 @@ impl DomainActor {
                 .difference(&before.lost)
                 .map(|n| DomainEvent::NodeLost { node: n.clone() }),
         );
-        if now.phase != before.phase {
-            let message = readiness.to_string();
-            events.push(match now.phase {
-                Phase::Ready => DomainEvent::Ready { message },
-                Phase::NotReady => DomainEvent::NotReady { message },
-            });
-        }
         self.announced = Some(now);
         if !events.is_empty() {
             let sink = self.ports.events.clone();
@@ -657,6 +789,9 @@ impl DomainActor {
         self.announced = None;
         self.recompute_scheduled = false;
         self.retention_timer = None;
+        self.witnessed.clear();
+        self.takeover = TakeoverState::Unread;
+        self.adopted.clear();
     }
 }
 
@@ -794,16 +929,29 @@ impl Handler<WaitClaim> for DomainActor {
 
 impl Handler<Leave> for DomainActor {
     type Result = ResponseActFuture<Self, ()>;
-    fn handle(&mut self, _: Leave, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, Leave { workload_gone }: Leave, _: &mut Self::Context) -> Self::Result {
         self.leaving = true;
-        info!(domain = %self.domain, "last claim gone: leaving the domain");
+        info!(domain = %self.domain, workload_gone, "leaving the domain");
         self.imex.do_send(ReleaseImex);
         let gossip = self.ports.gossip.clone();
         let uid = self.domain.uid.clone();
+        let last_out = workload_gone.then(|| LastOut {
+            domain: self.domain.clone(),
+            me: self.config.node.clone(),
+            clique: self.config.clique.clone(),
+            gossip: self.ports.gossip.clone(),
+            sink: self.ports.status.clone(),
+            events: self.ports.events.clone(),
+            within: self.config.last_out_watch,
+        });
         Box::pin(
             async move {
                 gossip.delete(&domain_key(&uid)).await;
                 gossip.delete(&status_key(&uid)).await;
+                if let Some(last_out) = last_out {
+                    // Detached: it outlives this actor, which retires now.
+                    actix::spawn(last_out.run());
+                }
             }
             .into_actor(self)
             // Not ctx.stop(): the supervisor would restart us while anyone holds our

@@ -9,11 +9,13 @@
 //! | [`imex_peer::ImexPeerActor`] | remote member | drop and re-admit decisions |
 //! | [`imex_process::ImexProcessActor`] | node | the IMEX daemon: start, apply, restart, readiness |
 //! | [`status_writer::StatusWriterActor`] | domain, on its reporter | coalesced status writes |
+//! | [`last_out::LastOut`] (a task) | domain, on a node its workload left | the vacated status, if this node was the last member |
 
 pub mod channel;
 pub mod domain;
 pub mod gossip_bridge;
 pub mod imex_peer;
 pub mod imex_process;
+pub mod last_out;
 pub mod node;
 pub mod status_writer;

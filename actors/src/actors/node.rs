@@ -401,7 +401,9 @@ impl Handler<Unprepare> for NodeActor {
                         .any(|r| r.info.domain.uid == domain_uid)
                 {
                     if let Some(domain) = act.domains.remove(&domain_uid) {
-                        domain.do_send(Leave);
+                        domain.do_send(Leave {
+                            workload_gone: true,
+                        });
                     }
                     act.checkpoint.slots.remove(&domain_uid);
                 }
@@ -481,7 +483,11 @@ impl Handler<Depart> for NodeActor {
         Box::pin(
             async move {
                 for domain in domains.values() {
-                    let _ = domain.send(Leave).await;
+                    let _ = domain
+                        .send(Leave {
+                            workload_gone: false,
+                        })
+                        .await;
                 }
                 if let Err(error) = imex.stop().await {
                     warn!(%error, "IMEX daemon did not stop cleanly");

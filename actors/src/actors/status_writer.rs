@@ -5,6 +5,11 @@
 //! published its digest in gossip) is not written again; failed writes are retried
 //! with backoff, always with the newest document.
 //!
+//! The phase events (`Ready`, `NotReady`) are emitted here, after the write that
+//! changes the phase as written: a phase the writer held back and that recovered was
+//! never shown to users, and a new reporter whose first document keeps the phase its
+//! predecessor wrote has no news to tell.
+//!
 //! A former reporter's write can land after ours (it was in flight when the role
 //! changed hands, and writes are last-writer-wins). Every writer publishes the digest
 //! of what it wrote once the write is done, so the reporter sees another member's
@@ -20,7 +25,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::model::{DomainRef, NodeId, Phase};
-use crate::ports::{Gossip, PortError, StatusSink};
+use crate::ports::{DomainEvent, EventSink, Gossip, PortError, StatusSink};
 use crate::rules::membership::status_key;
 use crate::rules::status::{DomainStatus, digest};
 
@@ -37,6 +42,7 @@ pub struct PublishStatus(pub DomainStatus);
 pub struct StatusWriterActor {
     domain: DomainRef,
     sink: Arc<dyn StatusSink>,
+    events: Arc<dyn EventSink>,
     gossip: Arc<dyn Gossip>,
     quiet: Duration,
     max_delay: Duration,
@@ -64,23 +70,29 @@ impl std::fmt::Debug for StatusWriterActor {
 }
 
 impl StatusWriterActor {
+    /// `written`: the status as last written, by whoever, when this node took the
+    /// role: the same document is not written again, and the phase events follow on
+    /// from its phase.
     pub fn new(
         domain: DomainRef,
         sink: Arc<dyn StatusSink>,
+        events: Arc<dyn EventSink>,
         gossip: Arc<dyn Gossip>,
         quiet: Duration,
         max_delay: Duration,
+        written: Option<&DomainStatus>,
     ) -> Self {
         Self {
             domain,
             sink,
+            events,
             gossip,
             quiet,
             max_delay,
             pending: None,
             pending_since: None,
-            written: None,
-            written_phase: None,
+            written: written.map(digest),
+            written_phase: written.map(|w| w.status),
             timer: None,
             writing: false,
             backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
@@ -109,6 +121,20 @@ impl StatusWriterActor {
         };
         self.others_seen = Some(others);
         overwritten
+    }
+
+    fn announce_phase(&self, status: &DomainStatus) {
+        let message = status.message.clone();
+        let event = match status.status {
+            Phase::Ready => DomainEvent::Ready { message },
+            Phase::NotReady => DomainEvent::NotReady { message },
+        };
+        let (events, domain) = (self.events.clone(), self.domain.clone());
+        actix::spawn(async move {
+            if let Err(error) = events.emit(&domain, event).await {
+                warn!(%domain, %error, "event not recorded");
+            }
+        });
     }
 
     /// (Re)arms the flush: `delay` from now, but never later than `max_delay` after
@@ -175,6 +201,9 @@ impl StatusWriterActor {
                         act.backoff.succeed();
                         act.overwritten = false;
                         act.written = Some(fingerprint);
+                        if act.written_phase != Some(status.status) {
+                            act.announce_phase(&status);
+                        }
                         act.written_phase = Some(status.status);
                         if act.pending.is_some() {
                             act.schedule(act.quiet, ctx);

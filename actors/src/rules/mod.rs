@@ -8,3 +8,4 @@ pub mod readiness;
 pub mod reporter;
 pub mod slots;
 pub mod status;
+pub mod takeover;

@@ -51,7 +51,12 @@ impl fmt::Display for Readiness {
         match &self.reason {
             None => Ok(()),
             Some(NotReadyReason::Forming) => Ok(()),
-            Some(NotReadyReason::Empty) => write!(f, ", no members"),
+            Some(NotReadyReason::Empty) => {
+                write!(
+                    f,
+                    ", no members: no node holds a prepared claim of the domain"
+                )
+            }
             Some(NotReadyReason::WaitingForNodes { want }) => {
                 write!(f, ", waiting for {want} nodes (spec.numNodes)")
             }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Advertisement, DomainMember, NodeId, Phase, Slot};
-use crate::rules::readiness::Readiness;
+use crate::rules::readiness::{Readiness, domain_readiness};
 use crate::rules::slots::SlotAssignment;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +73,49 @@ pub fn status_document(
     }
 }
 
+/// What the status says once no node serves the domain any more (its workload is
+/// gone): NotReady, no nodes, as a domain that never had any. The last node to leave
+/// writes it.
+pub fn vacated_document() -> DomainStatus {
+    let readiness = domain_readiness(
+        &BTreeMap::new(),
+        &SlotAssignment::default(),
+        |_| true,
+        &Default::default(),
+        0,
+    );
+    status_document(
+        &BTreeMap::new(),
+        &BTreeMap::new(),
+        &SlotAssignment::default(),
+        &readiness,
+    )
+}
+
+/// Whether the last node to leave has to write: the status as written still lists
+/// nodes or reads Ready. Nothing written is nothing stale.
+pub fn stale_once_vacated(written: Option<&DomainStatus>) -> bool {
+    written.is_some_and(|w| *w != vacated_document())
+}
+
+/// Lists `adopted` (members nobody saw leave, see [`crate::rules::takeover`]) among the
+/// document's nodes, NotReady.
+pub fn with_adopted(mut document: DomainStatus, adopted: &[NodeStatus]) -> DomainStatus {
+    let known: std::collections::BTreeSet<NodeId> =
+        document.nodes.iter().map(|n| n.name.clone()).collect();
+    document.nodes.extend(
+        adopted
+            .iter()
+            .filter(|n| !known.contains(&n.name))
+            .map(|n| NodeStatus {
+                status: Phase::NotReady,
+                ..n.clone()
+            }),
+    );
+    document.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    document
+}
+
 /// A short, stable fingerprint of a document (FNV-1a over its JSON): reporters publish
 /// it after writing so that a successor can tell the document is already written.
 pub fn digest(status: &DomainStatus) -> String {
@@ -87,7 +130,6 @@ pub fn digest(status: &DomainStatus) -> String {
 mod tests {
     use super::*;
     use crate::model::CliqueId;
-    use crate::rules::readiness::domain_readiness;
     use std::collections::BTreeSet;
 
     fn ad(slot: u16, ready: bool) -> Advertisement {
@@ -146,5 +188,57 @@ mod tests {
         let mut other = doc.clone();
         other.ready_nodes = 2;
         assert_ne!(digest(&doc), digest(&other));
+    }
+
+    #[test]
+    fn a_vacated_domain_is_not_ready_with_no_nodes() {
+        let vacated = vacated_document();
+        assert_eq!(vacated.status, Phase::NotReady);
+        assert_eq!((vacated.ready_nodes, vacated.total_nodes), (0, 0));
+        assert!(vacated.nodes.is_empty());
+        assert!(
+            vacated.message.starts_with("0/0 nodes ready, no members"),
+            "{}",
+            vacated.message
+        );
+        assert!(!stale_once_vacated(None));
+        assert!(!stale_once_vacated(Some(&vacated)));
+        let mut ready = vacated.clone();
+        ready.status = Phase::Ready;
+        assert!(stale_once_vacated(Some(&ready)));
+    }
+
+    #[test]
+    fn adopted_members_are_listed_not_ready_once() {
+        let row = |name: &str, status| NodeStatus {
+            name: name.into(),
+            ip_address: "10.0.0.1".into(),
+            clique_id: String::new(),
+            index: None,
+            status,
+        };
+        let mut document = vacated_document();
+        document.nodes = vec![row("b", Phase::Ready)];
+        let listed = with_adopted(
+            document,
+            &[
+                row("c", Phase::Ready),
+                row("a", Phase::Ready),
+                row("b", Phase::NotReady),
+            ],
+        );
+        let rows: Vec<_> = listed
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.status))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("a", Phase::NotReady),
+                ("b", Phase::Ready),
+                ("c", Phase::NotReady)
+            ]
+        );
     }
 }

@@ -12,7 +12,7 @@ pub use computedomain::{
 
 pub use status::{
     ComputeDomainNode, ComputeDomainStatus, Condition, ConditionStatus, READY_CONDITION,
-    status_from_domain,
+    domain_from_status, status_from_domain,
 };
 
 /// The CRD as YAML, as `domaind crdgen` prints it and `deploy/` holds it.

@@ -2,7 +2,7 @@
 //! `nodes[]`, plus standard conditions and the counts the printer columns show.
 
 use domaind_actors::model::Phase;
-use domaind_actors::rules::status::DomainStatus;
+use domaind_actors::rules::status::{DomainStatus, NodeStatus};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -147,10 +147,37 @@ pub fn status_from_domain(
     }
 }
 
+/// The reporter's document a written status stands for: what `status_from_domain`
+/// wrote, read back (the message is the `Ready` condition's; a status without one
+/// has none).
+pub fn domain_from_status(status: &ComputeDomainStatus) -> DomainStatus {
+    DomainStatus {
+        status: status.status,
+        ready_nodes: status.ready_nodes,
+        total_nodes: status.total_nodes,
+        message: status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == READY_CONDITION)
+            .map(|c| c.message.clone())
+            .unwrap_or_default(),
+        nodes: status
+            .nodes
+            .iter()
+            .map(|n| NodeStatus {
+                name: n.name.clone(),
+                ip_address: n.ip_address.clone(),
+                clique_id: n.clique_id.clone(),
+                index: n.index,
+                status: n.status,
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use domaind_actors::rules::status::NodeStatus;
     use time::macros::datetime;
 
     fn domain(phase: Phase, ready: u32) -> DomainStatus {
@@ -228,5 +255,18 @@ mod tests {
             flipped.conditions[0].last_transition_time,
             "2026-11-22T10:06:00Z"
         );
+    }
+
+    #[test]
+    fn a_written_status_reads_back_as_the_document() {
+        let document = domain(Phase::NotReady, 1);
+        let written =
+            status_from_domain(&document, None, Some(2), datetime!(2026-11-22 10:00:00 UTC));
+        assert_eq!(domain_from_status(&written), document);
+        let bare = ComputeDomainStatus {
+            conditions: Vec::new(),
+            ..written
+        };
+        assert_eq!(domain_from_status(&bare).message, "");
     }
 }

@@ -26,7 +26,7 @@ use tracing::{debug, info};
 use super::FIELD_MANAGER;
 use super::api::{ApiError, bounded};
 use super::domains::DomainCache;
-use crate::crd::{ComputeDomain, GROUP, VERSION, status_from_domain};
+use crate::crd::{ComputeDomain, GROUP, VERSION, domain_from_status, status_from_domain};
 
 /// Counts status writes by backend and outcome (`ok`, `failed`, `gone`).
 pub const STATUS_WRITES: &str = "domaind_status_writes_total";
@@ -145,6 +145,18 @@ impl StatusSink for KubeStatusSink {
                 count("failed");
                 Err(PortError(error.to_string()))
             }
+        }
+    }
+
+    /// From the watch cache: it trails the API server by a watch event, which is as
+    /// fresh as any read (another node's write may land right after either).
+    async fn read(&self, domain: &DomainRef) -> Result<Option<DomainStatus>, PortError> {
+        match self.domains.by_uid(&domain.uid.0) {
+            Some(cached) => Ok(cached.status.as_ref().map(domain_from_status)),
+            None if self.domains.is_synced() => Ok(None),
+            None => Err(PortError(format!(
+                "status of {domain} not read: the ComputeDomain cache has not synced yet"
+            ))),
         }
     }
 }

@@ -8,7 +8,7 @@ use domaind_actors::rules::status::DomainStatus;
 use time::OffsetDateTime;
 
 use super::{BAD_FILES, FILE_MODE, LocalDir, LocalError};
-use crate::crd::status_from_domain;
+use crate::crd::{domain_from_status, status_from_domain};
 
 /// Counts status documents written by outcome (`ok`, `failed`), as the Kubernetes
 /// sink does under the same name.
@@ -75,5 +75,21 @@ impl StatusSink for LocalStatusSink {
         };
         metrics::counter!(STATUS_WRITES, "backend" => "local", "outcome" => outcome).increment(1);
         written.map(drop)
+    }
+
+    /// An unreadable file is an error, not "nothing written": the reader would
+    /// otherwise take a garbled status for an empty domain.
+    async fn read(&self, domain: &DomainRef) -> Result<Option<DomainStatus>, PortError> {
+        let (dir, uid) = (self.dir.clone(), domain.uid.0.clone());
+        let read = tokio::task::spawn_blocking(move || dir.read_status(&uid))
+            .await
+            .map_err(|e| PortError(format!("status read failed: {e}")))?;
+        match read {
+            Ok(status) => Ok(status.as_ref().map(domain_from_status)),
+            Err(error) => {
+                metrics::counter!(BAD_FILES, "kind" => "status").increment(1);
+                Err(PortError(error.to_string()))
+            }
+        }
     }
 }

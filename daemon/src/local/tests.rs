@@ -213,8 +213,14 @@ fn the_status_file_holds_the_crd_status_and_survives_a_garbled_predecessor() {
         .build()
         .unwrap();
     assert_eq!(dir.read_status("cd-1").unwrap(), None);
+    assert_eq!(rt.block_on(sink.read(&domain())).unwrap(), None);
     rt.block_on(sink.write(&domain(), &document(Phase::NotReady, 1)))
         .unwrap();
+    // What a reporter taking over reads back is the document as written.
+    assert_eq!(
+        rt.block_on(sink.read(&domain())).unwrap(),
+        Some(document(Phase::NotReady, 1))
+    );
     let first = dir.read_status("cd-1").unwrap().unwrap();
     assert_eq!(
         (first.status, first.ready_nodes, first.total_nodes),
@@ -224,6 +230,10 @@ fn the_status_file_holds_the_crd_status_and_survives_a_garbled_predecessor() {
     assert_eq!(first.conditions[0].status, ConditionStatus::False);
 
     std::fs::write(dir.status_path("cd-1").unwrap(), b"not json").unwrap();
+    // A garbled file is not "nothing written": the read fails, and counts it.
+    let (read, bad) = with_metrics(|| rt.block_on(sink.read(&domain())));
+    assert!(read.is_err());
+    assert_eq!(bad, 1);
     let (written, bad) =
         with_metrics(|| rt.block_on(sink.write(&domain(), &document(Phase::Ready, 2))));
     written.unwrap();

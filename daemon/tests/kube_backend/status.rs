@@ -9,7 +9,9 @@ use domaind_actors::rules::status::{DomainStatus, NodeStatus};
 use metrics_util::debugging::DebuggingRecorder;
 use serde_json::{Value, json};
 
-use crate::apiserver::{Expect, compute_domain, counter, pair, status, synced_cache};
+use crate::apiserver::{
+    Expect, compute_domain, counter, pair, status, synced_cache, unsynced_cache,
+};
 
 const STATUS_PATH: &str =
     "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains/training/status";
@@ -217,4 +219,36 @@ async fn failures_are_errors_for_the_writer_to_retry() {
         ),
         3
     );
+}
+
+/// A reporter taking over reads the status as written from the cache: no API call.
+#[tokio::test]
+async fn the_written_status_is_read_from_the_cache() {
+    let (client, mut server) = pair();
+    let (cache, _writer) = synced_cache(vec![cached()]);
+    let read = KubeStatusSink::new(client.clone(), cache, Duration::from_secs(10))
+        .read(&domain())
+        .await
+        .unwrap()
+        .expect("the cached domain has a status");
+    assert_eq!(read.status, Phase::Ready);
+    assert_eq!((read.ready_nodes, read.total_nodes), (2, 2));
+    assert_eq!(read.message, "2/2 nodes ready");
+
+    // A domain without status, and one that is gone: nothing written.
+    let (cache, _writer) = synced_cache(vec![compute_domain("team-a", "training", "cd-uid-1", 1)]);
+    let sink = KubeStatusSink::new(client.clone(), cache, Duration::from_secs(10));
+    assert_eq!(sink.read(&domain()).await.unwrap(), None);
+    let (cache, _writer) = synced_cache(vec![]);
+    let sink = KubeStatusSink::new(client.clone(), cache, Duration::from_secs(10));
+    assert_eq!(sink.read(&domain()).await.unwrap(), None);
+
+    // Before the first list, "nothing" would be a guess: an error, to try again.
+    let (cache, _writer) = unsynced_cache();
+    let error = KubeStatusSink::new(client, cache, Duration::from_secs(10))
+        .read(&domain())
+        .await
+        .unwrap_err();
+    assert!(error.0.contains("not synced"), "{error}");
+    server.assert_idle();
 }
