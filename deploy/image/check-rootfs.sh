@@ -26,7 +26,7 @@
 # it could only wrap this same root filesystem in an image, which proves no more than
 # chroot does. Why dpkg-deb rather than debootstrap: measured on a 2-core CI machine,
 # `debootstrap --variant=minbase bookworm` took 73 s and 127 MB for 88 packages; these
-# packages take about 6 s and 16 MB (docs/BENCHMARKS.md, "Image").
+# packages take 4 to 11 s and 15 MB (docs/BENCHMARKS.md, "Image").
 #
 # Needs root (chroot, mount), apt-get with Debian's package indexes reachable.
 set -euo pipefail
@@ -84,7 +84,12 @@ mkdir -p "$work/debs" "$root"
 # temporary directory: let it.
 chmod 0755 "$work"
 chown _apt "$work/debs" 2>/dev/null || true
-(cd "$work/debs" && apt-get download -q "${closure[@]}" >/dev/null)
+# Indexes older than the mirror's packages name files it no longer has: refresh once.
+if ! (cd "$work/debs" && apt-get download -q "${closure[@]}" >/dev/null); then
+  apt-get update -q >/dev/null
+  (cd "$work/debs" && apt-get download -q "${closure[@]}" >/dev/null) ||
+    fail "cannot download ${closure[*]}"
+fi
 for deb in "$work/debs"/*.deb; do
   dpkg-deb -x "$deb" "$root"
 done
@@ -226,7 +231,8 @@ grep -q 'domaind stopped' "$work/run.log" || fail "domaind run did not log its s
 
 binary_bytes=$(stat -c %s "$binary")
 echo "== sizes"
-printf 'binary: %s bytes (%s MiB)\n' "$binary_bytes" "$((binary_bytes / 1048576))"
-printf 'root filesystem (packages): %s bytes (%s MiB)\n' "$rootfs_bytes" "$((rootfs_bytes / 1048576))"
-printf 'root filesystem with the binary: %s MiB\n' "$(((rootfs_bytes + binary_bytes) / 1048576))"
+mib() { awk -v bytes="$1" 'BEGIN { printf "%.1f MiB", bytes / 1048576 }'; }
+printf 'binary: %s bytes (%s)\n' "$binary_bytes" "$(mib "$binary_bytes")"
+printf 'root filesystem (packages): %s bytes (%s)\n' "$rootfs_bytes" "$(mib "$rootfs_bytes")"
+printf 'root filesystem with the binary: %s\n' "$(mib $((rootfs_bytes + binary_bytes)))"
 echo "check-rootfs: all checks passed in $((SECONDS - started)) s"
