@@ -278,3 +278,80 @@ fn the_charts_command_lines_use_flags_the_binary_has() {
         }
     }
 }
+
+/// The lines of `text` from the first line containing `from` up to the next line, after
+/// it, that contains `to`.
+fn block<'a>(text: &'a str, from: &str, to: &str) -> &'a str {
+    let start = text
+        .find(from)
+        .unwrap_or_else(|| panic!("no {from:?} in the template"));
+    let rest = &text[start..];
+    let end = rest[from.len()..]
+        .find(to)
+        .map_or(rest.len(), |at| at + from.len());
+    &rest[..end]
+}
+
+fn the_dockerfile() -> String {
+    read(&deploy().join("../Dockerfile"))
+}
+
+#[test]
+fn the_controller_runs_as_the_images_user_on_a_read_only_root() {
+    let deployment = read(&chart().join("templates/deployment.yaml"));
+    let context = block(&deployment, "securityContext:", "resources");
+    for setting in [
+        "allowPrivilegeEscalation: false",
+        "readOnlyRootFilesystem: true",
+        "runAsNonRoot: true",
+        "runAsUser: 65532",
+        "runAsGroup: 65532",
+        "drop: [\"ALL\"]",
+        "type: RuntimeDefault",
+    ] {
+        assert!(context.contains(setting), "the controller lacks {setting}");
+    }
+    // No writable volume: the controller writes no file.
+    assert!(!deployment.contains("volumeMounts"), "{deployment}");
+    // The user the chart asks for is the one the image declares.
+    assert!(
+        the_dockerfile().contains("\nUSER 65532:65532\n"),
+        "the Dockerfile's USER is not the controller's runAsUser"
+    );
+}
+
+#[test]
+fn the_node_daemon_asks_for_root_as_the_image_defaults_to_another_user() {
+    let daemonset = read(&chart().join("templates/daemonset.yaml"));
+    let init = block(&daemonset, "- name: issue-certificate", "containers:");
+    for setting in [
+        "runAsUser: 0",
+        "allowPrivilegeEscalation: false",
+        "readOnlyRootFilesystem: true",
+        "drop: [\"ALL\"]",
+    ] {
+        assert!(init.contains(setting), "the init container lacks {setting}");
+    }
+    let daemon = block(&daemonset, "- name: domaind", "ports:");
+    for setting in ["privileged: true", "runAsUser: 0"] {
+        assert!(daemon.contains(setting), "the node daemon lacks {setting}");
+    }
+}
+
+#[test]
+fn the_image_installs_the_package_list_that_ci_checks() {
+    let dockerfile = the_dockerfile();
+    let list = deploy().join("image/runtime-packages");
+    let packages: Vec<String> = read(&list)
+        .lines()
+        .map(|line| line.split('#').next().unwrap().trim().to_string())
+        .filter(|line| !line.is_empty())
+        .collect();
+    assert!(packages.contains(&"libc6".to_string()), "{packages:?}");
+    assert!(
+        dockerfile.contains("COPY deploy/image/runtime-packages "),
+        "the Dockerfile does not install deploy/image/runtime-packages"
+    );
+    let check = read(&deploy().join("image/check-rootfs.sh"));
+    assert!(check.contains("packages_file=\"$here/runtime-packages\""));
+}

@@ -38,7 +38,8 @@ fn nvml_on_this_machine_answers_or_fails_in_one_clear_line() {
             assert!(chain.starts_with("NVML (libnvidia-ml.so.1) is "), "{chain}");
             assert!(
                 chain.contains(
-                    "For machines without GPUs use --gpu-topology FILE (a fake topology)"
+                    "pass --nvml-library PATH; for machines without GPUs use \
+                     --gpu-topology FILE (a fake topology)"
                 ),
                 "{chain}"
             );

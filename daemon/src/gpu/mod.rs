@@ -7,6 +7,7 @@
 //! same whichever adapter answers.
 
 mod clique;
+mod driver_root;
 mod fabric_ffi;
 mod nvml;
 mod topology;
@@ -17,6 +18,9 @@ use domaind_actors::model::CliqueId;
 use serde::{Deserialize, Serialize};
 
 pub use clique::{CliqueError, format_cluster_uuid, is_cluster_uuid, node_clique};
+pub use driver_root::{
+    DEFAULT_DRIVER_ROOT, DRIVER_ROOT_LIBRARY_DIRS, DriverRootSearch, driver_root_candidates,
+};
 pub use nvml::{DEFAULT_NVML_LIBRARY, NvmlInventory, NvmlInventoryError};
 pub use topology::{
     FAKE_DRIVER_VERSION, FAKE_GPU_NAME, GPUS_PER_SIMULATED_NODE, Topology, TopologyError,

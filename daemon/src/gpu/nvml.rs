@@ -2,6 +2,7 @@
 
 use std::ffi::OsStr;
 use std::fmt;
+use std::path::Path;
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
@@ -11,6 +12,7 @@ use nvml_wrapper_sys::bindings::{
 };
 
 use super::clique::format_cluster_uuid;
+use super::driver_root::{DriverRootSearch, driver_root_candidates};
 use super::fabric_ffi::{self, RawFabricInfo};
 use super::{FabricInfo, FabricState, GpuError, GpuInfo, GpuInventory, NodeGpus};
 
@@ -20,14 +22,18 @@ pub const DEFAULT_NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 /// What NVML could not do.
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlInventoryError {
+    /// No loadable NVML: the one line a user sees when the driver's files are missing.
     #[error(
-        "NVML ({library}) is not available on this node: no NVIDIA driver? For machines \
-         without GPUs use --gpu-topology FILE (a fake topology)"
+        "NVML ({library}) is not available on this node: {reason}{searched}. On a GPU node, \
+         mount the NVIDIA driver's files (the chart's node.driverRoot, seen at --driver-root) \
+         or pass --nvml-library PATH; for machines without GPUs use --gpu-topology FILE (a \
+         fake topology)"
     )]
     Unavailable {
         library: String,
-        #[source]
-        source: NvmlError,
+        /// The loader's own words: the innermost cause, so that the line says it once.
+        reason: String,
+        searched: DriverRootSearch,
     },
     #[error(
         "NVML ({library}) is installed but the NVIDIA driver is not loaded on this node: load \
@@ -88,7 +94,8 @@ impl NvmlInventory {
                 NvmlError::LibloadingError(_) | NvmlError::FailedToLoadSymbol(_) => {
                     NvmlInventoryError::Unavailable {
                         library: name.clone(),
-                        source,
+                        reason: innermost_cause(&source),
+                        searched: DriverRootSearch::NotSearched,
                     }
                 }
                 NvmlError::DriverNotLoaded => NvmlInventoryError::DriverNotLoaded {
@@ -103,6 +110,43 @@ impl NvmlInventory {
             nvml,
             library: name,
         })
+    }
+
+    /// Open NVML from `library` through the loader's search path and, when that finds
+    /// none and `library` is a bare name, from the library directories of
+    /// `driver_root` (the driver's files mounted into the container).
+    pub fn open_searching(
+        library: &Path,
+        driver_root: Option<&Path>,
+    ) -> Result<Self, NvmlInventoryError> {
+        let not_on_search_path = match Self::open_library(library.as_os_str()) {
+            Err(error @ NvmlInventoryError::Unavailable { .. }) => error,
+            found_or_other_failure => return found_or_other_failure,
+        };
+        let Some(root) = driver_root else {
+            return Err(not_on_search_path);
+        };
+        let candidates = driver_root_candidates(library, root);
+        if candidates.is_empty() {
+            return Err(not_on_search_path);
+        }
+        if !root.is_dir() {
+            return Err(not_on_search_path.searched(DriverRootSearch::Missing(root.into())));
+        }
+        let mut first_unloadable = None;
+        for candidate in candidates.iter().filter(|path| path.exists()) {
+            match Self::open_library(candidate.as_os_str()) {
+                // A file that is there but does not load (another architecture, a broken
+                // link) says more than "not found": keep its error.
+                Err(error @ NvmlInventoryError::Unavailable { .. }) => {
+                    first_unloadable.get_or_insert(error);
+                }
+                found_or_other_failure => return found_or_other_failure,
+            }
+        }
+        Err(first_unloadable.unwrap_or_else(|| {
+            not_on_search_path.searched(DriverRootSearch::NotFound(root.into()))
+        }))
     }
 
     /// The library NVML was loaded from, as given.
@@ -125,6 +169,31 @@ impl NvmlInventory {
             fabric,
         })
     }
+}
+
+impl NvmlInventoryError {
+    fn searched(self, search: DriverRootSearch) -> Self {
+        match self {
+            Self::Unavailable {
+                library, reason, ..
+            } => Self::Unavailable {
+                library,
+                reason,
+                searched: search,
+            },
+            other => other,
+        }
+    }
+}
+
+/// nvml-wrapper's loading errors repeat their cause in their own text: the last cause
+/// alone is the loader's message.
+fn innermost_cause(error: &NvmlError) -> String {
+    let mut cause: &dyn std::error::Error = error;
+    while let Some(next) = std::error::Error::source(cause) {
+        cause = next;
+    }
+    cause.to_string()
 }
 
 fn fabric_from_answer(
@@ -322,6 +391,14 @@ mod tests {
         assert!(message.contains("state 9 for GPU 2"), "{message}");
     }
 
+    /// The whole line a user reads, as `main` prints errors (anyhow's `{:#}`).
+    fn line(error: NvmlInventoryError) -> String {
+        format!("{:#}", anyhow::Error::new(error))
+    }
+
+    /// A bare name that no loader search path holds, to exercise the driver root search.
+    const ABSENT: &str = "libnvidia-ml-domaind-test.so.1";
+
     #[test]
     fn a_missing_library_is_one_clear_line_not_a_panic() {
         let error =
@@ -330,15 +407,105 @@ mod tests {
             matches!(error, NvmlInventoryError::Unavailable { .. }),
             "{error:?}"
         );
-        let chain = format!("{:#}", anyhow::Error::new(error));
+        let line = line(error);
         assert!(
-            chain.starts_with(
-                "NVML (/nonexistent/libnvidia-ml.so.1) is not available on this node: no NVIDIA \
-                 driver? For machines without GPUs use --gpu-topology FILE (a fake topology)"
+            line.starts_with(
+                "NVML (/nonexistent/libnvidia-ml.so.1) is not available on this node: \
+                 /nonexistent/libnvidia-ml.so.1: cannot open shared object file"
             ),
-            "{chain}"
+            "{line}"
         );
-        assert!(!chain.contains('\n'), "{chain}");
+        assert!(
+            line.ends_with(
+                ". On a GPU node, mount the NVIDIA driver's files (the chart's \
+                 node.driverRoot, seen at --driver-root) or pass --nvml-library PATH; for \
+                 machines without GPUs use --gpu-topology FILE (a fake topology)"
+            ),
+            "{line}"
+        );
+        // The loader's message once, not nvml-wrapper's copy of it and then the original.
+        assert_eq!(
+            line.matches("cannot open shared object file").count(),
+            1,
+            "{line}"
+        );
+        assert!(!line.contains('\n'), "{line}");
+    }
+
+    #[test]
+    fn without_a_driver_root_the_search_path_is_all_there_is() {
+        let error = NvmlInventory::open_searching(Path::new(ABSENT), None).unwrap_err();
+        let line = line(error);
+        assert!(
+            line.starts_with(&format!("NVML ({ABSENT}) is not available on this node: ")),
+            "{line}"
+        );
+        assert!(!line.contains("driver root"), "{line}");
+    }
+
+    #[test]
+    fn a_driver_root_that_is_not_mounted_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("driver-root");
+        let error = NvmlInventory::open_searching(Path::new(ABSENT), Some(&root)).unwrap_err();
+        let line = line(error);
+        assert!(
+            line.contains(&format!(
+                "cannot open shared object file: No such file or directory; nothing is \
+                 mounted at {}. On a GPU node, mount",
+                root.display()
+            )),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_driver_root_without_nvml_lists_where_it_was_looked_for() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("usr/lib64")).unwrap();
+        let error =
+            NvmlInventory::open_searching(Path::new(ABSENT), Some(root.path())).unwrap_err();
+        let line = line(error);
+        assert!(
+            line.contains(&format!(
+                "; nor is it in the driver root {} (usr/lib64, usr/lib/x86_64-linux-gnu, \
+                 usr/lib/aarch64-linux-gnu, lib64, lib/x86_64-linux-gnu, \
+                 lib/aarch64-linux-gnu). On a GPU node",
+                root.path().display()
+            )),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_file_in_the_driver_root_that_does_not_load_is_the_error() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&dir).unwrap();
+        let broken = dir.join(ABSENT);
+        std::fs::write(&broken, b"not a shared object").unwrap();
+        let error =
+            NvmlInventory::open_searching(Path::new(ABSENT), Some(root.path())).unwrap_err();
+        match &error {
+            NvmlInventoryError::Unavailable {
+                library, searched, ..
+            } => {
+                assert_eq!(library, &broken.display().to_string());
+                assert_eq!(searched, &DriverRootSearch::NotSearched);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_path_is_not_searched_for_in_the_driver_root() {
+        let root = tempfile::tempdir().unwrap();
+        let error = NvmlInventory::open_searching(
+            Path::new("/nonexistent/libnvidia-ml.so.1"),
+            Some(root.path()),
+        )
+        .unwrap_err();
+        assert!(!line(error).contains("driver root"));
     }
 
     #[test]

@@ -289,10 +289,9 @@ async fn discover_clique(args: &RunArgs) -> anyhow::Result<CliqueId> {
                 .with_context(|| format!("cannot use the GPU topology file {}", path.display()))?,
         ),
         None => Arc::new(
-            NvmlInventory::open_library(args.nvml_library.as_os_str()).with_context(|| {
-                "cannot load NVML; on a machine without NVIDIA GPUs pass --gpu-topology FILE \
-                 (a fake topology)"
-            })?,
+            // The error says where NVML was looked for and what to pass instead.
+            NvmlInventory::open_searching(&args.nvml_library, Some(&args.driver_root))
+                .context("cannot read this node's GPUs")?,
         ),
     };
     let deadline = tokio::time::Instant::now() + CLIQUE_WAIT;
