@@ -22,16 +22,16 @@ use domaind_gossip::transport::Backoff;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::config::NodeConfig;
+use crate::model::Slot;
+use crate::ports::{Imex, ImexStatus, PortError};
+use crate::rules::peers::PeerSet;
+
 /// Restarts scheduled, by `cause`: `exited` (the daemon ended on its own) or
 /// `start_failed` (it could not be started).
 pub const IMEX_RESTARTS: &str = "domaind_imex_restarts_total";
 /// How long the next restart waits (0 while the daemon runs or nothing waits).
 pub const IMEX_RESTART_BACKOFF: &str = "domaind_imex_restart_backoff_seconds";
-
-use crate::config::NodeConfig;
-use crate::model::Slot;
-use crate::ports::{Imex, ImexStatus, PortError};
-use crate::rules::peers::PeerSet;
 
 /// What the daemon reported, for the peer set of `version`.
 #[derive(Debug, Clone, PartialEq, Eq, Message)]
