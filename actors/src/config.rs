@@ -37,8 +37,14 @@ pub struct NodeConfig {
     pub peer_health: PeerHealthConfig,
     /// How often the IMEX daemon's readiness is queried.
     pub imex_poll_interval: Duration,
+    /// Restarts of the IMEX daemon wait this long, doubling with each failure in a
+    /// row (a start that fails, a daemon that exits) up to the max.
     pub imex_restart_backoff_min: Duration,
     pub imex_restart_backoff_max: Duration,
+    /// A daemon that ran this long before it exited was healthy: its restart starts
+    /// the backoff afresh. A start alone proves nothing: a daemon that cannot listen
+    /// starts fine and exits a moment later.
+    pub imex_healthy_after: Duration,
     /// How long a member that died stays listed (NotReady) before it is forgotten.
     pub lost_retention: Duration,
     /// A node taking the reporter role writes nothing that drops a member the written
@@ -67,7 +73,8 @@ impl NodeConfig {
             peer_health: PeerHealthConfig::default(),
             imex_poll_interval: Duration::from_millis(250),
             imex_restart_backoff_min: Duration::from_millis(200),
-            imex_restart_backoff_max: Duration::from_secs(10),
+            imex_restart_backoff_max: Duration::from_secs(30),
+            imex_healthy_after: Duration::from_secs(10),
             lost_retention: Duration::from_secs(600),
             status_takeover_grace: Duration::from_secs(10),
             last_out_watch: Duration::from_secs(10),

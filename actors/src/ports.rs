@@ -63,6 +63,9 @@ pub struct ImexStatus {
     pub ready: bool,
     /// Its connection to each peer, by slot.
     pub links: BTreeMap<Slot, bool>,
+    /// Why the daemon is not running, reported once, by the first query after it
+    /// ended on its own: its exit status and what it printed last.
+    pub exited: Option<String>,
 }
 
 /// The local `nvidia-imex` daemon (or its simulator).

@@ -164,6 +164,8 @@ pub struct DaemonState {
     /// A hung daemon runs but answers no query.
     pub hung: bool,
     pub peers: PeerSet,
+    /// Why it stopped running, until a status query reports it.
+    pub exited: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -206,6 +208,7 @@ impl FakeImexFabric {
     pub fn crash(&self, node: &str) {
         if let Some(d) = lock(&self.state).daemons.get_mut(node) {
             d.running = false;
+            d.exited = Some("crashed (FakeImexFabric::crash)".into());
         }
     }
 
@@ -224,8 +227,14 @@ impl FakeImexFabric {
     }
 
     fn status_of(&self, node: &str) -> Result<ImexStatus, PortError> {
-        let state = lock(&self.state);
-        let Some(me) = state.daemons.get(node).filter(|d| d.running) else {
+        let mut state = lock(&self.state);
+        if let Some(d) = state.daemons.get_mut(node).filter(|d| !d.running) {
+            return Ok(ImexStatus {
+                exited: d.exited.take(),
+                ..ImexStatus::default()
+            });
+        }
+        let Some(me) = state.daemons.get(node) else {
             return Ok(ImexStatus::default());
         };
         if me.hung {
@@ -249,6 +258,7 @@ impl FakeImexFabric {
             running: true,
             ready: links.values().all(|up| *up),
             links,
+            exited: None,
         })
     }
 }
@@ -304,6 +314,7 @@ impl Imex for FakeImex {
                 running: true,
                 hung: false,
                 peers: peers.clone(),
+                exited: None,
             },
         );
         Ok(())

@@ -60,6 +60,8 @@ fn view(i: usize, members: &[usize]) -> NodeView {
             running: true,
             starts: 1,
             restarts: 0,
+            last_failure: None,
+            restart_delay_ms: None,
         },
         domains: vec![DomainView {
             uid: UID.into(),

@@ -277,3 +277,60 @@ async fn a_missing_imex_binary_is_a_clear_error() {
     assert!(err.contains("imex-sim"), "{err}");
     assert!(!node.daemon.status().await.unwrap().running);
 }
+
+/// Whether `pid` has a handler for SIGUSR1 (`SigCgt` in /proc/PID/status).
+fn catches_sigusr1(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let caught = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
+        .unwrap();
+    caught & (1 << (nix::sys::signal::Signal::SIGUSR1 as i32 - 1)) != 0
+}
+
+/// The real IMEX's contract: SIGUSR1 reconnects. A supervisor may send it as soon as
+/// it can reach the daemon, so the simulator's handlers must be in place by the time
+/// it listens: it is checked at the first moment a connection gets through, many
+/// times, since the window it had was short.
+#[test]
+fn the_simulator_handles_sigusr1_before_it_listens() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = ip(74);
+    let s = settings(
+        dir.path(),
+        ip,
+        free_port(&[ip]),
+        free_port(&[ip]),
+        AddressingMode::DnsNames,
+    );
+    std::fs::create_dir_all(&s.config_dir).unwrap();
+    std::fs::write(s.config_path(), domaind::imex::config::render_config(&s)).unwrap();
+    std::fs::write(s.nodes_config_path(), "").unwrap();
+    let target = SocketAddr::new(ip, s.server_port);
+    for _ in 0..30 {
+        let mut child = std::process::Command::new(&s.daemon.program)
+            .arg("-c")
+            .arg(s.config_path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + LIMIT;
+        while std::net::TcpStream::connect(target).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "imex-sim never listened"
+            );
+            assert!(child.try_wait().unwrap().is_none(), "imex-sim exited");
+        }
+        let handled = catches_sigusr1(child.id());
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = child.wait().unwrap();
+        assert!(handled, "imex-sim listened before it could take SIGUSR1");
+        assert!(status.success(), "SIGTERM is a clean shutdown: {status}");
+    }
+}

@@ -115,6 +115,11 @@ fn a_crashed_daemon_is_restarted_with_backoff() {
             "{lifecycle:?}"
         );
         assert_ne!(daemon.pid().await.unwrap(), first_pid);
+        let why = lifecycle.last_failure.unwrap_or_default();
+        assert!(
+            why.contains("exit status: 134") && why.contains("crashing on request"),
+            "the restart says why: {why}"
+        );
         supervisor.do_send(Detach { stop_daemon: true });
         wait_async(|| async { daemon.pid().await.is_none() }).await;
         drop(owner);
@@ -144,8 +149,9 @@ async fn wait_async<F: std::future::Future<Output = bool>>(mut condition: impl F
 }
 
 /// Reloads within IMEX's ~5 s throttle coalesce: one SIGUSR1 now, one when the
-/// interval has passed, however many were asked for. In paused time.
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+/// interval has passed, however many were asked for. In paused time, once the daemon
+/// has answered (no reload is sent before).
+#[tokio::test(flavor = "current_thread")]
 async fn reloads_coalesce() {
     let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
     let snapshotter = recorder.snapshotter();
@@ -168,6 +174,8 @@ async fn reloads_coalesce() {
     s.reload_min_interval = Duration::from_millis(500);
     let daemon = ImexDaemon::new(s);
     daemon.start(&alone(ip)).await.unwrap();
+    wait_async(|| async { daemon.status().await.is_ok() }).await;
+    tokio::time::pause();
     for _ in 0..5 {
         daemon.reload().await.unwrap();
     }
@@ -248,4 +256,174 @@ async fn a_reused_pid_is_left_alone() {
     daemon.stop().await.unwrap();
     bystander.kill().unwrap();
     bystander.wait().unwrap();
+}
+
+/// Writes an executable shell script.
+fn script(path: &std::path::Path, body: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_path_buf()
+}
+
+/// A fake IMEX daemon with the real one's window: it takes a moment before its
+/// SIGUSR1 handler is in place (until then the signal's default action kills it), and
+/// its command service answers only after that. The fake ctl answers READY once the
+/// daemon does. Both are shell scripts; `-c CONFIG` is `$2`.
+fn slow_to_handle_signals(dir: &std::path::Path, ip: IpAddr) -> ImexSettings {
+    let daemon = script(
+        &dir.join("fake-imex"),
+        r#"dir=$(dirname "$2")
+sleep 0.3
+trap 'echo reload >> "$dir/reloads"' USR1
+trap 'exit 0' TERM
+touch "$dir/answering"
+while :; do sleep 0.05; done
+"#,
+    );
+    let ctl = script(
+        &dir.join("fake-imex-ctl"),
+        r#"dir=$(dirname "$2")
+[ -e "$dir/answering" ] || exit 1
+echo READY
+"#,
+    );
+    let mut s = settings(&dir.join("imex"), ip);
+    s.daemon = Command::new(daemon);
+    s.ctl = Command::new(ctl);
+    s
+}
+
+/// A reload asked for before the daemon answered is not sent then (it would have
+/// killed the daemon) but once it has answered, and then exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_waits_until_the_daemon_has_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = IpAddr::from([127, 0, 0, 83]);
+    let s = slow_to_handle_signals(dir.path(), ip);
+    let answering = s.config_dir.join("answering");
+    let reloads = s.config_dir.join("reloads");
+    let daemon = ImexDaemon::new(s);
+    daemon.start(&alone(ip)).await.unwrap();
+    let pid = daemon.pid().await.unwrap();
+    daemon.reload().await.unwrap();
+    daemon.reload().await.unwrap();
+
+    wait(|| answering.exists()).await;
+    assert!(!ended(pid), "the daemon died of a reload sent too early");
+    assert!(
+        !reloads.exists(),
+        "a reload was sent before the daemon answered"
+    );
+
+    let status = daemon.status().await.unwrap();
+    assert!(status.running && status.ready, "{status:?}");
+    wait(|| reloads.exists()).await;
+    assert_eq!(std::fs::read_to_string(&reloads).unwrap(), "reload\n");
+    assert_eq!(daemon.pid().await, Some(pid));
+    daemon.stop().await.unwrap();
+}
+
+/// The loop of issue 11: IMEX's port held by a connection of another process (the
+/// kernel gave it out as an ephemeral source port while IMEX was down). The start is
+/// refused with the port named and counted, instead of a daemon that dies at once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_start_on_a_held_port_is_refused_with_the_port_named() {
+    let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
+    let snapshotter = recorder.snapshotter();
+    let _guard = metrics::set_default_local_recorder(recorder);
+
+    let dir = tempfile::tempdir().unwrap();
+    let ip = IpAddr::from([127, 0, 0, 84]);
+    let mut s = settings(dir.path(), ip);
+    let (holder, _server) = hold_port(ip).await;
+    s.server_port = holder.local_addr().unwrap().port();
+    let daemon = ImexDaemon::new(s);
+    let error = daemon.start(&alone(ip)).await.unwrap_err().to_string();
+    assert!(
+        error.contains(&format!("{}", holder.local_addr().unwrap()))
+            && error.contains("SERVER_PORT"),
+        "{error}"
+    );
+    assert!(daemon.pid().await.is_none(), "no daemon was spawned");
+    let busy: u64 = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, _)| key.key().name() == domaind::imex::listen_check::IMEX_PORT_BUSY)
+        .map(|(_, _, _, value)| match value {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(busy, 1);
+}
+
+/// A connected socket whose local address is `ip` and an ephemeral port, as an
+/// outgoing connection from this address is; and its peer, which must live as long.
+async fn hold_port(ip: IpAddr) -> (tokio::net::TcpStream, tokio::net::TcpStream) {
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0))
+        .await
+        .unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(ip, 0)).unwrap();
+    let (client, accepted) = tokio::join!(
+        socket.connect(listener.local_addr().unwrap()),
+        listener.accept()
+    );
+    (client.unwrap(), accepted.unwrap().0)
+}
+
+/// Supervised, a daemon whose port is held is retried with backoff, each failure
+/// saying why, and comes up once the port is free.
+#[test]
+fn a_held_port_delays_the_daemon_until_it_is_free() {
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    });
+    system.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let ip = IpAddr::from([127, 0, 0, 85]);
+        let mut s = settings(dir.path(), ip);
+        let held = hold_port(ip).await;
+        let port = held.0.local_addr().unwrap().port();
+        s.server_port = port;
+        let daemon = ImexDaemon::new(s);
+        let mut config = NodeConfig::new("node-a", ip, CliqueId("c.0".into()));
+        config.imex_poll_interval = Duration::from_millis(100);
+        config.imex_restart_backoff_min = Duration::from_millis(20);
+        config.imex_restart_backoff_max = Duration::from_millis(200);
+        let supervisor = ImexProcessActor::new(Arc::new(daemon.clone()), &config).start();
+        let reports = Arc::new(Mutex::new(Vec::new()));
+        let owner = Reports(reports.clone()).start();
+        supervisor.do_send(ApplyPeers {
+            owner: owner.clone().recipient().downgrade(),
+            version: 1,
+            peers: alone(ip),
+        });
+        wait_async(|| async { supervisor.send(GetImexLifecycle).await.unwrap().failures >= 3 })
+            .await;
+        let lifecycle = supervisor.send(GetImexLifecycle).await.unwrap();
+        assert_eq!(lifecycle.starts, 0, "{lifecycle:?}");
+        let why = lifecycle.last_failure.unwrap_or_default();
+        assert!(why.contains(&format!("{ip}:{port}")), "{why}");
+        assert!(lifecycle.restart_delay.is_some());
+
+        // The holder's peer closes first, so that the holder's socket, which has no
+        // SO_REUSEADDR, does not linger in TIME_WAIT on the port.
+        let (mut holder, server) = held;
+        drop(server);
+        let _ = tokio::io::AsyncReadExt::read(&mut holder, &mut [0u8; 1]).await;
+        drop(holder);
+        wait(|| reports.lock().unwrap().last().is_some_and(|r| r.ready)).await;
+        let lifecycle = supervisor.send(GetImexLifecycle).await.unwrap();
+        assert_eq!(lifecycle.starts, 1, "{lifecycle:?}");
+        supervisor.do_send(Detach { stop_daemon: true });
+        wait_async(|| async { daemon.pid().await.is_none() }).await;
+        drop(owner);
+    });
 }

@@ -4,6 +4,13 @@
 //! to the running one (only the latest set: bursts coalesce), polls readiness, and
 //! restarts the daemon with backoff when it exits on its own. It reports every poll to
 //! the domain that owns it.
+//!
+//! Restarts cannot loop fast: every failure in a row (a start refused, a daemon that
+//! exited) doubles the wait up to `imex_restart_backoff_max`, and only a daemon that
+//! stayed up `imex_healthy_after` resets it. A successful start does not: a daemon that
+//! cannot listen on its port starts fine and exits a moment later. Each restart is
+//! logged with its cause, counted in `domaind_imex_restarts_total{cause}`, and the
+//! wait is in `domaind_imex_restart_backoff_seconds`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +26,12 @@ use crate::config::NodeConfig;
 use crate::model::Slot;
 use crate::ports::{Imex, ImexStatus, PortError};
 use crate::rules::peers::PeerSet;
+
+/// Restarts scheduled, by `cause`: `exited` (the daemon ended on its own) or
+/// `start_failed` (it could not be started).
+pub const IMEX_RESTARTS: &str = "domaind_imex_restarts_total";
+/// How long the next restart waits (0 while the daemon runs or nothing waits).
+pub const IMEX_RESTART_BACKOFF: &str = "domaind_imex_restart_backoff_seconds";
 
 /// What the daemon reported, for the peer set of `version`.
 #[derive(Debug, Clone, PartialEq, Eq, Message)]
@@ -54,7 +67,7 @@ pub struct Detach {
 }
 
 /// Lifecycle counts, for tests and the demo.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, MessageResponse)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, MessageResponse)]
 pub struct ImexLifecycle {
     pub starts: u32,
     /// Starts after the daemon exited on its own.
@@ -63,6 +76,10 @@ pub struct ImexLifecycle {
     pub stops: u32,
     pub failures: u32,
     pub running: bool,
+    /// Why the daemon last failed (exited on its own, or could not be started).
+    pub last_failure: Option<String>,
+    /// How long the restart now waiting waits, if one does.
+    pub restart_delay: Option<Duration>,
 }
 
 #[derive(Debug, Message)]
@@ -78,6 +95,9 @@ pub struct ImexProcessActor {
     running: bool,
     busy: bool,
     backoff: Backoff,
+    healthy_after: Duration,
+    /// When the running daemon was started.
+    started_at: Option<Instant>,
     not_before: Option<Instant>,
     exited_unexpectedly: bool,
     detached: bool,
@@ -113,6 +133,8 @@ impl ImexProcessActor {
                 config.imex_restart_backoff_min,
                 config.imex_restart_backoff_max,
             ),
+            healthy_after: config.imex_healthy_after,
+            started_at: None,
             not_before: None,
             exited_unexpectedly: false,
             detached: false,
@@ -162,8 +184,10 @@ impl ImexProcessActor {
                         act.running = true;
                         act.applied = Some(version);
                         act.not_before = None;
-                        act.backoff.succeed();
                         if starting {
+                            act.started_at = Some(Instant::now());
+                            act.lifecycle.restart_delay = None;
+                            metrics::gauge!(IMEX_RESTART_BACKOFF).set(0.0);
                             act.lifecycle.starts += 1;
                             if std::mem::take(&mut act.exited_unexpectedly) {
                                 act.lifecycle.restarts += 1;
@@ -181,9 +205,13 @@ impl ImexProcessActor {
                     }
                     Err(error) => {
                         act.lifecycle.failures += 1;
-                        let delay = act.backoff.fail();
-                        act.not_before = Some(Instant::now() + delay);
-                        warn!(%error, retry_in = ?delay, starting, "IMEX daemon could not be configured");
+                        if starting {
+                            act.schedule_restart("start_failed", error.to_string());
+                        } else {
+                            let delay = act.backoff.fail();
+                            act.not_before = Some(Instant::now() + delay);
+                            warn!(%error, retry_in = ?delay, "IMEX daemon could not be reconfigured");
+                        }
                         if !starting {
                             // A failed reload may mean the daemon is gone; the next
                             // poll tells.
@@ -204,6 +232,11 @@ impl ImexProcessActor {
                 act.busy = false;
                 act.running = false;
                 act.applied = None;
+                act.started_at = None;
+                // Stopped on purpose: the next start is no restart and owes no wait.
+                act.backoff.succeed();
+                act.not_before = None;
+                act.lifecycle.restart_delay = None;
                 act.lifecycle.stops += 1;
                 match result {
                     Ok(()) => info!("IMEX daemon stopped: this node serves no domain"),
@@ -234,12 +267,22 @@ impl ImexProcessActor {
                     }
                 };
                 if act.running && !status.running && act.desired.is_some() {
-                    warn!("IMEX daemon exited; restarting with backoff");
                     act.running = false;
                     act.applied = None;
                     act.exited_unexpectedly = true;
-                    let delay = act.backoff.fail();
-                    act.not_before = Some(Instant::now() + delay);
+                    let uptime = act.started_at.take().map(|at| at.elapsed());
+                    if uptime.is_some_and(|up| up >= act.healthy_after) {
+                        act.backoff.succeed();
+                    }
+                    let why = status
+                        .exited
+                        .clone()
+                        .unwrap_or_else(|| "exited (no reason known)".into());
+                    let why = match uptime {
+                        Some(up) => format!("{why}, after {:.1} s up", up.as_secs_f64()),
+                        None => why,
+                    };
+                    act.schedule_restart("exited", why);
                     act.drive(ctx);
                 }
                 let ready = act.running && status.ready;
@@ -260,6 +303,26 @@ impl ImexProcessActor {
                 }
             },
         ));
+    }
+}
+
+impl ImexProcessActor {
+    /// The daemon failed (`cause`, for the metric; `why`, for people): the next start
+    /// waits out the backoff.
+    fn schedule_restart(&mut self, cause: &'static str, why: String) {
+        let delay = self.backoff.fail();
+        self.not_before = Some(Instant::now() + delay);
+        metrics::counter!(IMEX_RESTARTS, "cause" => cause).increment(1);
+        metrics::gauge!(IMEX_RESTART_BACKOFF).set(delay.as_secs_f64());
+        warn!(
+            cause,
+            reason = %why,
+            retry_in = ?delay,
+            failures_in_a_row = self.backoff.failures(),
+            "IMEX daemon failed; starting it again after the backoff"
+        );
+        self.lifecycle.last_failure = Some(why);
+        self.lifecycle.restart_delay = Some(delay);
     }
 }
 
@@ -317,7 +380,7 @@ impl Handler<GetImexLifecycle> for ImexProcessActor {
     fn handle(&mut self, _: GetImexLifecycle, _: &mut Self::Context) -> ImexLifecycle {
         ImexLifecycle {
             running: self.running,
-            ..self.lifecycle
+            ..self.lifecycle.clone()
         }
     }
 }

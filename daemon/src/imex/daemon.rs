@@ -3,13 +3,22 @@
 //!
 //! - `start` writes the config files and spawns the daemon in the foreground, its
 //!   stdout and stderr forwarded into our logs (target `nvidia-imex`).
+//!   Before spawning it checks that the daemon's two ports can be listened on
+//!   ([`super::listen_check`]): a daemon that cannot bind exits at once, and started
+//!   anyway would only look like a crash.
 //! - `apply` in DNS-names mode rewrites only our block of the hosts file and sends
 //!   SIGUSR1 (never a restart); in IPs mode a changed nodes config restarts IMEX.
+//! - No SIGUSR1 before the daemon has answered a status query: until its handler is
+//!   installed the signal's default action kills it, and the only sign we get that the
+//!   handlers are in place is that it answers. A reload asked for before then waits
+//!   for the first answer (the daemon read the hosts file at start, but perhaps before
+//!   the last rewrite).
 //! - SIGUSR1s closer together than `reload_min_interval` coalesce into one, sent when
 //!   the interval has passed: IMEX acts on at most one per ~5 s.
-//! - `status` notices an exited child (the ImexProcess actor restarts it with
-//!   backoff), then asks `nvidia-imex-ctl -c <config> -q` for READY, and when not
-//!   ready `-N -j` for per-peer links.
+//! - `status` notices an exited child and says why it ended (exit status and last
+//!   lines of output; the ImexProcess actor restarts it with backoff), then asks
+//!   `nvidia-imex-ctl -c <config> -q` for READY, and when not ready `-N -j` for
+//!   per-peer links.
 //! - `stop` sends SIGTERM, waits `stop_timeout`, then SIGKILL.
 //! - The running daemon's pid is kept in `imex.pid` beside its config, and `start`
 //!   first stops a daemon a killed domaind left running ([`super::leftover`]).
@@ -18,6 +27,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use domaind_actors::model::Slot;
@@ -28,18 +38,22 @@ use domaind_actors::rules::peers::{
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::Deserialize;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 use tokio::time::{Instant, timeout};
 use tracing::{info, warn};
 
 use super::config::{AddressingMode, ImexSettings, render_config};
-use super::{hosts, leftover};
+use super::output::OutputTail;
+use super::{hosts, leftover, listen_check};
 
 pub const IMEX_STARTS: &str = "domaind_imex_starts_total";
 pub const IMEX_RELOADS: &str = "domaind_imex_reloads_total";
 pub const IMEX_EXITS: &str = "domaind_imex_exits_total";
+pub const IMEX_RELOADS_DEFERRED: &str = "domaind_imex_reloads_deferred_total";
+
+/// How long an exited daemon's last output may take to arrive through the pipes.
+const LAST_WORDS_WAIT: Duration = Duration::from_millis(200);
 
 /// The IMEX daemon of this node.
 #[derive(Debug, Clone)]
@@ -56,10 +70,44 @@ struct Inner {
 #[derive(Debug, Default)]
 struct State {
     child: Option<Child>,
+    /// The running child's output.
+    output: Option<OutputTail>,
+    /// The running child answered a status query: its signal handlers are in place.
+    answered: bool,
+    /// A reload was asked for before the child answered.
+    reload_deferred: bool,
+    /// Counts spawns, so that an answer is credited to the child that gave it.
+    generation: u64,
+    /// How the last child ended on its own, until a status query reports it.
+    exited: Option<Exit>,
     peers: PeerSet,
     nodes_config: String,
     last_reload: Option<Instant>,
     reload_pending: bool,
+}
+
+#[derive(Debug)]
+struct Exit {
+    status: String,
+    output: Option<OutputTail>,
+}
+
+impl Exit {
+    async fn describe(self) -> String {
+        let lines = match self.output {
+            Some(output) => output.last_lines(LAST_WORDS_WAIT).await,
+            None => Vec::new(),
+        };
+        if lines.is_empty() {
+            format!("exited ({}) with no output", self.status)
+        } else {
+            format!(
+                "exited ({}); last output: {}",
+                self.status,
+                lines.join(" | ")
+            )
+        }
+    }
 }
 
 fn port_error(what: &str, error: impl std::fmt::Display) -> PortError {
@@ -126,6 +174,8 @@ impl Inner {
 
     fn spawn(&self, state: &mut State) -> Result<(), PortError> {
         let s = &self.settings;
+        listen_check::check(s.bind_ip, s.server_port, "SERVER_PORT").map_err(PortError)?;
+        listen_check::check(s.bind_ip, s.cmd_port, "IMEX_CMD_PORT").map_err(PortError)?;
         let mut command = Command::new(&s.daemon.program);
         command
             .args(&s.daemon.args)
@@ -143,11 +193,12 @@ impl Inner {
                 s.daemon.program.display()
             ))
         })?;
+        let mut output = OutputTail::default();
         if let Some(stdout) = child.stdout.take() {
-            tokio::spawn(forward_lines(stdout, "stdout"));
+            output.follow(stdout, "stdout");
         }
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(forward_lines(stderr, "stderr"));
+            output.follow(stderr, "stderr");
         }
         metrics::counter!(IMEX_STARTS).increment(1);
         info!(pid = child.id(), program = %s.daemon.program.display(), "IMEX daemon started");
@@ -157,6 +208,11 @@ impl Inner {
             warn!(%error, "cannot record the IMEX daemon's pid; were domaind killed, it would be left running");
         }
         state.child = Some(child);
+        state.output = Some(output);
+        state.answered = false;
+        state.reload_deferred = false;
+        state.generation += 1;
+        state.exited = None;
         state.last_reload = None;
         Ok(())
     }
@@ -172,18 +228,27 @@ impl Inner {
                 metrics::counter!(IMEX_EXITS).increment(1);
                 warn!(%status, "IMEX daemon exited");
                 state.child = None;
+                state.exited = Some(Exit {
+                    status: status.to_string(),
+                    output: state.output.take(),
+                });
                 leftover::forget(&self.settings.config_dir);
                 false
             }
             Err(error) => {
                 warn!(%error, "cannot tell whether the IMEX daemon runs; assuming it does not");
                 state.child = None;
+                state.exited = Some(Exit {
+                    status: format!("cannot be waited for: {error}"),
+                    output: state.output.take(),
+                });
                 false
             }
         }
     }
 
     async fn stop_child(&self, state: &mut State) {
+        state.output = None;
         let Some(mut child) = state.child.take() else {
             return;
         };
@@ -204,6 +269,16 @@ impl Inner {
         let Some(pid) = state.child.as_ref().and_then(Child::id) else {
             return;
         };
+        if !state.answered {
+            if !std::mem::replace(&mut state.reload_deferred, true) {
+                metrics::counter!(IMEX_RELOADS_DEFERRED).increment(1);
+                info!(
+                    pid,
+                    "IMEX reload waits for the daemon's first answer: signalled earlier, it could die of SIGUSR1"
+                );
+            }
+            return;
+        }
         match kill(Pid::from_raw(pid as i32), Signal::SIGUSR1) {
             Ok(()) => {
                 metrics::counter!(IMEX_RELOADS).increment(1);
@@ -266,6 +341,29 @@ impl Inner {
     }
 }
 
+/// Sends SIGUSR1 now, or when `reload_min_interval` has passed since the last one;
+/// requests in between become one.
+fn request_reload(inner: &Arc<Inner>, state: &mut State) {
+    let due = state
+        .last_reload
+        .map(|last| last + inner.settings.reload_min_interval)
+        .filter(|due| *due > Instant::now());
+    match due {
+        None => inner.signal_reload(state),
+        Some(_) if state.reload_pending => {}
+        Some(due) => {
+            state.reload_pending = true;
+            let later = inner.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(due).await;
+                let mut state = later.state.lock().await;
+                state.reload_pending = false;
+                later.signal_reload(&mut state);
+            });
+        }
+    }
+}
+
 /// The per-node listing of `-N -j`, as imex-sim prints it.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Listing {
@@ -276,13 +374,6 @@ pub(crate) struct Listing {
 pub(crate) struct ListingEntry {
     pub host: String,
     pub status: String,
-}
-
-async fn forward_lines(stream: impl tokio::io::AsyncRead + Unpin, which: &'static str) {
-    let mut lines = BufReader::new(stream).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        info!(target: "nvidia-imex", stream = which, "{line}");
-    }
 }
 
 #[async_trait]
@@ -357,38 +448,39 @@ impl Imex for ImexDaemon {
     }
 
     async fn reload(&self) -> Result<(), PortError> {
-        let inner = self.inner.clone();
-        let mut state = inner.state.lock().await;
-        let due = state
-            .last_reload
-            .map(|last| last + inner.settings.reload_min_interval)
-            .filter(|due| *due > Instant::now());
-        match due {
-            None => inner.signal_reload(&mut state),
-            Some(_) if state.reload_pending => {}
-            Some(due) => {
-                state.reload_pending = true;
-                let later = inner.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep_until(due).await;
-                    let mut state = later.state.lock().await;
-                    state.reload_pending = false;
-                    later.signal_reload(&mut state);
-                });
-            }
-        }
+        let mut state = self.inner.state.lock().await;
+        request_reload(&self.inner, &mut state);
         Ok(())
     }
 
     async fn status(&self) -> Result<ImexStatus, PortError> {
-        let peers = {
+        let (peers, generation) = {
             let mut state = self.inner.state.lock().await;
             if !self.inner.alive(&mut state) {
-                return Ok(ImexStatus::default());
+                let exited = state.exited.take();
+                drop(state);
+                let exited = match exited {
+                    Some(exit) => Some(exit.describe().await),
+                    None => None,
+                };
+                return Ok(ImexStatus {
+                    exited,
+                    ..ImexStatus::default()
+                });
             }
-            state.peers.clone()
+            (state.peers.clone(), state.generation)
         };
         let ready = self.inner.query(&["-q"]).await?.trim() == "READY";
+        {
+            let mut state = self.inner.state.lock().await;
+            if state.generation == generation && !state.answered {
+                state.answered = true;
+                if std::mem::take(&mut state.reload_deferred) {
+                    info!("IMEX daemon answered: sending the reload that waited for it");
+                    request_reload(&self.inner, &mut state);
+                }
+            }
+        }
         let me = self.inner.settings.bind_ip;
         let links = if ready {
             peers
@@ -405,6 +497,7 @@ impl Imex for ImexDaemon {
             running: true,
             ready,
             links,
+            exited: None,
         })
     }
 

@@ -4,6 +4,8 @@ pub mod config;
 pub mod daemon;
 pub mod hosts;
 pub mod leftover;
+pub mod listen_check;
+pub mod output;
 pub mod sim;
 pub mod sim_cli;
 

@@ -4,7 +4,9 @@
 //! file (`IMEX_SIM_HOSTS` in its environment; `/etc/hosts` otherwise), listens on
 //! `BIND_INTERFACE_IP:SERVER_PORT`, and really connects to every resolvable peer's
 //! `SERVER_PORT`, keeping the connections and re-dialling lost ones. SIGUSR1 makes it
-//! re-read the nodes config and hosts file and reconnect; SIGTERM stops it.
+//! re-read the nodes config and hosts file and reconnect; SIGTERM, SIGINT and SIGQUIT
+//! stop it; SIGHUP prints its peer listing. Its signal handlers are in place before it
+//! listens, so that a supervisor that reaches it can also signal it.
 //!
 //! Its command service on `IMEX_CMD_BIND_INTERFACE_IP:IMEX_CMD_PORT` answers the
 //! status query (`READY` when connected to every resolvable peer, `NOT_READY`
@@ -21,6 +23,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinSet;
 
 use super::config::{parse_config, read};
@@ -151,11 +154,51 @@ impl Shared {
     }
 }
 
-/// Runs the simulated daemon until SIGTERM (or a `crash`).
-pub async fn run_daemon(config_path: &Path) -> Result<(), String> {
-    let config = SimConfig::load(config_path)?;
-    let hosts_path =
-        std::env::var_os(HOSTS_ENV).map_or_else(|| PathBuf::from("/etc/hosts"), PathBuf::from);
+/// The signals `nvidia-imex` acts on, with the same meaning: SIGTERM, SIGINT and
+/// SIGQUIT shut it down, SIGUSR1 reconnects (the real one also reloads its TLS
+/// credentials), SIGHUP dumps what it knows (the real one, its verbose log buffer).
+struct Signals {
+    usr1: Signal,
+    hup: Signal,
+    term: Signal,
+    int: Signal,
+    quit: Signal,
+}
+
+enum Received {
+    Reconnect,
+    Dump,
+    Shutdown(&'static str),
+}
+
+impl Signals {
+    fn install() -> Result<Self, String> {
+        let install = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|e| format!("cannot handle {name}: {e}"))
+        };
+        Ok(Self {
+            usr1: install(SignalKind::user_defined1(), "SIGUSR1")?,
+            hup: install(SignalKind::hangup(), "SIGHUP")?,
+            term: install(SignalKind::terminate(), "SIGTERM")?,
+            int: install(SignalKind::interrupt(), "SIGINT")?,
+            quit: install(SignalKind::quit(), "SIGQUIT")?,
+        })
+    }
+
+    async fn next(&mut self) -> Received {
+        tokio::select! {
+            _ = self.usr1.recv() => Received::Reconnect,
+            _ = self.hup.recv() => Received::Dump,
+            _ = self.term.recv() => Received::Shutdown("SIGTERM"),
+            _ = self.int.recv() => Received::Shutdown("SIGINT"),
+            _ = self.quit.recv() => Received::Shutdown("SIGQUIT"),
+        }
+    }
+}
+
+/// The daemon's two listeners. It takes the installed handlers, unused, so that
+/// nothing can listen before they are in place.
+async fn listen(_: &Signals, config: &SimConfig) -> Result<(TcpListener, TcpListener), String> {
     let server = TcpListener::bind((config.bind_ip, config.server_port))
         .await
         .map_err(|e| {
@@ -172,6 +215,19 @@ pub async fn run_daemon(config_path: &Path) -> Result<(), String> {
                 config.cmd_ip, config.cmd_port
             )
         })?;
+    Ok((server, cmd))
+}
+
+/// Runs the simulated daemon until SIGTERM, SIGINT or SIGQUIT (or a `crash`).
+pub async fn run_daemon(config_path: &Path) -> Result<(), String> {
+    // Before anything else, and above all before listening: a supervisor may signal
+    // the daemon as soon as it can reach it, and a signal with no handler yet (the
+    // default action of SIGUSR1 and SIGHUP is to terminate) would kill it.
+    let mut signals = Signals::install()?;
+    let config = SimConfig::load(config_path)?;
+    let hosts_path =
+        std::env::var_os(HOSTS_ENV).map_or_else(|| PathBuf::from("/etc/hosts"), PathBuf::from);
+    let (server, cmd) = listen(&signals, &config).await?;
     let shared = Arc::new(Shared {
         config,
         hosts_path,
@@ -184,29 +240,30 @@ pub async fn run_daemon(config_path: &Path) -> Result<(), String> {
         cmd.local_addr().map_err(|e| e.to_string())?
     );
 
-    let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
-        .map_err(|e| e.to_string())?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| e.to_string())?;
     tokio::spawn(accept_peers(server));
     tokio::spawn(serve_commands(cmd, shared.clone()));
     let mut dialers = connect_all(&shared);
     loop {
-        tokio::select! {
-            _ = usr1.recv() => {
-                if shared.hung.load(std::sync::atomic::Ordering::Relaxed) {
-                    continue;
-                }
+        let received = signals.next().await;
+        if shared.hung.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Received::Shutdown(name) = received {
+                println!("imex-sim: {name} ignored (hung)");
+            }
+            continue;
+        }
+        match received {
+            Received::Reconnect => {
                 println!("imex-sim: SIGUSR1: re-resolving peers and reconnecting");
                 dialers.abort_all();
                 dialers = connect_all(&shared);
             }
-            _ = term.recv() => {
-                if shared.hung.load(std::sync::atomic::Ordering::Relaxed) {
-                    println!("imex-sim: SIGTERM ignored (hung)");
-                    continue;
-                }
-                println!("imex-sim: SIGTERM: shutting down");
+            Received::Dump => {
+                let peers = shared.peers().clone();
+                let listing = serde_json::json!({ "ready": ready(&peers), "nodes": peers });
+                println!("imex-sim: SIGHUP: {listing}");
+            }
+            Received::Shutdown(name) => {
+                println!("imex-sim: {name}: shutting down");
                 return Ok(());
             }
         }

@@ -3,9 +3,11 @@
 //! The demo, the chaos harness and the end-to-end tests run the product through it.
 //!
 //! Every node gets its own loopback address, so the IMEX port can be the same on all
-//! of them, as IMEX requires; gossip and HTTP ports are chosen by the OS.
+//! of them, as IMEX requires; gossip and HTTP ports are chosen by the OS, the IMEX
+//! ports outside the OS's ephemeral range ([`imex_ports`]).
 
 mod control;
+pub mod imex_ports;
 mod node;
 mod probe;
 
@@ -163,13 +165,7 @@ impl LocalRack {
         )
         .context("cannot write the rack's fake /proc/devices")?;
 
-        let imex_port = free_port(&ips)?;
-        let imex_cmd_port = loop {
-            let port = free_port(&ips)?;
-            if port != imex_port {
-                break port;
-            }
-        };
+        let (imex_port, imex_cmd_port) = imex_ports::pick(&ips)?;
         let mut nodes = Vec::new();
         for ((name, ip), kubelet_dir) in names.into_iter().zip(ips).zip(kubelet_dirs) {
             let dir = spec.root.join(&name);

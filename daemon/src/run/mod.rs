@@ -106,7 +106,7 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
     gossip_config.timing.gossip_interval = args.gossip_interval;
     gossip_config.timing.eager = eager_gossip(args.gossip_push_fanout);
     let gossip = Arc::new(
-        GossipNode::start_tls(gossip_config, tls, TransportLimits::default())
+        GossipNode::start_tls(gossip_config, tls, gossip_limits(&args))
             .await
             .context("cannot start gossip")?,
     );
@@ -338,6 +338,15 @@ fn channel_injection(args: &RunArgs) -> anyhow::Result<ChannelInjection> {
         nodes,
         all_channels: args.all_channels,
     })
+}
+
+/// The gossip transport's limits: its outbound connections leave IMEX's ports alone
+/// (see [`TransportLimits::avoid_source_ports`]).
+fn gossip_limits(args: &RunArgs) -> TransportLimits {
+    TransportLimits {
+        avoid_source_ports: vec![args.imex_port, args.imex_cmd_port],
+        ..TransportLimits::default()
+    }
 }
 
 fn imex_settings(args: &RunArgs) -> anyhow::Result<ImexSettings> {

@@ -22,6 +22,13 @@ pub struct ImexView {
     pub starts: u32,
     /// Starts after the daemon exited on its own.
     pub restarts: u32,
+    /// Why the daemon last failed: exited on its own (status, last output) or could
+    /// not be started (a port taken, a missing binary).
+    #[serde(default)]
+    pub last_failure: Option<String>,
+    /// How long the restart now waiting waits, in milliseconds.
+    #[serde(default)]
+    pub restart_delay_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +61,8 @@ impl From<NodeSnapshot> for NodeView {
                 running: snapshot.imex.running,
                 starts: snapshot.imex.starts,
                 restarts: snapshot.imex.restarts,
+                last_failure: snapshot.imex.last_failure,
+                restart_delay_ms: snapshot.imex.restart_delay.map(|d| d.as_millis() as u64),
             },
             domains: snapshot
                 .domains

@@ -30,6 +30,12 @@ pub struct TransportLimits {
     pub max_connections_per_ip: usize,
     /// Concurrent inbound connections in all.
     pub max_connections: usize,
+    /// Ports an outbound connection must not take as its source port: another daemon
+    /// on the node's address listens there (IMEX), and a connection that took one
+    /// while that daemon was down would keep it from listening for as long as it
+    /// lived. The kernel picks source ports from the same range (IMEX's default
+    /// ports lie inside Linux's default ephemeral range).
+    pub avoid_source_ports: Vec<u16>,
 }
 
 impl Default for TransportLimits {
@@ -47,6 +53,7 @@ impl Default for TransportLimits {
             reconnect_backoff_max: Duration::from_secs(5),
             max_connections_per_ip: 16,
             max_connections: 1024,
+            avoid_source_ports: Vec::new(),
         }
     }
 }

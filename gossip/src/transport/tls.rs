@@ -461,13 +461,10 @@ async fn write_to_peer(peer: SocketAddr, mut queue: mpsc::Receiver<Bytes>, share
 }
 
 async fn connect(peer: SocketAddr, shared: &Shared) -> io::Result<TlsWriter> {
-    let socket = if peer.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
     // Receivers check that a frame comes from the IP it advertises.
-    socket.bind(SocketAddr::new(shared.sender.gossip_advertise_addr.ip(), 0))?;
+    let socket = bind_source(shared.sender.gossip_advertise_addr.ip(), |port| {
+        shared.limits.avoid_source_ports.contains(&port)
+    })?;
     let stream = socket.connect(peer).await?;
     stream.set_nodelay(true)?;
     let connector = TlsConnector::from(shared.tls.material().client_config());
@@ -482,9 +479,64 @@ async fn connect(peer: SocketAddr, shared: &Shared) -> io::Result<TlsWriter> {
     ))
 }
 
+/// Tries before a source port to avoid is taken anyway (the range is nearly full).
+const SOURCE_PORT_TRIES: usize = 8;
+
+/// A socket bound to `ip` and a port the kernel chose, not one that `avoid` names.
+/// Refused sockets stay bound until the choice is made, so that the kernel offers
+/// another port each time.
+fn bind_source(ip: IpAddr, avoid: impl Fn(u16) -> bool) -> io::Result<TcpSocket> {
+    let mut refused = Vec::new();
+    loop {
+        let socket = if ip.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.bind(SocketAddr::new(ip, 0))?;
+        let port = socket.local_addr()?.port();
+        if !avoid(port) {
+            return Ok(socket);
+        }
+        if refused.len() == SOURCE_PORT_TRIES {
+            warn!(
+                port,
+                "gossip connection takes a source port that should stay free"
+            );
+            return Ok(socket);
+        }
+        refused.push(socket);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_port_to_avoid_is_passed_over() {
+        let ip = IpAddr::from([127, 0, 0, 1]);
+        let seen = std::sync::Mutex::new(Vec::new());
+        // Refuses the first three ports it is offered, whatever they are.
+        let socket = bind_source(ip, |port| {
+            let mut seen = seen.lock().unwrap();
+            seen.push(port);
+            seen.len() <= 3
+        })
+        .unwrap();
+        let chosen = socket.local_addr().unwrap().port();
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.len(), 4, "{seen:?}");
+        assert_eq!(seen[3], chosen);
+        assert!(!seen[..3].contains(&chosen), "{seen:?}");
+    }
+
+    #[test]
+    fn a_port_to_avoid_is_taken_when_nothing_else_is_offered() {
+        let ip = IpAddr::from([127, 0, 0, 1]);
+        let socket = bind_source(ip, |_| true).unwrap();
+        assert!(socket.local_addr().unwrap().port() > 0);
+    }
 
     fn body(node: &str, addr: &str) -> Bytes {
         let message = frame::syn_for_tests("c");

@@ -1,0 +1,266 @@
+//! The ImexProcess actor restarting a daemon that keeps failing, in paused time: the
+//! waits grow up to the cap whatever the failure, a daemon that stayed up resets them,
+//! and the reason for each restart is kept.
+//!
+//! The shape of issue 11's loop: every start succeeded (the process spawned), the
+//! daemon exited a moment later (its port was taken), and the restart came 200 ms
+//! later, forever.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use async_trait::async_trait;
+use domaind_actors::NodeConfig;
+use domaind_actors::actors::imex_process::{
+    ApplyPeers, GetImexLifecycle, ImexProcessActor, ImexReport,
+};
+use domaind_actors::model::CliqueId;
+use domaind_actors::ports::{Imex, ImexStatus, PortError};
+use domaind_actors::rules::peers::{Peer, PeerSet};
+use tokio::time::Instant;
+
+const MIN: Duration = Duration::from_millis(200);
+const MAX: Duration = Duration::from_secs(5);
+const HEALTHY_AFTER: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(250);
+
+/// A fake IMEX daemon whose process starts and then, the next `deaths` times, exits
+/// before its first status query, as a daemon that cannot bind its port does; later
+/// starts stay up until [`FakeShortLivedImex::crash`]. Starts can also be refused.
+#[derive(Debug, Clone, Default)]
+struct FakeShortLivedImex(Arc<Mutex<Daemon>>);
+
+#[derive(Debug, Default)]
+struct Daemon {
+    deaths: u32,
+    refusals: u32,
+    running: bool,
+    exited: Option<String>,
+    starts: Vec<Instant>,
+}
+
+impl FakeShortLivedImex {
+    fn daemon(&self) -> std::sync::MutexGuard<'_, Daemon> {
+        self.0.lock().unwrap()
+    }
+
+    fn crash(&self) {
+        let mut d = self.daemon();
+        d.running = false;
+        d.exited = Some("exited (signal: 9 (SIGKILL))".into());
+    }
+
+    fn starts(&self) -> Vec<Instant> {
+        self.daemon().starts.clone()
+    }
+}
+
+#[async_trait]
+impl Imex for FakeShortLivedImex {
+    async fn start(&self, _: &PeerSet) -> Result<(), PortError> {
+        let mut d = self.daemon();
+        if d.refusals > 0 {
+            d.refusals -= 1;
+            return Err(PortError(
+                "IMEX cannot listen on 10.0.0.1:50000 (SERVER_PORT): Address already in use".into(),
+            ));
+        }
+        d.starts.push(Instant::now());
+        if d.deaths > 0 {
+            d.deaths -= 1;
+            d.running = false;
+            d.exited = Some(
+                "exited (exit status: 1); last output: cannot listen on 10.0.0.1:50000: \
+                 Address already in use"
+                    .into(),
+            );
+        } else {
+            d.running = true;
+        }
+        Ok(())
+    }
+
+    async fn apply(&self, _: &PeerSet) -> Result<(), PortError> {
+        Ok(())
+    }
+
+    async fn reload(&self) -> Result<(), PortError> {
+        Ok(())
+    }
+
+    async fn status(&self) -> Result<ImexStatus, PortError> {
+        let mut d = self.daemon();
+        Ok(ImexStatus {
+            running: d.running,
+            ready: d.running,
+            links: Default::default(),
+            exited: if d.running { None } else { d.exited.take() },
+        })
+    }
+
+    async fn stop(&self) -> Result<(), PortError> {
+        self.daemon().running = false;
+        Ok(())
+    }
+}
+
+struct Owner;
+impl Actor for Owner {
+    type Context = Context<Self>;
+}
+impl Handler<ImexReport> for Owner {
+    type Result = ();
+    fn handle(&mut self, _: ImexReport, _: &mut Self::Context) {}
+}
+
+fn run<F: std::future::Future<Output = ()>>(test: impl FnOnce() -> F) {
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime")
+    });
+    system.block_on(test());
+}
+
+fn supervise(imex: &FakeShortLivedImex) -> (Addr<ImexProcessActor>, Addr<Owner>) {
+    let ip = std::net::IpAddr::from([10, 0, 0, 1]);
+    let mut config = NodeConfig::new("node-a", ip, CliqueId("c.0".into()));
+    config.imex_poll_interval = POLL;
+    config.imex_restart_backoff_min = MIN;
+    config.imex_restart_backoff_max = MAX;
+    config.imex_healthy_after = HEALTHY_AFTER;
+    let supervisor = ImexProcessActor::new(Arc::new(imex.clone()), &config).start();
+    let owner = Owner.start();
+    supervisor.do_send(ApplyPeers {
+        owner: owner.clone().recipient().downgrade(),
+        version: 1,
+        peers: PeerSet {
+            peers: [(
+                0,
+                Peer {
+                    node: "node-a".into(),
+                    ip,
+                },
+            )]
+            .into(),
+        },
+    });
+    (supervisor, owner)
+}
+
+async fn wait_for_starts(imex: &FakeShortLivedImex, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while imex.starts().len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "{} starts, not {n}",
+            imex.starts().len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The wait before the `n`th restart in a row (0-based): doubling from MIN, capped.
+fn backoff(n: u32) -> Duration {
+    MIN.saturating_mul(1 << n.min(16)).min(MAX)
+}
+
+fn gaps(starts: &[Instant]) -> Vec<Duration> {
+    starts.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[test]
+fn a_daemon_that_dies_after_every_start_is_restarted_ever_more_slowly() {
+    run(|| async {
+        let imex = FakeShortLivedImex::default();
+        imex.daemon().deaths = 8;
+        let (supervisor, _owner) = supervise(&imex);
+        wait_for_starts(&imex, 9).await;
+        for (n, gap) in gaps(&imex.starts()).into_iter().enumerate() {
+            let want = backoff(n as u32);
+            assert!(
+                gap >= want && gap < want + POLL,
+                "restart {n} came {gap:?} after the start before, not {want:?}"
+            );
+        }
+        let lifecycle = supervisor.send(GetImexLifecycle).await.unwrap();
+        assert_eq!(lifecycle.restarts, 8, "{lifecycle:?}");
+        assert!(
+            lifecycle
+                .last_failure
+                .as_deref()
+                .is_some_and(|why| why.contains("Address already in use")),
+            "the reason is kept: {lifecycle:?}"
+        );
+        assert!(lifecycle.running, "{lifecycle:?}");
+        assert_eq!(lifecycle.restart_delay, None, "nothing waits once it runs");
+    });
+}
+
+#[test]
+fn a_daemon_that_stayed_up_is_restarted_after_the_shortest_wait() {
+    run(|| async {
+        let imex = FakeShortLivedImex::default();
+        imex.daemon().deaths = 4;
+        let (supervisor, _owner) = supervise(&imex);
+        wait_for_starts(&imex, 5).await;
+
+        // Up for less than the healthy period: the failures still count.
+        tokio::time::sleep(HEALTHY_AFTER / 2).await;
+        imex.crash();
+        wait_for_starts(&imex, 6).await;
+        let gap = *gaps(&imex.starts()).last().unwrap() - HEALTHY_AFTER / 2;
+        assert!(gap >= backoff(4), "{gap:?}: the backoff was reset too soon");
+
+        // Up for the healthy period: the next failure waits the least.
+        tokio::time::sleep(HEALTHY_AFTER).await;
+        imex.crash();
+        wait_for_starts(&imex, 7).await;
+        let gap = *gaps(&imex.starts()).last().unwrap() - HEALTHY_AFTER;
+        assert!(gap < MIN + POLL + POLL, "{gap:?} after a healthy run");
+        let lifecycle = supervisor.send(GetImexLifecycle).await.unwrap();
+        assert!(
+            lifecycle
+                .last_failure
+                .as_deref()
+                .is_some_and(|why| why.contains("SIGKILL") && why.contains("s up")),
+            "{lifecycle:?}"
+        );
+    });
+}
+
+#[test]
+fn refused_and_short_lived_starts_share_one_backoff() {
+    run(|| async {
+        let imex = FakeShortLivedImex::default();
+        // Two starts refused (the port check), then one that dies at once, then it runs.
+        imex.daemon().refusals = 2;
+        imex.daemon().deaths = 1;
+        let applied = Instant::now();
+        let (supervisor, _owner) = supervise(&imex);
+        wait_for_starts(&imex, 2).await;
+        let starts = imex.starts();
+        assert!(
+            starts[0] - applied >= backoff(0) + backoff(1),
+            "{:?}",
+            starts[0] - applied
+        );
+        // The start that spawned a process is no success: the death after it is the
+        // third failure in a row.
+        assert!(
+            starts[1] - starts[0] >= backoff(2),
+            "{:?} between the short-lived start and the next",
+            starts[1] - starts[0]
+        );
+        let lifecycle = supervisor.send(GetImexLifecycle).await.unwrap();
+        assert_eq!(
+            (lifecycle.failures, lifecycle.restarts),
+            (2, 1),
+            "{lifecycle:?}"
+        );
+        assert!(lifecycle.running);
+    });
+}
