@@ -4,10 +4,14 @@
 //!
 //! ```sh
 //! eval "$(../shared/kube/up.sh)"
-//! cargo test --release -p domaind --test kube_formation -- --ignored --nocapture
+//! cargo build --profile dist --bin domaind
+//! DOMAIND_BENCH_BIN=$PWD/target/dist/domaind \
+//!   cargo test -p domaind --test kube_formation -- --ignored --nocapture
 //! ```
 //!
-//! `DOMAIND_BENCH_NODES` changes the size (default 18). The daemons run on 127.0.47.x
+//! `DOMAIND_BENCH_NODES` changes the size (default 18); `DOMAIND_BENCH_BIN` runs another
+//! `domaind` binary than the test's debug one (e.g. `target/dist/domaind`: 18 debug
+//! daemons and their IMEX simulators overload 2 cores). The daemons run on 127.0.47.x
 //! with `--backend kube`; the test plays the scheduler and the kubelets (allocations
 //! through the status subresource, prepares through each node's DRA socket, all at
 //! once) and watches the ComputeDomain.
@@ -61,6 +65,9 @@ async fn formation_on_a_real_api_server() {
     .unwrap();
     cds.create(&PostParams::default(), &cd).await.unwrap();
 
+    let domaind: std::path::PathBuf = std::env::var_os("DOMAIND_BENCH_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_domaind").into());
     let tmp = short_temp_dir("dmform").unwrap();
     let mut controller = spawn_controller(
         env!("CARGO_BIN_EXE_domaind").as_ref(),
@@ -76,11 +83,7 @@ async fn formation_on_a_real_api_server() {
     .unwrap();
 
     let names: Vec<String> = (1..=size).map(|i| format!("bench-{i:02}")).collect();
-    let mut spec = RackSpec::self_contained(
-        size,
-        env!("CARGO_BIN_EXE_domaind").into(),
-        tmp.path().join("rack"),
-    );
+    let mut spec = RackSpec::self_contained(size, domaind.clone(), tmp.path().join("rack"));
     spec.names = Some(names.clone());
     spec.ips = Some(
         (1..=size)
@@ -111,8 +114,16 @@ async fn formation_on_a_real_api_server() {
             (answer, started.elapsed())
         }
     });
+    let seen = std::cell::RefCell::new(None);
     let watch = wait_every("Ready on every node", Duration::from_millis(10), || async {
         let status = cds.get("bench").await.unwrap().status;
+        let summary = status
+            .as_ref()
+            .map(|s| (s.status.clone(), s.ready_nodes, s.nodes.len()));
+        if *seen.borrow() != summary {
+            println!("{:>6} ms status {summary:?}", started.elapsed().as_millis());
+            seen.replace(summary);
+        }
         let ready = status.as_ref().is_some_and(|s| {
             s.status == Phase::Ready && s.ready_nodes as usize == size && s.nodes.len() == size
         });

@@ -360,9 +360,20 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
         )
     })
     .await;
+    // A restarted node must never write a status with fewer nodes while the others are
+    // alive: every status seen until Ready again lists all three.
     rack.start(2).unwrap();
-    tokio::task::block_in_place(|| rack.wait_ready(2, e2e_support::LIMIT)).unwrap();
-    wait_cd(&cds, "the ComputeDomain is Ready 3/3 again", ready(3)).await;
+    let fewest = std::cell::Cell::new(3);
+    wait_cd(&cds, "the ComputeDomain is Ready 3/3 again", |s| {
+        fewest.set(fewest.get().min(s["nodes"].as_array().map_or(0, Vec::len)));
+        ready(3)(s)
+    })
+    .await;
+    assert_eq!(
+        fewest.get(),
+        3,
+        "a status with fewer nodes was written during the restart"
+    );
 
     // 4. Two pods per node: the anchor allows one.
     deployments
@@ -421,6 +432,11 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
         )
     })
     .await;
+    // The workload is gone: the status says so (NotReady, no nodes), not Ready 3/3.
+    wait_cd(&cds, "the status is vacated once the workload left", |s| {
+        s["status"] == "NotReady" && s["nodes"].as_array().is_none_or(Vec::is_empty)
+    })
+    .await;
     cds.delete(CD_NAME, &DeleteParams::default()).await.unwrap();
     wait_for("the ComputeDomain and its template are gone", || async {
         let cd = cds.get_opt(CD_NAME).await.unwrap();
@@ -435,7 +451,12 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
     rack.stop_all(Duration::from_secs(20));
     assert!(rack.unexpected_exits().is_empty());
     stop_gracefully(&mut controller);
-    if std::env::var("DOMAIND_E2E_KEEP").as_deref() != Ok("1") {
+    if std::env::var("DOMAIND_E2E_KEEP").as_deref() == Ok("1") {
+        eprintln!(
+            "kept: the daemons' and controller's files in {}",
+            tmp.keep().display()
+        );
+    } else {
         Api::<Namespace>::all(client.clone())
             .delete(&namespace, &DeleteParams::default())
             .await
