@@ -119,7 +119,7 @@ async fn formation_on_a_real_api_server() {
         let status = cds.get("bench").await.unwrap().status;
         let summary = status
             .as_ref()
-            .map(|s| (s.status.clone(), s.ready_nodes, s.nodes.len()));
+            .map(|s| (s.status, s.ready_nodes, s.nodes.len()));
         if *seen.borrow() != summary {
             println!("{:>6} ms status {summary:?}", started.elapsed().as_millis());
             seen.replace(summary);
