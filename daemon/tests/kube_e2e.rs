@@ -36,7 +36,7 @@ mod e2e_support;
 
 use e2e_support::{
     LIMIT, allocate_claim, env_list, install_crd_and_device_classes, kubeconfig_for, skip,
-    spawn_controller, stop_gracefully, wait_for,
+    spawn_controller, wait_for,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,7 +76,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
 
     // 2. The controller creates the template.
     let tmp = short_temp_dir("dme2e").unwrap();
-    let mut controller = spawn_controller(
+    let controller = spawn_controller(
         env!("CARGO_BIN_EXE_domaind").as_ref(),
         &namespace,
         tmp.path(),
@@ -242,7 +242,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     .await;
 
     rack.stop_all(Duration::from_secs(20));
-    stop_gracefully(&mut controller);
+    drop(controller);
     if std::env::var("DOMAIND_E2E_KEEP").as_deref() != Ok("1") {
         Api::<Namespace>::all(client.clone())
             .delete(&namespace, &DeleteParams::default())

@@ -32,8 +32,7 @@ use serde_json::json;
 mod e2e_support;
 
 use e2e_support::{
-    LIMIT, allocate_claim, install_crd_and_device_classes, spawn_controller, stop_gracefully,
-    wait_every, wait_for,
+    LIMIT, allocate_claim, install_crd_and_device_classes, spawn_controller, wait_every, wait_for,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,7 +68,7 @@ async fn formation_on_a_real_api_server() {
         .map(Into::into)
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_domaind").into());
     let tmp = short_temp_dir("dmform").unwrap();
-    let mut controller = spawn_controller(
+    let controller = spawn_controller(
         env!("CARGO_BIN_EXE_domaind").as_ref(),
         &namespace,
         tmp.path(),
@@ -146,7 +145,7 @@ async fn formation_on_a_real_api_server() {
     );
 
     rack.stop_all(Duration::from_secs(20));
-    stop_gracefully(&mut controller);
+    drop(controller);
     Api::<Namespace>::all(client.clone())
         .delete(&namespace, &DeleteParams::default())
         .await

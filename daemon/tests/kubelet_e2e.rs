@@ -43,7 +43,7 @@ mod e2e_support;
 
 use e2e_support::{
     DRIVER, documents, env_list, install_crd_and_device_classes, kubeconfig_for, repo_file, skip,
-    spawn_controller, stop_gracefully, wait_every, wait_for,
+    spawn_controller, wait_every, wait_for,
 };
 
 const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
@@ -248,7 +248,7 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
         .unwrap();
 
     let tmp = short_temp_dir("dmkl").unwrap();
-    let mut controller = spawn_controller(
+    let controller = spawn_controller(
         env!("CARGO_BIN_EXE_domaind").as_ref(),
         &namespace,
         tmp.path(),
@@ -450,7 +450,7 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
 
     rack.stop_all(Duration::from_secs(20));
     assert!(rack.unexpected_exits().is_empty());
-    stop_gracefully(&mut controller);
+    drop(controller);
     if std::env::var("DOMAIND_E2E_KEEP").as_deref() == Ok("1") {
         eprintln!(
             "kept: the daemons' and controller's files in {}",

@@ -194,21 +194,28 @@ pub async fn allocate_claim(
         .unwrap()
 }
 
-/// SIGTERM, so that the controller releases its Lease for the next test's.
-pub fn stop_gracefully(child: &mut std::process::Child) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let _ = child.wait();
+/// A `domaind controller` process, stopped with SIGTERM when dropped (a failing test
+/// too), so that it releases its Lease for the next test's and leaves nothing behind.
+pub struct Controller(std::process::Child);
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
-/// `domaind controller`, logging into `log_dir`, as the chart's ServiceAccount when
-/// `DOMAIND_E2E_CONTROLLER_KUBECONFIG` is set. That account may hold its Lease only in
-/// its own namespace, the kubeconfig's; admin credentials use `namespace`.
 pub fn spawn_controller(
     domaind: &std::path::Path,
     namespace: &str,
     log_dir: &std::path::Path,
-) -> std::process::Child {
+) -> Controller {
     let kubeconfig = kubeconfig_for("DOMAIND_E2E_CONTROLLER_KUBECONFIG");
     let lease_namespace: &[&str] = if kubeconfig.is_empty() {
         &["--lease-namespace", namespace]
@@ -222,5 +229,6 @@ pub fn spawn_controller(
         .stdout(std::fs::File::create(log_dir.join("controller.log")).unwrap())
         .stderr(std::fs::File::create(log_dir.join("controller.err")).unwrap())
         .spawn()
+        .map(Controller)
         .unwrap()
 }
