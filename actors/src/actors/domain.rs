@@ -20,7 +20,7 @@ use crate::actors::channel::{ChannelActor, Progress, WaitReady};
 use crate::actors::imex_peer::{ImexPeerActor, PeerSignal, PeerVerdict};
 use crate::actors::imex_process::{ApplyPeers, ImexProcessActor, ImexReport, ReleaseImex};
 use crate::actors::last_out::LastOut;
-use crate::actors::status_writer::{PublishStatus, StatusWriterActor};
+use crate::actors::status_writer::{PublishStatus, Retire, StatusWriterActor};
 use crate::config::NodeConfig;
 use crate::model::{Advertisement, DomainMember, DomainRef, NodeId, Phase, Slot};
 use crate::outcome::{PrepareError, Prepared};
@@ -935,6 +935,7 @@ impl Handler<Leave> for DomainActor {
         self.imex.do_send(ReleaseImex);
         let gossip = self.ports.gossip.clone();
         let uid = self.domain.uid.clone();
+        let status_writer = self.status_writer.take();
         let last_out = workload_gone.then(|| LastOut {
             domain: self.domain.clone(),
             me: self.config.node.clone(),
@@ -946,6 +947,11 @@ impl Handler<Leave> for DomainActor {
         });
         Box::pin(
             async move {
+                // Before anything else: no write of this node's reporter may land after
+                // the vacated status.
+                if let Some(writer) = status_writer {
+                    let _ = writer.send(Retire).await;
+                }
                 gossip.delete(&domain_key(&uid)).await;
                 gossip.delete(&status_key(&uid)).await;
                 if let Some(last_out) = last_out {

@@ -39,6 +39,14 @@ pub const STATUS_REWRITES: &str = "domaind_status_rewrites_total";
 #[rtype(result = "()")]
 pub struct PublishStatus(pub DomainStatus);
 
+/// The domain left this node: what is not written yet is dropped, and the answer comes
+/// once no write of this writer is in flight. The last member out writes the vacated
+/// status after this; a held write (a degradation waits seconds) or one in flight
+/// landing after it would make the status describe a workload that is gone.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Retire;
+
 pub struct StatusWriterActor {
     domain: DomainRef,
     sink: Arc<dyn StatusSink>,
@@ -59,6 +67,9 @@ pub struct StatusWriterActor {
     others_seen: Option<BTreeMap<NodeId, String>>,
     /// Someone wrote after us: write the document even though we wrote it before.
     overwritten: bool,
+    /// Retired: nothing more is written; `retirees` hear when the write in flight ends.
+    retired: bool,
+    retirees: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl std::fmt::Debug for StatusWriterActor {
@@ -98,6 +109,8 @@ impl StatusWriterActor {
             backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
             others_seen: None,
             overwritten: false,
+            retired: false,
+            retirees: Vec::new(),
         }
     }
 
@@ -164,7 +177,7 @@ impl StatusWriterActor {
     }
 
     fn flush(&mut self, ctx: &mut Context<Self>) {
-        if self.writing {
+        if self.writing || self.retired {
             return;
         }
         let Some(status) = self.pending.take() else {
@@ -196,6 +209,13 @@ impl StatusWriterActor {
             .into_actor(self)
             .map(|(result, status, fingerprint): (Result<(), PortError>, DomainStatus, String), act, ctx| {
                 act.writing = false;
+                if act.retired {
+                    act.retirees.drain(..).for_each(|retiree| {
+                        let _ = retiree.send(());
+                    });
+                    ctx.stop();
+                    return;
+                }
                 match result {
                     Ok(()) => {
                         act.backoff.succeed();
@@ -227,10 +247,35 @@ impl Actor for StatusWriterActor {
     type Context = Context<Self>;
 }
 
+impl Handler<Retire> for StatusWriterActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Retire, ctx: &mut Self::Context) -> Self::Result {
+        self.retired = true;
+        self.pending = None;
+        self.pending_since = None;
+        if let Some(timer) = self.timer.take() {
+            ctx.cancel_future(timer);
+        }
+        if !self.writing {
+            ctx.stop();
+            return Box::pin(async {});
+        }
+        let (done, written) = tokio::sync::oneshot::channel();
+        self.retirees.push(done);
+        Box::pin(async move {
+            let _ = written.await;
+        })
+    }
+}
+
 impl Handler<PublishStatus> for StatusWriterActor {
     type Result = ();
 
     fn handle(&mut self, PublishStatus(status): PublishStatus, ctx: &mut Self::Context) {
+        if self.retired {
+            return;
+        }
         if self.overwritten_since_last_look() {
             warn!(domain = %self.domain, "another node wrote the status after this reporter: writing it again");
             metrics::counter!(STATUS_REWRITES).increment(1);
