@@ -40,11 +40,11 @@ use crate::crd::ComputeDomain;
 /// Resolves claims through the API server and the ComputeDomain cache.
 #[derive(Clone)]
 pub struct KubeClaimSource {
-    client: Client,
-    domains: DomainCache,
-    node: NodeId,
-    driver: String,
-    timeout: Duration,
+    pub(super) client: Client,
+    pub(super) domains: DomainCache,
+    pub(super) node: NodeId,
+    pub(super) driver: String,
+    pub(super) timeout: Duration,
 }
 
 // The client has no Debug of its own.

@@ -12,7 +12,7 @@
 //! | [`slices`] | what this node's ResourceSlices should hold, and the writes to get there (pure) |
 //! | [`publisher`](SlicePublisher) | keeps them so: watches them, writes with backoff |
 //! | [`reconcile`] | rebuilds prepared claims when the checkpoint is missing or corrupt |
-//! | [`stale`](KubeClaimExistence) | whether a checkpointed claim's objects still exist; the event of its release |
+//! | [`stale`](KubeStaleClaimNotices) | whether a checkpointed claim's objects still exist; the event of its release |
 //! | [`metrics`] | every API request counted and timed |
 //! | `api` | every call bounded in time; failures sorted |
 //!
@@ -54,7 +54,7 @@ pub use events::{KubeEventSink, domain_reference, kube_event};
 pub use publisher::{SlicePublisher, delete_node_slices, slice_selector, watch_slices};
 pub use reconcile::{ReconcileSettings, ReconcilingCheckpointStore};
 pub use slices::PoolSpec;
-pub use stale::{KubeClaimExistence, KubeStaleClaimNotices, node_reference, released_kube_event};
+pub use stale::{KubeStaleClaimNotices, node_reference, released_kube_event};
 pub use status::{KubeStatusSink, status_apply_body};
 
 use crate::cdi::CdiWriter;
@@ -209,7 +209,7 @@ impl KubeBackend {
     /// events on the Node.
     pub fn stale_claims(&self, node: Arc<dyn PreparedClaims>) -> StaleClaimChecker {
         StaleClaimChecker::new(
-            Arc::new(KubeClaimExistence::new(
+            Arc::new(KubeClaimSource::new(
                 self.client.clone(),
                 self.domains.clone(),
                 self.settings.node.clone(),

@@ -22,7 +22,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use super::REPORTING_CONTROLLER;
 use super::api::{ApiError, bounded};
 use super::claim::allocated_claim;
-use super::domains::DomainCache;
+use super::claims::KubeClaimSource;
 use super::events::{EVENTS, NOTE_LIMIT, truncate};
 use crate::crd::ComputeDomain;
 use crate::events::EventType;
@@ -41,47 +41,11 @@ fn lookup<T, F>(got: Result<T, ApiError>, found: impl FnOnce(T) -> F) -> Lookup<
     }
 }
 
-/// [`ClaimExistence`] over the API server: one GET per claim, and one per domain the
-/// ComputeDomain cache does not hold (a domain the cache holds exists).
-#[derive(Clone)]
-pub struct KubeClaimExistence {
-    client: Client,
-    domains: DomainCache,
-    node: String,
-    driver: String,
-    timeout: Duration,
-}
-
-// The client has no Debug of its own.
-impl std::fmt::Debug for KubeClaimExistence {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubeClaimExistence")
-            .field("node", &self.node)
-            .field("driver", &self.driver)
-            .finish_non_exhaustive()
-    }
-}
-
-impl KubeClaimExistence {
-    pub fn new(
-        client: Client,
-        domains: DomainCache,
-        node: impl Into<String>,
-        driver: impl Into<String>,
-        timeout: Duration,
-    ) -> Self {
-        Self {
-            client,
-            domains,
-            node: node.into(),
-            driver: driver.into(),
-            timeout,
-        }
-    }
-}
-
+/// [`ClaimExistence`] over the API server, through the same client, ComputeDomain cache
+/// and timeout that resolve claims for prepare: one GET per claim, and one per domain the
+/// cache does not hold (a domain the cache holds exists).
 #[async_trait]
-impl ClaimExistence for KubeClaimExistence {
+impl ClaimExistence for KubeClaimSource {
     async fn claim(&self, claim: &ClaimRef) -> Lookup<FoundClaim> {
         let api = Api::<ResourceClaim>::namespaced(self.client.clone(), &claim.namespace);
         let got = bounded(

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use domaind::kube::{KubeClaimExistence, KubeStaleClaimNotices};
+use domaind::kube::{KubeClaimSource, KubeStaleClaimNotices};
 use domaind::stale::{
     ClaimExistence, FoundClaim, Lookup, PreparedClaims, StaleClaimChecker, StaleReason,
 };
@@ -59,11 +59,11 @@ fn not_found() -> Value {
     )
 }
 
-fn existence(client: kube::Client, cached: Vec<domaind::crd::ComputeDomain>) -> KubeClaimExistence {
+fn existence(client: kube::Client, cached: Vec<domaind::crd::ComputeDomain>) -> KubeClaimSource {
     let (cache, writer) = synced_cache(cached);
     // The cache keeps what the writer put there once the writer is gone.
     drop(writer);
-    KubeClaimExistence::new(client, cache, NODE, DRIVER, TIMEOUT)
+    KubeClaimSource::new(client, cache, NODE, DRIVER, TIMEOUT)
 }
 
 /// Asks about the reference claim once per scripted answer.
@@ -247,7 +247,7 @@ async fn stale_claims_are_released_at_start_and_at_each_interval_with_an_event_o
     ]);
     let (cache, _writer) = synced_cache(vec![compute_domain("cd-ref", "training", CD_UID, 1)]);
     let checker = StaleClaimChecker::new(
-        Arc::new(KubeClaimExistence::new(
+        Arc::new(KubeClaimSource::new(
             client.clone(),
             cache,
             NODE,
