@@ -19,6 +19,19 @@ use crate::ports::{
 use crate::rules::peers::PeerSet;
 use crate::rules::status::DomainStatus;
 
+/// Runs `test` in an actix system on a paused, single-threaded tokio runtime: actors'
+/// timers and the test's sleeps advance together, in no real time.
+pub fn run_paused_actix<F: std::future::Future<Output = ()>>(test: impl FnOnce() -> F) {
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime")
+    });
+    system.block_on(test());
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

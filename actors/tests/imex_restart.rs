@@ -18,6 +18,7 @@ use domaind_actors::actors::imex_process::{
 use domaind_actors::model::CliqueId;
 use domaind_actors::ports::{Imex, ImexStatus, PortError};
 use domaind_actors::rules::peers::{Peer, PeerSet};
+use domaind_actors::testing::run_paused_actix;
 use tokio::time::Instant;
 
 const MIN: Duration = Duration::from_millis(200);
@@ -114,17 +115,6 @@ impl Handler<ImexReport> for Owner {
     fn handle(&mut self, _: ImexReport, _: &mut Self::Context) {}
 }
 
-fn run<F: std::future::Future<Output = ()>>(test: impl FnOnce() -> F) {
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime")
-    });
-    system.block_on(test());
-}
-
 fn supervise(imex: &FakeShortLivedImex) -> (Addr<ImexProcessActor>, Addr<Owner>) {
     let ip = std::net::IpAddr::from([10, 0, 0, 1]);
     let mut config = NodeConfig::new("node-a", ip, CliqueId("c.0".into()));
@@ -174,7 +164,7 @@ fn gaps(starts: &[Instant]) -> Vec<Duration> {
 
 #[test]
 fn a_daemon_that_dies_after_every_start_is_restarted_ever_more_slowly() {
-    run(|| async {
+    run_paused_actix(|| async {
         let imex = FakeShortLivedImex::default();
         imex.daemon().deaths = 8;
         let (supervisor, _owner) = supervise(&imex);
@@ -202,7 +192,7 @@ fn a_daemon_that_dies_after_every_start_is_restarted_ever_more_slowly() {
 
 #[test]
 fn a_daemon_that_stayed_up_is_restarted_after_the_shortest_wait() {
-    run(|| async {
+    run_paused_actix(|| async {
         let imex = FakeShortLivedImex::default();
         imex.daemon().deaths = 4;
         let (supervisor, _owner) = supervise(&imex);
@@ -234,7 +224,7 @@ fn a_daemon_that_stayed_up_is_restarted_after_the_shortest_wait() {
 
 #[test]
 fn refused_and_short_lived_starts_share_one_backoff() {
-    run(|| async {
+    run_paused_actix(|| async {
         let imex = FakeShortLivedImex::default();
         // Two starts refused (the port check), then one that dies at once, then it runs.
         imex.daemon().refusals = 2;

@@ -13,22 +13,11 @@ use domaind_actors::actors::status_writer::{PublishStatus, Retire, StatusWriterA
 use domaind_actors::model::{DomainRef, DomainUid};
 use domaind_actors::ports::{PortError, StatusSink};
 use domaind_actors::rules::status::{DomainStatus, vacated_document};
-use domaind_actors::testing::{FakeEventSink, FakeGossipNet, FakeStatusSink};
+use domaind_actors::testing::{FakeEventSink, FakeGossipNet, FakeStatusSink, run_paused_actix};
 use tokio::sync::Semaphore;
 
 const QUIET: Duration = Duration::from_millis(200);
 const MAX_DELAY: Duration = Duration::from_secs(3);
-
-fn run<F: std::future::Future<Output = ()>>(test: impl FnOnce() -> F) {
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime")
-    });
-    system.block_on(test());
-}
 
 fn domain() -> DomainRef {
     DomainRef {
@@ -75,7 +64,7 @@ fn writer(sink: Arc<dyn StatusSink>) -> Addr<StatusWriterActor> {
 
 #[test]
 fn a_held_write_is_dropped_and_nothing_is_written_after_retiring() {
-    run(|| async {
+    run_paused_actix(|| async {
         let sink = FakeStatusSink::default().for_node("node-a");
         let writer = writer(Arc::new(sink.clone()));
         writer
@@ -99,7 +88,7 @@ fn a_held_write_is_dropped_and_nothing_is_written_after_retiring() {
 
 #[test]
 fn retiring_waits_for_the_write_in_flight() {
-    run(|| async {
+    run_paused_actix(|| async {
         let inner = FakeStatusSink::default().for_node("node-a");
         let permits = Arc::new(Semaphore::new(0));
         let sink = GatedSink {

@@ -27,14 +27,7 @@ pub fn run<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime")
-    });
-    system.block_on(test());
+    domaind_actors::testing::run_paused_actix(test);
 }
 
 pub struct TestNode {

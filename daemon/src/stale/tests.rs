@@ -6,7 +6,7 @@ use domaind_actors::model::{AllocationMode, ClaimInfo, CliqueId, ReadinessPolicy
 use domaind_actors::ports::{Checkpoint, CheckpointStore as _, PrepareState};
 use domaind_actors::testing::{
     FakeCheckpointStore, FakeClaimSource, FakeClock, FakeEventSink, FakeGossipNet, FakeImexFabric,
-    FakeStatusSink,
+    FakeStatusSink, run_paused_actix,
 };
 use domaind_actors::{GetSnapshot, NodeConfig, Ports};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -321,24 +321,12 @@ async fn the_check_runs_at_start_then_every_interval_until_stopped() {
     task.await.unwrap();
 }
 
-/// Runs `test` in an actix system on a paused, single-threaded runtime.
-fn in_actix<F: std::future::Future<Output = ()>>(test: impl FnOnce() -> F) {
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime")
-    });
-    system.block_on(test());
-}
-
 /// The hostage: a node restarted with a checkpointed claim of a domain that is gone
 /// refuses the next domain's claim until the check releases the leftover through the
 /// real unprepare path (node actor, checkpoint, domain, CDI spec).
 #[test]
 fn a_released_claim_frees_the_node_for_another_domain() {
-    in_actix(|| async {
+    run_paused_actix(|| async {
         let tmp = tempfile::tempdir().unwrap();
         let cdi = CdiWriter::new(tmp.path(), DRIVER).unwrap();
         let old = ClaimUid::new("old-claim").unwrap();
