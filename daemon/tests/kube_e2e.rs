@@ -26,7 +26,7 @@ use domaind::crd::ComputeDomain;
 use domaind::dra::DraVersion;
 use domaind::rack::{LocalRack, RackBackend, RackSpec, prepare_until_ready, short_temp_dir};
 use domaind_actors::model::{ClaimRef, Phase};
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -35,8 +35,8 @@ use serde_json::json;
 mod e2e_support;
 
 use e2e_support::{
-    LIMIT, allocate_claim, env_list, install_crd_and_device_classes, kubeconfig_for, skip,
-    spawn_controller, wait_for,
+    LIMIT, allocate_claim, create_namespace, env_list, install_crd_and_device_classes,
+    kubeconfig_for, skip, spawn_controller, wait_for, wait_node_lost_event,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,13 +56,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     // 1. The CRD and DeviceClasses, then a namespace and a ComputeDomain.
     install_crd_and_device_classes(&client).await;
     let namespace = format!("domaind-e2e-{}", std::process::id());
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_namespace(&client, &namespace).await;
     let cds = Api::<ComputeDomain>::namespaced(client.clone(), &namespace);
     let cd: ComputeDomain = serde_json::from_value(json!({
         "apiVersion": "resource.nvidia.com/v1beta1",
@@ -185,23 +179,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
         (done, status)
     })
     .await;
-    let events = Api::<Event>::namespaced(client.clone(), &namespace);
-    wait_for("a NodeLost event on the ComputeDomain", || async {
-        let list = events.list(&ListParams::default()).await.unwrap();
-        let found = list.items.iter().any(|e| {
-            e.reason.as_deref() == Some("NodeLost")
-                && e.involved_object.uid.as_deref() == Some(cd_uid.as_str())
-                && e.message.as_deref().is_some_and(|m| m.contains(&lost))
-        });
-        (
-            found,
-            list.items
-                .iter()
-                .map(|e| (e.reason.clone(), e.message.clone()))
-                .collect::<Vec<_>>(),
-        )
-    })
-    .await;
+    wait_node_lost_event(&client, &namespace, &cd_uid, &lost).await;
 
     // 8. The workload ends: claims go, then the ComputeDomain; the controller cleans up.
     let claims_api = Api::<ResourceClaim>::namespaced(client.clone(), &namespace);

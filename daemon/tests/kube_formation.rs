@@ -32,7 +32,8 @@ use serde_json::json;
 mod e2e_support;
 
 use e2e_support::{
-    LIMIT, allocate_claim, install_crd_and_device_classes, spawn_controller, wait_every, wait_for,
+    LIMIT, allocate_claim, create_namespace, install_crd_and_device_classes, spawn_controller,
+    wait_every, wait_for,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,13 +48,7 @@ async fn formation_on_a_real_api_server() {
         .unwrap_or(18);
     install_crd_and_device_classes(&client).await;
     let namespace = format!("domaind-formation-{}", std::process::id());
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_namespace(&client, &namespace).await;
     let cds = Api::<ComputeDomain>::namespaced(client.clone(), &namespace);
     let cd: ComputeDomain = serde_json::from_value(json!({
         "apiVersion": "resource.nvidia.com/v1beta1",

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use domaind::crd::ComputeDomain;
 use domaind::rack::{LocalRack, RackBackend, RackSpec, short_temp_dir};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -42,8 +42,8 @@ use serde_json::{Value, json};
 mod e2e_support;
 
 use e2e_support::{
-    DRIVER, documents, env_list, install_crd_and_device_classes, kubeconfig_for, repo_file, skip,
-    spawn_controller, wait_every, wait_for,
+    DRIVER, create_namespace, documents, env_list, install_crd_and_device_classes, kubeconfig_for,
+    repo_file, skip, spawn_controller, wait_every, wait_for, wait_node_lost_event,
 };
 
 const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
@@ -239,13 +239,7 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
     }
     install_crd_and_device_classes(&client).await;
     let namespace = format!("domaind-kubelet-e2e-{}", std::process::id());
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_namespace(&client, &namespace).await;
 
     let tmp = short_temp_dir("dmkl").unwrap();
     let controller = spawn_controller(
@@ -343,23 +337,7 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
     })
     .await;
     let cd_uid = cds.get(CD_NAME).await.unwrap().uid().unwrap();
-    let events = Api::<Event>::namespaced(client.clone(), &namespace);
-    wait_for("a NodeLost event names the node", || async {
-        let list = events.list(&ListParams::default()).await.unwrap();
-        let found = list.items.iter().any(|e| {
-            e.reason.as_deref() == Some("NodeLost")
-                && e.involved_object.uid.as_deref() == Some(cd_uid.as_str())
-                && e.message.as_deref().is_some_and(|m| m.contains(&lost))
-        });
-        (
-            found,
-            list.items
-                .iter()
-                .map(|e| e.reason.clone())
-                .collect::<Vec<_>>(),
-        )
-    })
-    .await;
+    wait_node_lost_event(&client, &namespace, &cd_uid, &lost).await;
     // A restarted node must never write a status with fewer nodes while the others are
     // alive: every status seen until Ready again lists all three.
     rack.start(2).unwrap();

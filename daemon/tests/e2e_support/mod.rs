@@ -232,3 +232,34 @@ pub fn spawn_controller(
         .map(Controller)
         .unwrap()
 }
+
+/// A namespace of the test's own.
+pub async fn create_namespace(client: &Client, name: &str) {
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits for a `NodeLost` event on the ComputeDomain `cd_uid` that names `node`.
+pub async fn wait_node_lost_event(client: &Client, namespace: &str, cd_uid: &str, node: &str) {
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), namespace);
+    wait_for("a NodeLost event names the node", || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        let found = list.items.iter().any(|e| {
+            e.reason.as_deref() == Some("NodeLost")
+                && e.involved_object.uid.as_deref() == Some(cd_uid)
+                && e.message.as_deref().is_some_and(|m| m.contains(node))
+        });
+        let seen: Vec<_> = list
+            .items
+            .iter()
+            .map(|e| (e.reason.clone(), e.message.clone()))
+            .collect();
+        (found, seen)
+    })
+    .await;
+}
