@@ -63,7 +63,7 @@ pub const DEFAULT_MAX_SLOTS: Slot = 18;
 /// When a prepared claim's pod may start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReadinessPolicy {
-    /// This node's IMEX daemon is ready (the anchor's behaviour).
+    /// This node's IMEX daemon is ready (NVIDIA's driver's behaviour).
     #[default]
     Local,
     /// Every member of the domain is ready: a barrier across nodes.

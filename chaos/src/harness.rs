@@ -13,12 +13,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use domaind::dra::DraVersion;
-use domaind::dra::client::KubeletClient;
-use domaind::local::{ClaimFile, ComputeDomainRef};
-use domaind::rack::{LocalRack, PrepareAnswer, RackSpec, prepare_until_ready, short_temp_dir};
-use domaind::run::RunInfo;
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
+use domaind_node::dra::DraVersion;
+use domaind_node::dra::client::KubeletClient;
+use domaind_node::local::{ClaimFile, ComputeDomainRef};
+use domaind_node::rack::{LocalRack, PrepareAnswer, RackSpec, prepare_until_ready, short_temp_dir};
+use domaind_node::run::RunInfo;
 use nix::sys::signal::Signal;
 use tokio::task::JoinHandle;
 

@@ -510,7 +510,7 @@ pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
     let status_reason = |detail: String| Violation::new(Invariant::Status, None, detail);
     match &obs.status {
         FileRead::Read(status) if !members.is_empty() => {
-            if status.status != Phase::Ready {
+            if status.status != domaind_kube_api::crd::Phase::Ready {
                 reasons.push(status_reason(format!("status is {}", status.status)));
             }
             let count = members.len() as u32;
@@ -529,7 +529,7 @@ pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
                 let Some(t) = world.nodes.iter().position(|n| n.name == entry.name) else {
                     continue;
                 };
-                if entry.status != Phase::Ready {
+                if entry.status != domaind_kube_api::crd::Phase::Ready {
                     reasons.push(status_reason(format!("{} is {}", entry.name, entry.status)));
                 }
                 if entry.ip_address != world.nodes[t].ip.to_string() {

@@ -7,10 +7,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use domaind::checkpoint::{CHECKPOINT_FILE, Decoded, decode};
-use domaind::crd::ComputeDomainStatus;
-use domaind::imex::hosts;
-use domaind::run::NodeView;
+use domaind_kube_api::crd::ComputeDomainStatus;
+use domaind_node::checkpoint::{CHECKPOINT_FILE, Decoded, decode};
+use domaind_node::imex::hosts;
+use domaind_node::run::NodeView;
 
 /// A file as read at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,7 +226,7 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A node's `/state`.
 pub async fn view(addr: SocketAddr) -> Result<NodeView, String> {
-    match tokio::time::timeout(PROBE_TIMEOUT, domaind::rack::node_view(addr)).await {
+    match tokio::time::timeout(PROBE_TIMEOUT, domaind_node::rack::node_view(addr)).await {
         Ok(Ok(view)) => Ok(view),
         Ok(Err(error)) => Err(format!("{error:#}")),
         Err(_) => Err(format!("/state on {addr} took over {PROBE_TIMEOUT:?}")),
@@ -235,7 +235,12 @@ pub async fn view(addr: SocketAddr) -> Result<NodeView, String> {
 
 /// A node's certificate reloads (rotated, refused), from `/metrics`.
 pub async fn reloads(addr: SocketAddr) -> Result<(u64, u64), String> {
-    match tokio::time::timeout(PROBE_TIMEOUT, domaind::rack::http_get(addr, "/metrics")).await {
+    match tokio::time::timeout(
+        PROBE_TIMEOUT,
+        domaind_node::rack::http_get(addr, "/metrics"),
+    )
+    .await
+    {
         Ok(Ok((200, body))) => Ok(tls_reloads(&body)),
         Ok(Ok((code, _))) => Err(format!("/metrics on {addr} answered {code}")),
         Ok(Err(error)) => Err(format!("{error:#}")),

@@ -7,8 +7,6 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use domaind::crd::{ComputeDomainNode, ComputeDomainStatus};
-use domaind::run::{DomainView, ImexView, NodeView};
 use domaind_actors::model::Phase;
 use domaind_chaos::invariants::{
     ClaimPhase, Invariant, Life, Violation, World, check, dropped_by_all, unsettled,
@@ -17,6 +15,8 @@ use domaind_chaos::observe::{
     FileRead, HostsBlock, NodeObservation, Observation, read_checkpoint, read_hosts,
     read_nodes_config,
 };
+use domaind_kube_api::crd::{ComputeDomainNode, ComputeDomainStatus};
+use domaind_node::run::{DomainView, ImexView, NodeView};
 
 const UID: &str = "cd-1";
 const GRACE: Duration = Duration::from_secs(5);
@@ -85,7 +85,7 @@ fn view(i: usize, members: &[usize]) -> NodeView {
 
 fn status(members: &[usize]) -> ComputeDomainStatus {
     ComputeDomainStatus {
-        status: Phase::Ready,
+        status: domaind_kube_api::crd::Phase::Ready,
         nodes: members
             .iter()
             .map(|m| ComputeDomainNode {
@@ -93,7 +93,7 @@ fn status(members: &[usize]) -> ComputeDomainStatus {
                 ip_address: ip(*m).to_string(),
                 clique_id: "c.1".into(),
                 index: Some(*m as u16),
-                status: Phase::Ready,
+                status: domaind_kube_api::crd::Phase::Ready,
             })
             .collect(),
         ready_nodes: members.len() as u32,
@@ -273,8 +273,8 @@ fn a_node_out_of_the_domain_must_not_run_imex() {
 
 #[test]
 fn lost_and_resurrected_claims_are_caught_in_real_checkpoint_files() {
-    use domaind::checkpoint::{CHECKPOINT_FILE, CheckpointConfig, FileCheckpointStore};
     use domaind_actors::ports::CheckpointStore as _;
+    use domaind_node::checkpoint::{CHECKPOINT_FILE, CheckpointConfig, FileCheckpointStore};
 
     let dir = tempfile::tempdir().unwrap();
     let now = Instant::now();

@@ -2,63 +2,16 @@
 //! few seeded faults, through the binary's command line, with the JSON report read
 //! back.
 //!
-//! Which `domaind` and `imex-sim`: cargo gives an integration test the paths of its
-//! own package's binaries only (`CARGO_BIN_EXE_domaind-chaos`), not the daemon
-//! package's. So the test has cargo build them, with the cargo that runs the test, in
-//! the same profile and target directory, and takes them from the directory this test
-//! binary's `deps/` sits in, where cargo puts every binary of the workspace. Building
-//! rather than hoping they are there keeps them from being missing (`cargo test -p
-//! domaind-chaos` builds only the daemon's library) or stale (an older build of the
-//! daemon). The build asked for is the README's test command without running it
-//! (`cargo test --workspace --no-run`): after `cargo test --workspace`, as in CI, every
-//! artifact is fresh and it costs a second. A narrower build (`cargo build -p domaind`)
-//! would resolve other features for shared dependencies (the chaos crate turns on
-//! tokio's test-util, for one) and rebuild half the workspace next to the first.
+//! Which `domaind` and `imex-sim`: `domaind_e2e::binaries`, which says why it builds
+//! them.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
-/// `target/<profile>/`, from `target/<profile>/deps/real_run-<hash>`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    assert_eq!(deps.file_name().unwrap(), "deps", "{}", exe.display());
-    deps.parent().unwrap().to_path_buf()
-}
-
-fn build_daemon_binaries() -> (PathBuf, PathBuf) {
-    let dir = profile_dir();
-    let profile = dir.file_name().unwrap().to_str().unwrap().to_owned();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
-    build
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["test", "--workspace", "--no-run"]);
-    match profile.as_str() {
-        "debug" => {}
-        "release" => {
-            build.arg("--release");
-        }
-        other => {
-            build.args(["--profile", other]);
-        }
-    }
-    // The target directory this test was built into, whatever chose it.
-    build.env("CARGO_TARGET_DIR", dir.parent().unwrap());
-    let built = build.output().expect("cannot run cargo");
-    assert!(
-        built.status.success(),
-        "building the workspace failed:\n{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    (dir.join("domaind"), dir.join("imex-sim"))
-}
-
 #[test]
 fn three_nodes_under_seeded_faults_break_no_invariant() {
-    let (domaind, imex_sim) = build_daemon_binaries();
+    let domaind_e2e::Binaries { domaind, imex_sim } = domaind_e2e::binaries().clone();
     let out = tempfile::tempdir().unwrap();
     let json = out.path().join("report.json");
     let run = Command::new(env!("CARGO_BIN_EXE_domaind-chaos"))

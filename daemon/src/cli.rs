@@ -4,9 +4,9 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use domaind::dra::DraVersion;
 use domaind_actors::model::ClaimRef;
 use domaind_gossip::NodeName;
+use domaind_node::dra::DraVersion;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -52,7 +52,7 @@ pub enum Command {
     /// simulator built into domaind, fake GB200 GPUs in one NVLink clique, and the local
     /// backend. Every child process and temporary file is removed at the end, on
     /// Ctrl-C too.
-    Demo(domaind::demo::DemoArgs),
+    Demo(crate::demo::DemoArgs),
     /// Run the node daemon: the kubelet's DRA plugin, a gossip member of this node's
     /// NVLink clique, and the supervisor of the local IMEX daemon.
     ///
@@ -61,7 +61,7 @@ pub enum Command {
     /// SIGTERM stops gracefully: new kubelet calls are refused, the node retracts
     /// itself from its domains so that peers drop it at once, IMEX is stopped and the
     /// checkpoint flushed. A restart restores the checkpoint and rejoins.
-    Run(Box<domaind::run::RunArgs>),
+    Run(Box<domaind_node::run::RunArgs>),
     /// Run the controller: the thin central part. Per ComputeDomain it adds a finalizer
     /// and creates the ResourceClaimTemplate its spec names; when the domain is deleted,
     /// it deletes the template and releases the domain once none of its claims is
@@ -71,7 +71,7 @@ pub enum Command {
     /// of a Lease acts, and it stops when it cannot renew. It never writes per-node
     /// status: that is the node daemons' job. Connects with the in-cluster config, or
     /// KUBECONFIG.
-    Controller(Box<domaind::controller::ControllerArgs>),
+    Controller(Box<domaind_controller::ControllerArgs>),
     /// Make a development CA and node certificates for gossip's mutual TLS.
     ///
     /// For development, the demo and tests. In production, mount certificates from

@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod demo;
 mod logging;
 
 use std::process::ExitCode;
@@ -12,7 +13,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     // The simulator has its own command line and logs, as the imex-sim binary does.
     if let cli::Command::ImexSim { args } = &cli.command {
-        return domaind::imex::sim_cli::main(args);
+        return domaind_node::imex::sim_cli::main(args);
     }
     logging::init(&cli.logging);
     // Once, before any TLS is configured: ring is the only provider compiled in.

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use actix::WeakRecipient;
 use actix::prelude::*;
-use domaind_gossip::transport::Backoff;
+use domaind_backoff::Backoff;
 use tokio::time::Instant;
 use tracing::{info, warn};
 

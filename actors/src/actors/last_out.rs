@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use domaind_gossip::transport::Backoff;
+use domaind_backoff::Backoff;
 use futures::StreamExt;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};

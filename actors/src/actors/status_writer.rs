@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use domaind_gossip::transport::Backoff;
+use domaind_backoff::Backoff;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 

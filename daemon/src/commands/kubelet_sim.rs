@@ -1,8 +1,8 @@
 //! `domaind kubelet-sim`: the kubelet's calls to a DRA plugin, from the command line.
 
 use anyhow::{Context, bail};
-use domaind::dra::client::{self, ClaimAnswer, KubeletClient};
 use domaind_actors::model::ClaimRef;
+use domaind_node::dra::client::{self, ClaimAnswer, KubeletClient};
 use serde_json::{Value, json};
 
 use crate::cli::{ClaimCallArgs, KubeletSimCommand};

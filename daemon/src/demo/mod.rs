@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::Args;
 use domaind_actors::model::{AllocationMode, ClaimRef, Phase, ReadinessPolicy};
+use domaind_kube_api::crd;
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::dra::DraVersion;
-use crate::local::{ClaimFile, ComputeDomainRef};
-use crate::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
+use domaind_node::dra::DraVersion;
+use domaind_node::local::{ClaimFile, ComputeDomainRef};
+use domaind_node::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
 use table::{Observer, Snapshot};
 
 /// How long any one step may take before the demo gives up.
@@ -396,7 +397,7 @@ impl Snapshot {
         let status_ready = self
             .status
             .as_ref()
-            .is_some_and(|s| s.status == Phase::Ready && s.ready_nodes as usize == nodes);
+            .is_some_and(|s| s.status == crd::Phase::Ready && s.ready_nodes as usize == nodes);
         let views_agree = self.views.iter().all(|(_, view)| {
             view.as_ref().is_some_and(|v| {
                 v.domains
@@ -424,10 +425,10 @@ impl Snapshot {
     /// The status is NotReady and lists `node` NotReady.
     fn status_lists_lost(&self, node: &str) -> bool {
         self.status.as_ref().is_some_and(|s| {
-            s.status == Phase::NotReady
+            s.status == crd::Phase::NotReady
                 && s.nodes
                     .iter()
-                    .any(|n| n.name == node && n.status == Phase::NotReady)
+                    .any(|n| n.name == node && n.status == crd::Phase::NotReady)
         })
     }
 }

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 
 use super::{DemoDomain, STEP_LIMIT, Summary};
-use crate::crd::ComputeDomainStatus;
-use crate::rack::{LocalRack, node_view};
-use crate::run::NodeView;
+use domaind_kube_api::crd::ComputeDomainStatus;
+use domaind_node::rack::{LocalRack, node_view};
+use domaind_node::run::NodeView;
 
 /// How often the table is refreshed and conditions are checked.
 const REFRESH: Duration = Duration::from_millis(200);

@@ -1,4 +1,6 @@
-//! Bounds of the TLS transport, and reconnect backoff.
+//! Bounds of the TLS transport. Reconnects back off with `domaind_backoff::Backoff`,
+//! exact (no jitter): every node dials a peer over its own connection, so there is no
+//! herd to spread.
 
 use std::time::Duration;
 
@@ -54,67 +56,6 @@ impl Default for TransportLimits {
             max_connections_per_ip: 16,
             max_connections: 1024,
             avoid_source_ports: Vec::new(),
-        }
-    }
-}
-
-/// Exponential backoff between reconnect attempts to one peer. No jitter: every node
-/// dials a peer over its own connection, so there is no herd to spread.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    min: Duration,
-    max: Duration,
-    failures: u32,
-}
-
-impl Backoff {
-    pub fn new(min: Duration, max: Duration) -> Self {
-        Self {
-            min,
-            max: max.max(min),
-            failures: 0,
-        }
-    }
-
-    /// Records a failure and returns how long to wait before the next attempt.
-    pub fn fail(&mut self) -> Duration {
-        let delay = self
-            .min
-            .saturating_mul(1u32 << self.failures.min(16))
-            .min(self.max);
-        self.failures = self.failures.saturating_add(1);
-        delay
-    }
-
-    pub fn succeed(&mut self) {
-        self.failures = 0;
-    }
-
-    /// Failures since the last success.
-    pub fn failures(&self) -> u32 {
-        self.failures
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap_and_resets() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
-        let delays: Vec<_> = (0..6).map(|_| b.fail().as_millis()).collect();
-        assert_eq!(delays, vec![100, 200, 400, 800, 1000, 1000]);
-        assert_eq!(b.failures(), 6);
-        b.succeed();
-        assert_eq!(b.fail(), Duration::from_millis(100));
-    }
-
-    #[test]
-    fn backoff_survives_many_failures() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-        for _ in 0..10_000 {
-            assert!(b.fail() <= Duration::from_secs(5));
         }
     }
 }

@@ -9,5 +9,5 @@ mod tls;
 
 pub use admission::{Admission, Admitted, Refusal};
 pub use fault::{FaultStats, FaultyTransport, NetworkFaults};
-pub use limits::{Backoff, TransportLimits};
+pub use limits::TransportLimits;
 pub use tls::TlsTransport;

@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use chitchat::transport::{Socket, Transport};
 use chitchat::{ChitchatId, ChitchatMessage};
+use domaind_backoff::Backoff;
 use futures::{SinkExt, StreamExt};
 use rustls_pki_types::ServerName;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -34,7 +35,7 @@ use tracing::{debug, info, warn};
 
 use super::admission::{Admission, Admitted};
 use super::frame;
-use super::limits::{Backoff, TransportLimits};
+use super::limits::TransportLimits;
 use crate::identity::{NodeName, node_name_of};
 use crate::metrics::{self, RefusedConnection};
 use crate::tls::NodeTls;

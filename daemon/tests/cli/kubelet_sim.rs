@@ -1,0 +1,140 @@
+//! `domaind kubelet-sim`, the binary's kubelet stand-in, against the real kubelet plugin
+//! servers over unix sockets with a fake node behind them.
+
+use std::time::Duration;
+
+use domaind_node::dra::RegistrationState;
+use domaind_node::dra::testing::{FakeNodePlugin, Op, claim, serve, short_dir};
+
+/// Bounds every wait, so that a broken server fails a test instead of hanging it.
+const LIMIT: Duration = Duration::from_secs(10);
+
+async fn within<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(LIMIT, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within {LIMIT:?}"))
+}
+
+async fn kubelet_sim(args: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = within(
+        "domaind kubelet-sim",
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_domaind"))
+            .arg("kubelet-sim")
+            .args(args)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let json = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stdout}\nstderr: {stderr}"));
+    (out.status.code().unwrap(), json, stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_sim_registers_prepares_and_unprepares_printing_json() {
+    let dir = short_dir();
+    let plugin = FakeNodePlugin::new();
+    let server = serve(dir.path(), &plugin).await;
+    let registry_socket = server.registration_socket().to_str().unwrap().to_string();
+    let socket = server.dra_socket().to_str().unwrap().to_string();
+
+    let (code, json, _) = kubelet_sim(&["register", "--registry-socket", &registry_socket]).await;
+    assert_eq!(code, 0);
+    assert_eq!(json["driver"], "compute-domain.nvidia.com");
+    assert_eq!(json["endpoint"], socket.as_str());
+    assert_eq!(json["preferredVersion"], "v1");
+    assert_eq!(json["supportedVersions"][1], "v1beta1.DRAPlugin");
+    assert_eq!(
+        *server.registration().borrow(),
+        RegistrationState::Registered
+    );
+
+    let (code, json, stderr) = kubelet_sim(&[
+        "prepare",
+        "--socket",
+        &socket,
+        "--claim",
+        "u1:ns:one",
+        "--claim",
+        "u2:ns:fail-two",
+    ])
+    .await;
+    assert_ne!(code, 0, "a failed claim fails the command");
+    assert!(stderr.contains("1 of 2 claim(s) failed"), "{stderr}");
+    assert_eq!(json["version"], "v1");
+    assert_eq!(json["claims"][0]["uid"], "u1");
+    assert_eq!(json["claims"][0]["devices"][0]["deviceName"], "channel-one");
+    assert_eq!(
+        json["claims"][0]["devices"][0]["cdiDeviceIds"][0],
+        "k8s.compute-domain.nvidia.com/claim=u1"
+    );
+    assert_eq!(json["claims"][1]["error"], "fail-two: broken for good");
+
+    let (code, json, _) = kubelet_sim(&[
+        "unprepare",
+        "--socket",
+        &socket,
+        "--version",
+        "v1beta1",
+        "--claim",
+        "u1:ns:one",
+    ])
+    .await;
+    assert_eq!(code, 0);
+    assert_eq!(json["version"], "v1beta1");
+    assert_eq!(json["claims"][0]["unprepared"], true);
+    assert!(json["claims"][0].get("error").is_none());
+    assert!(
+        plugin
+            .calls()
+            .contains(&(Op::Unprepare, claim("u1", "ns", "one"))),
+        "{:?}",
+        plugin.calls()
+    );
+    within("shutdown", server.shutdown()).await;
+}
+
+#[test]
+fn kubelet_sim_help_explains_every_flag() {
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_domaind"))
+            .arg("kubelet-sim")
+            .args(args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let prepare = help(&["prepare"]);
+    for text in [
+        "--socket <PATH>",
+        "DRA socket",
+        "--version <VERSION>",
+        "v1beta1",
+        "--claim <UID:NAMESPACE:NAME>",
+        "repeat",
+    ] {
+        assert!(prepare.contains(text), "{text:?} missing from:\n{prepare}");
+    }
+    let register = help(&["register"]);
+    assert!(register.contains("--registry-socket <PATH>"), "{register}");
+    assert!(register.contains("registration socket"), "{register}");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_domaind"))
+        .args([
+            "kubelet-sim",
+            "prepare",
+            "--socket",
+            "/nowhere.sock",
+            "--claim",
+            "a:b",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("expected UID:NAMESPACE:NAME"), "{stderr}");
+}

@@ -1,0 +1,9 @@
+//! The `domaind` binary's command line: each subcommand run as a process, as a user or
+//! a manifest runs it. One test binary: each costs link time and disk.
+
+mod certs;
+mod controller;
+mod demo;
+mod deploy_manifests;
+mod kubelet_sim;
+mod topology;

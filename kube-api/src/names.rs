@@ -1,0 +1,57 @@
+//! The names other components and existing tools match on. NVIDIA's driver uses the
+//! same driver name, finalizer, labels, device class and request name, so manifests
+//! and tools written for it keep working; the node daemons and the controller take
+//! them from here, so they cannot drift apart.
+
+/// The DRA driver name of ComputeDomain channels (the ComputeDomain half of NVIDIA's
+/// driver), which manifests and the kubelet already use; `--driver-name` by default.
+pub const DEFAULT_DRIVER_NAME: &str = "compute-domain.nvidia.com";
+
+/// The device class of the channel a workload's pods get.
+pub const DEFAULT_CHANNEL_DEVICE_CLASS: &str = "compute-domain-default-channel.nvidia.com";
+
+/// The one request of a domain's claim template, as NVIDIA's driver names it: the node
+/// daemons prepare the channel of the request of this name.
+pub const CHANNEL_REQUEST: &str = "channel";
+
+/// The IMEX channel every domain's claims get in `Single` mode.
+pub const DOMAIN_CHANNEL: u32 = 0;
+
+/// GPU feature discovery's node label: the node's `<clusterUUID>.<cliqueId>`.
+pub const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
+
+/// On every ComputeDomain the controller serves, until no node is a member any more.
+/// NVIDIA's driver's name: a CD it left behind is released by us too.
+pub const FINALIZER: &str = "resource.nvidia.com/computeDomain";
+
+/// On the templates we create (and the claims made from them): the CD's uid. The owned
+/// templates watch selects on it.
+pub const DOMAIN_LABEL: &str = "resource.nvidia.com/computeDomain";
+/// NVIDIA's driver tells workload templates from its own daemon templates with this
+/// label.
+pub const TARGET_LABEL: &str = "resource.nvidia.com/computeDomainTarget";
+pub const TARGET_WORKLOAD: &str = "Workload";
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "domaind-controller";
+
+/// The node daemons' server-side-apply field manager (CD status, ResourceSlices).
+pub const NODE_FIELD_MANAGER: &str = "domaind-node";
+
+/// The controller's server-side-apply field manager. With `conditions` a map keyed by
+/// `type`, neither it nor the node daemons' removes what the other wrote.
+pub const CONTROLLER_FIELD_MANAGER: &str = "domaind-controller";
+
+/// `reportingController` of the node daemons' Events.
+pub const NODE_REPORTING_CONTROLLER: &str = "domaind";
+
+/// The status condition the controller owns.
+pub const TEMPLATE_READY: &str = "TemplateReady";
+
+/// The controller's event and condition reasons.
+pub mod reason {
+    pub const TEMPLATE_CREATED: &str = "TemplateCreated";
+    pub const TEMPLATE_NAME_TAKEN: &str = "TemplateNameTaken";
+    pub const TEMPLATE_REJECTED: &str = "TemplateRejected";
+    pub const WAITING_FOR_MEMBERS: &str = "WaitingForMembers";
+    pub const DOMAIN_CREATED: &str = "DomainCreated";
+}

@@ -1,0 +1,193 @@
+//! [`ClaimSource`] for a cluster: the kubelet names a claim; we read the ResourceClaim,
+//! its allocation on this node and its opaque config, and find the ComputeDomain the
+//! config names in the watch-fed cache.
+//!
+//! What can go wrong, and whether asking again can help:
+//!
+//! | case | error |
+//! |---|---|
+//! | API server unreachable, slow, throttling, 5xx, RBAC missing | transient |
+//! | ComputeDomain cache not synced yet | transient |
+//! | claim gone, or recreated (another uid) | permanent |
+//! | not allocated, another driver's, another node's | permanent |
+//! | no config, malformed config, requests naming different domains | permanent |
+//! | the named ComputeDomain does not exist (in the claim's namespace) | permanent |
+//! | the ComputeDomain is in another namespace | permanent |
+//!
+//! A missing RBAC permission is transient: fixing the Role fixes the claim, with no
+//! change to the claim. An unknown ComputeDomain is permanent once the cache has synced,
+//! but a cache can trail the API server by a moment (a domain created just now, a
+//! watch being re-established): before refusing, one live list of the claim's
+//! namespace settles it. Only the claim's namespace: a domain elsewhere could not be
+//! joined anyway.
+
+use std::time::Duration;
+
+use ::kube::api::{Api, ListParams};
+use ::kube::{Client, ResourceExt};
+use async_trait::async_trait;
+use domaind_actors::model::{ClaimInfo, ClaimRef, NodeId};
+use domaind_actors::ports::{ClaimError, ClaimSource};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use tracing::warn;
+
+use super::BAD_CLAIMS;
+use super::claim::allocated_claim;
+use super::domains::{DomainCache, domain_ref};
+use domaind_kube_api::api::bounded;
+use domaind_kube_api::crd::ComputeDomain;
+
+/// Resolves claims through the API server and the ComputeDomain cache.
+#[derive(Clone)]
+pub struct KubeClaimSource {
+    pub(super) client: Client,
+    pub(super) domains: DomainCache,
+    pub(super) node: NodeId,
+    pub(super) driver: String,
+    pub(super) timeout: Duration,
+}
+
+// The client has no Debug of its own.
+impl std::fmt::Debug for KubeClaimSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeClaimSource")
+            .field("node", &self.node)
+            .field("driver", &self.driver)
+            .field("domains", &self.domains)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeClaimSource {
+    pub fn new(
+        client: Client,
+        domains: DomainCache,
+        node: impl Into<NodeId>,
+        driver: impl Into<String>,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            client,
+            domains,
+            node: node.into(),
+            driver: driver.into(),
+            timeout,
+        }
+    }
+
+    /// The ComputeDomain with `uid`: from the cache, or, when the cache does not have
+    /// it, from one live list of `namespace`.
+    async fn domain(
+        &self,
+        uid: &str,
+        namespace: &str,
+    ) -> Result<Option<ComputeDomain>, ClaimError> {
+        if let Some(cd) = self.domains.by_uid(uid) {
+            return Ok(Some((*cd).clone()));
+        }
+        // Just after a start the watch's first list may be on its way: worth a short
+        // wait rather than a failed prepare.
+        if !self.domains.wait_synced(self.timeout).await {
+            return Err(ClaimError::Transient(format!(
+                "the ComputeDomain cache has not synced with the API server yet, so \
+                 ComputeDomain uid {uid} cannot be looked up; call again (if this lasts: is \
+                 the ComputeDomain CRD installed, and may domaind list and watch \
+                 computedomains?)"
+            )));
+        }
+        if let Some(cd) = self.domains.by_uid(uid) {
+            return Ok(Some((*cd).clone()));
+        }
+        let api = Api::<ComputeDomain>::namespaced(self.client.clone(), namespace);
+        let listed = bounded(
+            format!("list ComputeDomains in {namespace}"),
+            self.timeout,
+            api.list(&ListParams::default()),
+        )
+        .await
+        .map_err(|e| ClaimError::Transient(e.to_string()))?;
+        Ok(listed
+            .items
+            .into_iter()
+            .find(|cd| cd.metadata.uid.as_deref() == Some(uid)))
+    }
+}
+
+/// A permanent refusal that is the claim's fault: counted, logged once here.
+fn bad(claim: &ClaimRef, reason: &'static str, message: String) -> ClaimError {
+    metrics::counter!(BAD_CLAIMS, "reason" => reason).increment(1);
+    warn!(claim = %claim.uid, %reason, %message, "claim refused");
+    ClaimError::Permanent(message)
+}
+
+#[async_trait]
+impl ClaimSource for KubeClaimSource {
+    async fn resolve(&self, asked: &ClaimRef) -> Result<ClaimInfo, ClaimError> {
+        let label = format!("claim {}/{} ({})", asked.namespace, asked.name, asked.uid);
+        let api = Api::<ResourceClaim>::namespaced(self.client.clone(), &asked.namespace);
+        let claim = bounded(
+            format!("get ResourceClaim {}/{}", asked.namespace, asked.name),
+            self.timeout,
+            api.get_opt(&asked.name),
+        )
+        .await
+        .map_err(|e| ClaimError::Transient(e.to_string()))?
+        .ok_or_else(|| {
+            ClaimError::Permanent(format!(
+                "{label} does not exist in the API server: it was deleted"
+            ))
+        })?;
+        let uid = claim.uid().unwrap_or_default();
+        if uid != asked.uid {
+            return Err(bad(
+                asked,
+                "uid_mismatch",
+                format!(
+                    "{label}: the ResourceClaim of that name now has uid {uid}: it was deleted \
+                     and recreated, and the kubelet asks for the old one"
+                ),
+            ));
+        }
+        let allocated = allocated_claim(&claim, &self.node, &self.driver)
+            .map_err(|problem| bad(asked, problem.reason(), format!("{label}: {problem}")))?;
+
+        let cd = self
+            .domain(&allocated.domain_uid, &asked.namespace)
+            .await?
+            .ok_or_else(|| {
+                bad(
+                    asked,
+                    "unknown_domain",
+                    format!(
+                        "{label} names ComputeDomain uid {} (its config's domainID), and no \
+                         ComputeDomain in namespace {} has that uid: create the claim from the \
+                         template of an existing ComputeDomain of its namespace",
+                        allocated.domain_uid, asked.namespace
+                    ),
+                )
+            })?;
+        let domain = domain_ref(&cd).ok_or_else(|| {
+            ClaimError::Transient(format!(
+                "ComputeDomain uid {} has no name or namespace in the cache",
+                allocated.domain_uid
+            ))
+        })?;
+        if domain.namespace != asked.namespace {
+            return Err(bad(
+                asked,
+                "namespace_mismatch",
+                format!(
+                    "{label} is in namespace {} but its ComputeDomain {}/{} is in {}: a claim can \
+                     only join a ComputeDomain of its own namespace",
+                    asked.namespace, domain.namespace, domain.name, domain.namespace
+                ),
+            ));
+        }
+        Ok(ClaimInfo {
+            domain,
+            allocation_mode: allocated.allocation_mode,
+            readiness: allocated.readiness,
+            devices: allocated.devices,
+        })
+    }
+}

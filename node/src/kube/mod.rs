@@ -1,0 +1,225 @@
+//! The node daemon's Kubernetes backend (`domaind run --backend kube`): the actors'
+//! ports over the API server, and the node's ResourceSlices.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`claim`] | a ResourceClaim's allocation on this node (pure) |
+//! | [`claims`](KubeClaimSource) | `ClaimSource`: the claim from the API, its domain from the cache |
+//! | [`domains`](DomainCache) | every ComputeDomain, kept by a watch |
+//! | [`status`](KubeStatusSink) | `StatusSink`: server-side apply of the CD's status |
+//! | [`events`](KubeEventSink) | `EventSink`: Events on the CD through kube-runtime's recorder |
+//! | [`slices`] | what this node's ResourceSlices should hold, and the writes to get there (pure) |
+//! | [`publisher`](SlicePublisher) | keeps them so: watches them, writes with backoff |
+//! | [`reconcile`] | rebuilds prepared claims when the checkpoint is missing or corrupt |
+//! | [`stale`](KubeStaleClaimNotices) | whether a checkpointed claim's objects still exist; the event of its release |
+//!
+//! The API server is never on the path of gossip or IMEX: when it is unreachable or
+//! slow, domains keep forming and healing, prepare answers retryable errors for claims
+//! it has not seen yet (and answers from the checkpoint for those it has), status and
+//! slice writes are retried with backoff, and events are dropped after a bounded wait.
+
+pub mod claim;
+mod claims;
+mod domains;
+mod events;
+mod publisher;
+pub mod reconcile;
+pub mod slices;
+mod stale;
+mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::kube::Client;
+use domaind_actors::model::ReadinessPolicy;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub use claims::KubeClaimSource;
+pub use domains::{DomainCache, domain_ref};
+pub use events::{KubeEventSink, domain_reference, kube_event};
+pub use publisher::{SlicePublisher, delete_node_slices, slice_selector, watch_slices};
+pub use reconcile::{ReconcileSettings, ReconcilingCheckpointStore};
+pub use slices::PoolSpec;
+pub use stale::{KubeStaleClaimNotices, node_reference, released_kube_event};
+pub use status::{KubeStatusSink, status_apply_body};
+
+use crate::cdi::CdiWriter;
+use crate::checkpoint::FileCheckpointStore;
+use crate::stale::{PreparedClaims, StaleClaimChecker};
+
+/// Claims refused for something wrong with them, by `reason`.
+pub const BAD_CLAIMS: &str = "domaind_kube_bad_claims_total";
+
+/// Watch failures (each retried with backoff), by `resource`.
+pub const WATCH_ERRORS: &str = "domaind_kube_watch_errors_total";
+
+/// What the backend needs to know about this node.
+#[derive(Debug, Clone)]
+pub struct KubeSettings {
+    pub node: String,
+    pub driver: String,
+    /// `<clusterUUID>.<cliqueId>`, or empty.
+    pub clique: String,
+    /// Channel devices in this node's ResourceSlices.
+    pub channel_devices: u32,
+    pub default_readiness: ReadinessPolicy,
+    /// Each API call.
+    pub api_timeout: Duration,
+    /// Start-up reconciliation, all told.
+    pub reconcile_timeout: Duration,
+}
+
+/// The running backend: the ports to give the actors, and the background work (the
+/// ComputeDomain watch, the slice publisher) until [`stop`](Self::stop).
+pub struct KubeBackend {
+    client: Client,
+    settings: KubeSettings,
+    pub claims: Arc<KubeClaimSource>,
+    pub status: Arc<KubeStatusSink>,
+    pub events: Arc<KubeEventSink>,
+    pub checkpoint: Arc<ReconcilingCheckpointStore>,
+    domains: DomainCache,
+    pool: watch::Sender<PoolSpec>,
+    stop: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+// The client has no Debug of its own.
+impl std::fmt::Debug for KubeBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeBackend")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeBackend {
+    /// Starts the ComputeDomain watch and the slice publisher (tokio tasks) and makes
+    /// the ports. `file` is the checkpoint store that reconciliation wraps.
+    pub fn start(
+        client: Client,
+        settings: KubeSettings,
+        file: FileCheckpointStore,
+        cdi: CdiWriter,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let (domains, watch_domains) = DomainCache::watch(client.clone());
+        let watching = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    () = watch_domains => {}
+                }
+            })
+        };
+        let (pool, pool_rx) = watch::channel(PoolSpec {
+            node: settings.node.clone(),
+            driver: settings.driver.clone(),
+            clique: settings.clique.clone(),
+            channels: settings.channel_devices,
+        });
+        let publishing = tokio::spawn(
+            SlicePublisher::new(client.clone(), pool_rx, settings.api_timeout).run(
+                watch_slices(client.clone(), &settings.node, &settings.driver),
+                stop.clone(),
+            ),
+        );
+        let checkpoint = ReconcilingCheckpointStore::new(
+            file,
+            client.clone(),
+            domains.clone(),
+            cdi,
+            ReconcileSettings {
+                node: settings.node.clone(),
+                driver: settings.driver.clone(),
+                default_readiness: settings.default_readiness,
+                api_timeout: settings.api_timeout,
+                limit: settings.reconcile_timeout,
+            },
+        );
+        Self {
+            claims: Arc::new(KubeClaimSource::new(
+                client.clone(),
+                domains.clone(),
+                settings.node.clone(),
+                settings.driver.clone(),
+                settings.api_timeout,
+            )),
+            status: Arc::new(KubeStatusSink::new(
+                client.clone(),
+                domains.clone(),
+                settings.api_timeout,
+            )),
+            events: Arc::new(KubeEventSink::new(
+                client.clone(),
+                settings.node.clone(),
+                settings.api_timeout,
+            )),
+            checkpoint: Arc::new(checkpoint),
+            domains,
+            client,
+            settings,
+            pool,
+            stop,
+            tasks: vec![watching, publishing],
+        }
+    }
+
+    /// The stale-claim check of this node's claims against the API server, with
+    /// events on the Node.
+    pub fn stale_claims(&self, node: Arc<dyn PreparedClaims>) -> StaleClaimChecker {
+        StaleClaimChecker::new(
+            Arc::new(KubeClaimSource::new(
+                self.client.clone(),
+                self.domains.clone(),
+                self.settings.node.clone(),
+                self.settings.driver.clone(),
+                self.settings.api_timeout,
+            )),
+            node,
+            Arc::new(KubeStaleClaimNotices::new(
+                self.client.clone(),
+                self.settings.node.clone(),
+                self.settings.api_timeout,
+            )),
+        )
+    }
+
+    /// Publishes the node's slices with another clique (they are rewritten at a new
+    /// pool generation).
+    pub fn set_clique(&self, clique: impl Into<String>) {
+        let clique = clique.into();
+        self.pool.send_if_modified(|pool| {
+            let changed = pool.clique != clique;
+            pool.clique = clique;
+            changed
+        });
+    }
+
+    /// Stops the watch and the publisher; with `delete_slices`, then deletes this
+    /// node's slices (nothing republishes them any more).
+    pub async fn stop(self, delete_slices: bool) {
+        self.stop.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        if delete_slices {
+            match delete_node_slices(
+                self.client,
+                &self.settings.node,
+                &self.settings.driver,
+                self.settings.api_timeout,
+            )
+            .await
+            {
+                Ok(deleted) => info!(deleted, "deleted this node's ResourceSlices"),
+                Err(error) => warn!(%error, "this node's ResourceSlices were not deleted"),
+            }
+        }
+    }
+}

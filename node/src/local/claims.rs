@@ -1,0 +1,154 @@
+//! Claims from `claims/<claim-uid>.json`: what the API server's ResourceClaim and
+//! the ComputeDomain's opaque config say, in one small file.
+
+use async_trait::async_trait;
+use domaind_actors::model::{
+    AllocatedDevice, AllocationMode, ClaimInfo, ClaimRef, DomainRef, DomainUid, NodeId,
+    ReadinessPolicy,
+};
+use domaind_actors::ports::{ClaimError, ClaimSource};
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use super::{BAD_FILES, LocalDir, LocalError, read_json};
+
+pub use domaind_kube_api::names::CHANNEL_REQUEST;
+
+/// A claim allocated to a node, as the local backend keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClaimFile {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub compute_domain: ComputeDomainRef,
+    #[serde(default)]
+    pub allocation_mode: AllocationMode,
+    /// The daemon's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<ReadinessPolicy>,
+    /// The DRA driver the claim was allocated by; ours when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// The allocated device; `channel-0` of the node's pool when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ComputeDomainRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// `spec.numNodes`; 0 (follow the workload) when absent.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub num_nodes: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Resolves claims from the local backend's claim files.
+#[derive(Debug, Clone)]
+pub struct LocalClaimSource {
+    dir: LocalDir,
+    node: NodeId,
+    driver: String,
+}
+
+impl LocalClaimSource {
+    pub fn new(dir: LocalDir, node: impl Into<NodeId>, driver: impl Into<String>) -> Self {
+        Self {
+            dir,
+            node: node.into(),
+            driver: driver.into(),
+        }
+    }
+
+    fn check(&self, asked: &ClaimRef, file: ClaimFile) -> Result<ClaimInfo, String> {
+        let claim = format!("claim {}/{} ({})", asked.namespace, asked.name, asked.uid);
+        if file.uid != asked.uid {
+            return Err(format!(
+                "{claim}: its file holds uid {:?}; the file must be named after the claim's uid",
+                file.uid
+            ));
+        }
+        if (file.namespace.as_str(), file.name.as_str())
+            != (asked.namespace.as_str(), asked.name.as_str())
+        {
+            return Err(format!(
+                "{claim}: the claim file names {}/{}; the kubelet and the file must agree",
+                file.namespace, file.name
+            ));
+        }
+        if let Some(driver) = file.driver.as_deref().filter(|d| *d != self.driver) {
+            return Err(format!(
+                "{claim} is allocated by driver {driver}, not {}: it is not ours to prepare",
+                self.driver
+            ));
+        }
+        let cd = &file.compute_domain;
+        if cd.uid.is_empty() || cd.name.is_empty() || cd.namespace.is_empty() {
+            return Err(format!(
+                "{claim}: computeDomain needs a namespace, a name and a uid"
+            ));
+        }
+        if cd.namespace != asked.namespace {
+            return Err(format!(
+                "{claim} is in namespace {} but its ComputeDomain {}/{} is in {}: a claim can \
+                 only join a ComputeDomain of its own namespace",
+                asked.namespace, cd.namespace, cd.name, cd.namespace
+            ));
+        }
+        Ok(ClaimInfo {
+            domain: DomainRef {
+                uid: DomainUid(cd.uid.clone()),
+                namespace: cd.namespace.clone(),
+                name: cd.name.clone(),
+                num_nodes: cd.num_nodes,
+            },
+            allocation_mode: file.allocation_mode,
+            readiness: file.readiness,
+            devices: vec![AllocatedDevice {
+                request: CHANNEL_REQUEST.into(),
+                pool: self.node.clone(),
+                device: file.device.unwrap_or_else(|| "channel-0".into()),
+            }],
+        })
+    }
+}
+
+#[async_trait]
+impl ClaimSource for LocalClaimSource {
+    async fn resolve(&self, claim: &ClaimRef) -> Result<ClaimInfo, ClaimError> {
+        let bad = |kind: &'static str, message: String| {
+            metrics::counter!(BAD_FILES, "kind" => kind).increment(1);
+            warn!(claim = %claim.uid, %message, "claim refused");
+            ClaimError::Permanent(message)
+        };
+        let path = self
+            .dir
+            .claim_path(&claim.uid)
+            .map_err(|e| bad("claim", e.to_string()))?;
+        let dir = self.dir.clone();
+        let read = tokio::task::spawn_blocking(move || read_json::<ClaimFile>(&path))
+            .await
+            .map_err(|e| ClaimError::Transient(format!("claim lookup failed: {e}")))?;
+        match read {
+            Ok(Some(file)) => self.check(claim, file).map_err(|m| bad("claim", m)),
+            Ok(None) => Err(ClaimError::Permanent(format!(
+                "claim {}/{} ({}) is unknown: no file {} in the local backend",
+                claim.namespace,
+                claim.name,
+                claim.uid,
+                dir.claim_path(&claim.uid)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            ))),
+            Err(error @ LocalError::Parse { .. }) => Err(bad("claim", error.to_string())),
+            Err(error) => Err(ClaimError::Transient(error.to_string())),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The local backend: a directory that plays the API server's part for a rack without
+//! a cluster (the demo, the chaos harness, tests, outside tools). Every daemon of a
+//! local rack shares one directory, as nodes share an API server.
+//!
+//! Its files are an interface, documented in the README:
+//! - `claims/<claim-uid>.json`: a claim allocated to a node ([`ClaimFile`]), written by
+//!   whoever plays the scheduler; read by the daemons at prepare.
+//! - `status/<cd-uid>.json`: the ComputeDomain's `.status` exactly as the CRD defines
+//!   it, written atomically by the domain's reporter.
+//! - `events/<cd-uid>.jsonl`: one [`LocalEvent`] per line, appended by every node.
+//!
+//! A claim whose file is removed while a daemon holds it prepared is released by that
+//! daemon's stale-claim check ([`LocalClaimExistence`]).
+
+mod claims;
+mod events;
+mod stale;
+mod status;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub use claims::{CHANNEL_REQUEST, ClaimFile, ComputeDomainRef, LocalClaimSource};
+pub use events::{LocalEvent, LocalEventSink};
+pub use stale::{LocalClaimExistence, LocalStaleClaimNotices};
+pub use status::LocalStatusSink;
+
+use domaind_kube_api::crd::ComputeDomainStatus;
+
+/// Counts files of the local backend that could not be used, by `kind`.
+pub const BAD_FILES: &str = "domaind_local_bad_files_total";
+
+/// Why a file of the local backend could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("{name:?} cannot name a file of the local backend: {reason}")]
+    BadName { name: String, reason: &'static str },
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{} is not valid: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The layout of a local backend directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalDir {
+    root: PathBuf,
+}
+
+/// Files are readable by every tool of the rack.
+const FILE_MODE: u32 = 0o644;
+
+impl LocalDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn claims_dir(&self) -> PathBuf {
+        self.root.join("claims")
+    }
+
+    pub fn status_dir(&self) -> PathBuf {
+        self.root.join("status")
+    }
+
+    pub fn events_dir(&self) -> PathBuf {
+        self.root.join("events")
+    }
+
+    pub fn claim_path(&self, claim_uid: &str) -> Result<PathBuf, LocalError> {
+        Ok(self.claims_dir().join(file_name(claim_uid, "json")?))
+    }
+
+    pub fn status_path(&self, cd_uid: &str) -> Result<PathBuf, LocalError> {
+        Ok(self.status_dir().join(file_name(cd_uid, "json")?))
+    }
+
+    pub fn events_path(&self, cd_uid: &str) -> Result<PathBuf, LocalError> {
+        Ok(self.events_dir().join(file_name(cd_uid, "jsonl")?))
+    }
+
+    /// Writes a claim file atomically, as a scheduler would allocate the claim.
+    pub fn write_claim(&self, claim: &ClaimFile) -> Result<(), LocalError> {
+        let name = file_name(&claim.uid, "json")?;
+        let bytes = serde_json::to_vec_pretty(claim).expect("a claim file always serialises");
+        crate::atomic_file::replace(&self.claims_dir(), &name, &bytes, FILE_MODE).map_err(
+            |source| LocalError::Write {
+                path: self.claims_dir().join(&name),
+                source,
+            },
+        )
+    }
+
+    /// Removes a claim file, as when a claim is deleted. Returns whether there was one.
+    pub fn remove_claim(&self, claim_uid: &str) -> Result<bool, LocalError> {
+        let name = file_name(claim_uid, "json")?;
+        crate::atomic_file::remove(&self.claims_dir(), &name).map_err(|source| LocalError::Write {
+            path: self.claims_dir().join(&name),
+            source,
+        })
+    }
+
+    /// A domain's status as last written, or `None` before its reporter wrote one.
+    pub fn read_status(&self, cd_uid: &str) -> Result<Option<ComputeDomainStatus>, LocalError> {
+        let path = self.status_path(cd_uid)?;
+        read_json(&path)
+    }
+
+    /// A domain's events, oldest first. A line that does not parse (a torn append after
+    /// a crash) is skipped.
+    pub fn read_events(&self, cd_uid: &str) -> Result<Vec<LocalEvent>, LocalError> {
+        let path = self.events_path(cd_uid)?;
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(text
+                .lines()
+                .filter_map(|line| serde_json::from_str(line).ok())
+                .collect()),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(source) => Err(LocalError::Read { path, source }),
+        }
+    }
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, LocalError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(LocalError::Read {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| LocalError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// `<uid>.<extension>`, for a UID that cannot climb out of its directory or hide.
+fn file_name(uid: &str, extension: &str) -> Result<String, LocalError> {
+    let bad = |reason| LocalError::BadName {
+        name: uid.to_owned(),
+        reason,
+    };
+    if uid.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if uid.len() > 253 {
+        return Err(bad("it is longer than 253 characters"));
+    }
+    if uid.starts_with('.') {
+        return Err(bad("it starts with '.'"));
+    }
+    if !uid
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(bad(
+            "it has a character other than letters, digits, '-', '_' and '.'",
+        ));
+    }
+    Ok(format!("{uid}.{extension}"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+//! `domaind run`'s flags. Every flag has an environment fallback, so that a DaemonSet
+//! can pass the node name and pod IP through the downward API.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use domaind_actors::model::{DEFAULT_MAX_SLOTS, ReadinessPolicy, Slot};
+use domaind_gossip::NodeName;
+use domaind_kube_api::args::{HttpArgs, KubeArgs, NodeHttp};
+
+use crate::cdi::DEFAULT_CDI_DIR;
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The DRA driver name and the Kubernetes backend's API timeout.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+
+    /// /metrics, /healthz, /readyz and /state.
+    #[command(flatten)]
+    pub http: HttpArgs<NodeHttp>,
+
+    /// This node's Kubernetes name: its gossip identity, which its certificate must carry.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: NodeName,
+
+    /// This node's IP: gossip listens and IMEX binds on it, and peers dial it.
+    #[arg(long, env = "POD_IP")]
+    pub pod_ip: IpAddr,
+
+    /// The gossip port, on --pod-ip.
+    #[arg(long, env = "DOMAIND_GOSSIP_PORT", default_value_t = 7946)]
+    pub gossip_port: u16,
+
+    /// Gossip seeds, `host:port` (a headless Service name works); any one live seed is
+    /// enough. Repeat the flag, or separate with commas.
+    #[arg(long = "seed", env = "DOMAIND_SEEDS", value_delimiter = ',')]
+    pub seeds: Vec<String>,
+
+    /// How often gossip runs. Shorter notices dead nodes sooner, at the cost of traffic.
+    #[arg(long, env = "DOMAIND_GOSSIP_INTERVAL", default_value = "150ms", value_parser = humantime::parse_duration)]
+    pub gossip_interval: Duration,
+
+    /// Eager gossip: how many random live peers hear of this node's own changes at once
+    /// instead of at the next round (news from others goes on to 3). The default covers
+    /// an NVL72 rack's other nodes. 0 turns eager gossip off: news waits for the rounds,
+    /// and a domain forms in about a second instead of a fifth.
+    #[arg(long, env = "DOMAIND_GOSSIP_PUSH_FANOUT", default_value_t = domaind_gossip::EagerGossip::default().origin_fanout)]
+    pub gossip_push_fanout: usize,
+
+    /// Directory with this node's gossip TLS files: ca.crt, tls.crt and tls.key (as a
+    /// cert-manager Secret mounts them). Reloaded when they change.
+    #[arg(long, env = "DOMAIND_TLS_DIR", default_value = "/etc/domaind/tls")]
+    pub tls_dir: PathBuf,
+
+    /// The kubelet's plugins directory: the DRA socket is <dir>/<driver>/dra.sock.
+    #[arg(
+        long,
+        env = "DOMAIND_KUBELET_PLUGINS_DIR",
+        default_value = "/var/lib/kubelet/plugins"
+    )]
+    pub kubelet_plugins_dir: PathBuf,
+
+    /// The kubelet's plugin registration directory: the registration socket is
+    /// <dir>/<driver>-reg.sock.
+    #[arg(
+        long,
+        env = "DOMAIND_KUBELET_REGISTRY_DIR",
+        default_value = "/var/lib/kubelet/plugins_registry"
+    )]
+    pub kubelet_registry_dir: PathBuf,
+
+    /// domaind's own state: the checkpoint of prepared claims, IMEX's config files (unless
+    /// --imex-config-dir says otherwise) and run.json, the addresses this run listens on.
+    #[arg(long, env = "DOMAIND_STATE_DIR", default_value = "/var/lib/domaind")]
+    pub state_dir: PathBuf,
+
+    /// Where claims come from and status goes: `local` reads claim files from and writes
+    /// status files to --local-dir (no cluster; see the README); `kube` talks to the
+    /// Kubernetes API server (in-cluster service account, or KUBECONFIG): ResourceClaims,
+    /// ComputeDomain status and Events, and this node's ResourceSlices.
+    #[arg(long, env = "DOMAIND_BACKEND", value_enum, default_value_t = Backend::Local)]
+    pub backend: Backend,
+
+    /// The local backend's directory, shared by every daemon of a local rack.
+    #[arg(long, env = "DOMAIND_LOCAL_DIR", required_if_eq("backend", "local"))]
+    pub local_dir: Option<PathBuf>,
+
+    /// Kubernetes backend: channel devices this node publishes in its ResourceSlices
+    /// (channel-0 .. channel-N-1). Each pod's claim takes one, so this is how many pods of
+    /// one ComputeDomain can run on the node; every one gets the domain's channel.
+    #[arg(long, env = "DOMAIND_CHANNEL_DEVICES", default_value_t = crate::kube::slices::DEFAULT_CHANNEL_DEVICES, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::kube::slices::MAX_CHANNEL_DEVICES)))]
+    pub channel_devices: u32,
+
+    /// Kubernetes backend: what happens to this node's ResourceSlices when the daemon
+    /// stops. `keep` (restarts and upgrades leave the node schedulable; on a cluster the
+    /// kubelet removes the slices of a driver whose plugin stays gone) or `delete`
+    /// (removed at once: for daemons stopped for good).
+    #[arg(long, env = "DOMAIND_SLICES_ON_EXIT", value_enum, default_value_t = SlicesOnExit::Keep)]
+    pub slices_on_exit: SlicesOnExit,
+
+    /// Kubernetes backend: when the checkpoint is missing or corrupt, how long rebuilding
+    /// the prepared claims from the API server may take before the node starts with none.
+    #[arg(long, env = "DOMAIND_RECONCILE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub reconcile_timeout: Duration,
+
+    /// How often every checkpointed claim is checked against the API server (or the
+    /// local backend's claim files), besides once at start-up: a claim whose
+    /// ResourceClaim or ComputeDomain is gone (deleted while the daemon was down, or
+    /// force-deleted) is released as an unprepare would release it, so that it does not
+    /// keep the node from serving another ComputeDomain. `0s` turns the check off.
+    #[arg(long, env = "DOMAIND_STALE_CLAIM_CHECK_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub stale_claim_check_interval: Duration,
+
+    /// The CDI spec directory the container runtime reads.
+    #[arg(long, env = "DOMAIND_CDI_DIR", default_value = DEFAULT_CDI_DIR)]
+    pub cdi_dir: PathBuf,
+
+    /// A fake GPU topology file instead of NVML, for machines without GPUs (the demo,
+    /// tests). Without it, NVML must be loadable.
+    #[arg(long, env = "DOMAIND_GPU_TOPOLOGY")]
+    pub gpu_topology: Option<PathBuf>,
+
+    /// The NVML library to load: a file name, looked for on the loader's search path and
+    /// then in --driver-root's library directories, or a path, loaded as it is.
+    #[arg(long, env = "DOMAIND_NVML_LIBRARY", default_value = crate::gpu::DEFAULT_NVML_LIBRARY)]
+    pub nvml_library: PathBuf,
+
+    /// Where the NVIDIA driver's files are mounted in the container (the chart's
+    /// node.driverRoot): NVML is looked for in its library directories when the loader
+    /// does not find it. Nothing mounted there: only the loader's search path is used.
+    #[arg(long, env = "DOMAIND_DRIVER_ROOT", default_value = crate::gpu::DEFAULT_DRIVER_ROOT)]
+    pub driver_root: PathBuf,
+
+    /// The IMEX daemon.
+    #[arg(long, env = "DOMAIND_IMEX_BIN", default_value = "nvidia-imex")]
+    pub imex_bin: PathBuf,
+
+    /// The IMEX control tool (readiness queries).
+    #[arg(long, env = "DOMAIND_IMEX_CTL", default_value = "nvidia-imex-ctl")]
+    pub imex_ctl: PathBuf,
+
+    /// Run `imex-sim` (this path) instead of nvidia-imex and nvidia-imex-ctl: for
+    /// machines without the driver. It really connects to its peers over TCP.
+    #[arg(long, env = "DOMAIND_IMEX_SIM", conflicts_with_all = ["imex_bin", "imex_ctl"])]
+    pub imex_sim: Option<PathBuf>,
+
+    /// Run the IMEX simulator built into this binary (`domaind imex-sim`), as --imex-sim
+    /// does with a separate binary.
+    #[arg(long, env = "DOMAIND_IMEX_SIM_BUILTIN", conflicts_with_all = ["imex_bin", "imex_ctl", "imex_sim"])]
+    pub imex_sim_builtin: bool,
+
+    /// Where IMEX's config.cfg and nodes_config.cfg are written; <state-dir>/imex if unset.
+    #[arg(long, env = "DOMAIND_IMEX_CONFIG_DIR")]
+    pub imex_config_dir: Option<PathBuf>,
+
+    /// The hosts file IMEX resolves slot names through (DNS-names mode). Only the block
+    /// between domaind's markers is touched. Default: /etc/hosts, or
+    /// <imex-config-dir>/hosts with --imex-sim.
+    #[arg(long, env = "DOMAIND_IMEX_HOSTS_FILE")]
+    pub imex_hosts_file: Option<PathBuf>,
+
+    /// How IMEX addresses its peers: stable slot names (membership changes reload IMEX)
+    /// or IPs (membership changes restart it).
+    #[arg(long, env = "DOMAIND_IMEX_ADDRESSING", value_enum, default_value_t = Addressing::DnsNames)]
+    pub imex_addressing: Addressing,
+
+    /// IMEX's peer port, the same on every node.
+    #[arg(long, env = "DOMAIND_IMEX_PORT", default_value_t = 50000)]
+    pub imex_port: u16,
+
+    /// IMEX's command port, for readiness queries.
+    #[arg(long, env = "DOMAIND_IMEX_CMD_PORT", default_value_t = 50005)]
+    pub imex_cmd_port: u16,
+
+    /// Whether domaind makes the channel device nodes (/dev/nvidia-caps-imex-channels)
+    /// its claims hand out, or leaves them to the driver or an administrator.
+    #[arg(long, env = "DOMAIND_CHANNEL_NODES", value_enum, default_value_t = ChannelNodes::Create)]
+    pub channel_nodes: ChannelNodes,
+
+    /// The host's /dev, where channel nodes are made.
+    #[arg(long, env = "DOMAIND_DEV_ROOT", default_value = "/dev")]
+    pub dev_root: PathBuf,
+
+    /// The file listing character device majors.
+    #[arg(long, env = "DOMAIND_PROC_DEVICES", default_value = "/proc/devices")]
+    pub proc_devices: PathBuf,
+
+    /// How many channels a claim with allocationMode All gets (channels 0 to N-1).
+    #[arg(long, env = "DOMAIND_ALL_CHANNELS", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub all_channels: u32,
+
+    /// When a prepared claim's pod may start, for claims whose config does not say:
+    /// `local` once this node's IMEX is ready, `domain` once every member's is.
+    #[arg(long, env = "DOMAIND_DEFAULT_READINESS", value_enum, default_value_t = Readiness::Local)]
+    pub default_readiness: Readiness,
+
+    /// IMEX slots per domain: 18 for an NVL72 rack, up to the clique's size.
+    #[arg(long, env = "DOMAIND_MAX_SLOTS", default_value_t = DEFAULT_MAX_SLOTS, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub max_slots: Slot,
+
+    /// How long a prepare call waits for readiness before answering with a retryable
+    /// error (the kubelet calls again).
+    #[arg(long, env = "DOMAIND_PREPARE_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub prepare_deadline: Duration,
+
+    /// Also serve the standard gRPC health service on this TCP address, for
+    /// Kubernetes grpc probes (it is always served on the DRA socket).
+    #[arg(long, env = "DOMAIND_HEALTH_GRPC_ADDR")]
+    pub health_grpc_addr: Option<SocketAddr>,
+
+    /// How long a graceful stop may take before the process exits anyway.
+    #[arg(long, env = "DOMAIND_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// Claim files and status files in --local-dir.
+    Local,
+    /// The Kubernetes API server.
+    Kube,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SlicesOnExit {
+    /// Leave them: a restart or upgrade keeps the node schedulable.
+    Keep,
+    /// Delete them at a graceful stop: for daemons stopped for good.
+    Delete,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Addressing {
+    DnsNames,
+    Ips,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ChannelNodes {
+    /// Make missing nodes with mknod (needs CAP_MKNOD).
+    Create,
+    /// Describe the nodes in CDI specs but do not make them.
+    Skip,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Readiness {
+    Local,
+    Domain,
+}
+
+impl From<Readiness> for ReadinessPolicy {
+    fn from(readiness: Readiness) -> Self {
+        match readiness {
+            Readiness::Local => ReadinessPolicy::Local,
+            Readiness::Domain => ReadinessPolicy::Domain,
+        }
+    }
+}

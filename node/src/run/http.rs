@@ -1,0 +1,66 @@
+//! `/metrics`, `/healthz`, `/readyz` and `/state`, for Prometheus, the kubelet's probes,
+//! and the demo and chaos harness. The first three are shared with the controller
+//! (`domaind_kube_api::health`); `/state` and the liveness check are the node's own.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Addr;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use domaind_actors::{GetSnapshot, NodeActor};
+use futures::FutureExt as _;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use domaind_kube_api::health::Readiness;
+
+use super::state::NodeView;
+
+/// How long the node actor may take to answer before the node is reported unhealthy.
+const LIVENESS_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Binds `addr` and serves until `stop` is cancelled. Returns the bound address (the
+/// port may have been 0) and the server's task.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: PrometheusHandle,
+    node: Addr<NodeActor>,
+    readiness: Arc<Readiness>,
+    stop: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let probed = node.clone();
+    // Alive when the node actor answers: a wedged actor system is what a restart cures.
+    let liveness: domaind_kube_api::health::Liveness = Arc::new(move || {
+        let node = probed.clone();
+        async move {
+            match tokio::time::timeout(LIVENESS_TIMEOUT, node.send(GetSnapshot)).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(_)) => Err("the node actor has stopped".to_string()),
+                Err(_) => Err(format!(
+                    "the node actor did not answer within {LIVENESS_TIMEOUT:?}"
+                )),
+            }
+        }
+        .boxed()
+    });
+    let app =
+        domaind_kube_api::health::router(metrics, liveness, readiness, "starting or shutting down")
+            .merge(Router::new().route("/state", get(state)).with_state(node));
+    domaind_kube_api::health::serve(addr, app, stop).await
+}
+
+async fn state(State(node): State<Addr<NodeActor>>) -> Response {
+    match tokio::time::timeout(LIVENESS_TIMEOUT, node.send(GetSnapshot)).await {
+        Ok(Ok(snapshot)) => Json(NodeView::from(snapshot)).into_response(),
+        _ => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the node actor did not answer\n",
+        )
+            .into_response(),
+    }
+}

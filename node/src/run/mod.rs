@@ -1,0 +1,429 @@
+//! `domaind run`: the node daemon. Kubelet DRA plugin, gossip member and IMEX
+//! supervisor in one process.
+//!
+//! Start-up order matters: the checkpoint and the clique are read before gossip starts
+//! (a node joins its clique's gossip ring, and rejoins its domains from the
+//! checkpoint), and the kubelet's sockets open last, once prepare calls can be served.
+//! A graceful stop runs the other way: refuse new calls, retract this node from its
+//! domains so peers drop it at once, stop IMEX, flush the checkpoint, stop gossip, and
+//! (Kubernetes backend) stop publishing slices, deleting them if told to.
+
+mod args;
+mod http;
+mod info;
+mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Actor;
+use anyhow::Context as _;
+use domaind_actors::model::CliqueId;
+use domaind_actors::ports::SystemClock;
+use domaind_actors::{Depart, NodeActor, NodeConfig, Ports};
+use domaind_gossip::tls::{NodeTls, TlsPaths};
+use domaind_gossip::transport::TransportLimits;
+use domaind_gossip::{EagerGossip, GossipConfig, GossipNode, cluster_id_for_clique};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs, SlicesOnExit};
+pub use info::RunInfo;
+pub use state::{DomainView, ImexView, NodeView};
+
+use crate::cdi::CdiWriter;
+use crate::checkpoint::{CheckpointConfig, FileCheckpointStore};
+use crate::devices::{ChannelDevices, DeviceRoots};
+use crate::dra::{DriverName, KubeletPluginServer, PluginServerConfig};
+use crate::gpu::{GpuInventory, NvmlInventory, TopologyInventory};
+use crate::imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
+use crate::kube::{KubeBackend, KubeSettings};
+use crate::local::{
+    LocalClaimExistence, LocalClaimSource, LocalDir, LocalEventSink, LocalStaleClaimNotices,
+    LocalStatusSink,
+};
+use crate::prepare::{ChannelInjection, PrepareService};
+use crate::stale::{NodeClaims, StaleClaimChecker};
+
+/// How often the TLS files are checked for rotation.
+const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
+/// How long to wait for a clique while the GPUs' fabric registration is under way.
+const CLIQUE_WAIT: Duration = Duration::from_secs(120);
+/// Gossip rounds to keep gossiping after retracting, so that peers hear of it.
+const RETRACT_ROUNDS: u32 = 10;
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    // Before anything records a metric.
+    let metrics = PrometheusBuilder::new()
+        .install_recorder()
+        .context("cannot install the metrics recorder")?;
+    // actix actors stay on this thread; tokio::spawn work (gossip, gRPC, HTTP) runs on
+    // the workers.
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("cannot build the tokio runtime")
+    });
+    system.block_on(serve(args, metrics))
+}
+
+async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
+    let node = args.node_name.clone();
+    info!(node = %node, ip = %args.pod_ip, backend = ?args.backend, "domaind starting");
+
+    let tls = NodeTls::load(TlsPaths::in_dir(&args.tls_dir), node.clone()).with_context(|| {
+        format!(
+            "cannot load gossip TLS files for node {node} from {} (ca.crt, tls.crt, tls.key)",
+            args.tls_dir.display()
+        )
+    })?;
+    let _reloader = tls.spawn_reloader(TLS_RELOAD_INTERVAL);
+    let clique = discover_clique(&args).await?;
+    info!(clique = %clique, "clique discovered");
+
+    let checkpoint = FileCheckpointStore::open(CheckpointConfig::new(&args.state_dir))
+        .with_context(|| format!("cannot open the checkpoint in {}", args.state_dir.display()))?;
+
+    let injection = channel_injection(&args)?;
+    let cdi = CdiWriter::new(&args.cdi_dir, &args.kube.driver_name)
+        .with_context(|| format!("invalid driver name {:?}", args.kube.driver_name))?;
+    for stale in cdi.remove_stale_temp_files().unwrap_or_default() {
+        info!(file = %stale, "removed a CDI file an interrupted write left");
+    }
+
+    let mut gossip_config = GossipConfig::new(
+        node.clone(),
+        SocketAddr::new(args.pod_ip, args.gossip_port),
+        cluster_id_for_clique(&clique.0),
+    );
+    gossip_config.seeds = args.seeds.clone();
+    gossip_config.timing.gossip_interval = args.gossip_interval;
+    gossip_config.timing.eager = eager_gossip(args.gossip_push_fanout);
+    let gossip = Arc::new(
+        GossipNode::start_tls(gossip_config, tls, gossip_limits(&args))
+            .await
+            .context("cannot start gossip")?,
+    );
+
+    let imex = Arc::new(ImexDaemon::new(imex_settings(&args)?));
+    let mut kube = None;
+    let mut local_dir = None;
+    let ports = match args.backend {
+        Backend::Kube => {
+            let client = domaind_kube_api::client().await?;
+            let backend = KubeBackend::start(
+                client,
+                KubeSettings {
+                    node: node.to_string(),
+                    driver: args.kube.driver_name.clone(),
+                    clique: clique.0.clone(),
+                    channel_devices: args.channel_devices,
+                    default_readiness: args.default_readiness.into(),
+                    api_timeout: args.kube.kube_api_timeout,
+                    reconcile_timeout: args.reconcile_timeout,
+                },
+                checkpoint,
+                cdi.clone(),
+            );
+            let ports = Ports {
+                gossip: gossip.clone(),
+                imex,
+                status: backend.status.clone(),
+                events: backend.events.clone(),
+                claims: backend.claims.clone(),
+                checkpoint: backend.checkpoint.clone(),
+                clock: Arc::new(SystemClock),
+            };
+            kube = Some(backend);
+            ports
+        }
+        Backend::Local => {
+            let dir = LocalDir::new(
+                args.local_dir
+                    .clone()
+                    .context("--local-dir is required with --backend local")?,
+            );
+            local_dir = Some(dir.clone());
+            Ports {
+                gossip: gossip.clone(),
+                imex,
+                status: Arc::new(LocalStatusSink::new(dir.clone())),
+                events: Arc::new(LocalEventSink::new(dir.clone(), node.as_str())),
+                claims: Arc::new(LocalClaimSource::new(
+                    dir,
+                    node.as_str(),
+                    &args.kube.driver_name,
+                )),
+                checkpoint: Arc::new(checkpoint),
+                clock: Arc::new(SystemClock),
+            }
+        }
+    };
+    let mut config = NodeConfig::new(node.as_str(), args.pod_ip, clique);
+    config.max_slots = args.max_slots;
+    config.default_readiness = args.default_readiness.into();
+    config.prepare_deadline = args.prepare_deadline;
+    let node_actor = NodeActor::new(config, ports).start();
+
+    let readiness = Arc::new(http::Readiness::default());
+    let stop_http = CancellationToken::new();
+    let (http_addr, http_task) = http::serve(
+        args.http.http_addr,
+        metrics,
+        node_actor.clone(),
+        readiness.clone(),
+        stop_http.clone(),
+    )
+    .await
+    .with_context(|| format!("cannot listen on {} (--http-addr)", args.http.http_addr))?;
+
+    let plugin = Arc::new(PrepareService::new(
+        node_actor.clone(),
+        node.as_str(),
+        cdi,
+        injection,
+    ));
+    let stop_stale = CancellationToken::new();
+    let stale_task = if args.stale_claim_check_interval.is_zero() {
+        None
+    } else {
+        let claims = Arc::new(NodeClaims::new(node_actor.clone(), plugin.clone()));
+        let checker = match (&kube, &local_dir) {
+            (Some(kube), _) => Some(kube.stale_claims(claims)),
+            (None, Some(dir)) => Some(StaleClaimChecker::new(
+                Arc::new(LocalClaimExistence::new(dir.clone())),
+                claims,
+                Arc::new(LocalStaleClaimNotices::new(dir.clone(), node.as_str())),
+            )),
+            (None, None) => None,
+        };
+        checker.map(|checker| {
+            tokio::spawn(checker.run(args.stale_claim_check_interval, stop_stale.clone()))
+        })
+    };
+    let plugin_server = KubeletPluginServer::start(
+        PluginServerConfig {
+            driver_name: DriverName::new(args.kube.driver_name.clone())?,
+            plugins_dir: args.kubelet_plugins_dir.clone(),
+            registry_dir: args.kubelet_registry_dir.clone(),
+            health_addr: args.health_grpc_addr,
+            ..PluginServerConfig::default()
+        },
+        plugin,
+    )
+    .await
+    .context("cannot start the kubelet plugin")?;
+
+    let info = RunInfo {
+        pid: std::process::id(),
+        node: node.to_string(),
+        gossip_addr: gossip.gossip_addr(),
+        http_addr,
+        dra_socket: plugin_server.dra_socket().to_owned(),
+        registration_socket: plugin_server.registration_socket().to_owned(),
+    };
+    info.write(&args.state_dir)
+        .with_context(|| format!("cannot write run.json in {}", args.state_dir.display()))?;
+    readiness.set(true);
+    info!(
+        gossip = %info.gossip_addr,
+        http = %info.http_addr,
+        dra_socket = %info.dra_socket.display(),
+        registration_socket = %info.registration_socket.display(),
+        "domaind ready"
+    );
+
+    let signal = wait_for_signal().await?;
+    info!(signal, "stopping gracefully");
+    readiness.set(false);
+    // No release races the departure (it would leave a domain the node is leaving).
+    stop_stale.cancel();
+    if let Some(task) = stale_task {
+        let _ = task.await;
+    }
+    let graceful = async {
+        plugin_server.begin_shutdown().await;
+        if node_actor.send(Depart).await.is_err() {
+            warn!("the node actor was already gone");
+        }
+        // Peers learn of the retraction by gossip: keep gossiping a few rounds.
+        tokio::time::sleep(args.gossip_interval * RETRACT_ROUNDS).await;
+        if let Err(error) = gossip.stop().await {
+            warn!(%error, "gossip did not stop cleanly");
+        }
+        plugin_server.shutdown().await;
+        if let Some(kube) = kube {
+            kube.stop(args.slices_on_exit == SlicesOnExit::Delete).await;
+        }
+    };
+    if tokio::time::timeout(args.shutdown_timeout, graceful)
+        .await
+        .is_err()
+    {
+        error!(timeout = ?args.shutdown_timeout, "graceful stop timed out; exiting anyway");
+    }
+    RunInfo::remove(&args.state_dir);
+    stop_http.cancel();
+    let _ = http_task.await;
+    info!("domaind stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<&'static str> {
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}
+
+/// The node's clique, from the fake topology or NVML. While the GPUs' fabric
+/// registration is under way the answer is transient: ask again, for a while.
+async fn discover_clique(args: &RunArgs) -> anyhow::Result<CliqueId> {
+    let inventory: Arc<dyn GpuInventory + Send + Sync> = match &args.gpu_topology {
+        Some(path) => Arc::new(
+            TopologyInventory::open(path, args.node_name.as_str())
+                .with_context(|| format!("cannot use the GPU topology file {}", path.display()))?,
+        ),
+        None => Arc::new(
+            // The error says where NVML was looked for and what to pass instead.
+            NvmlInventory::open_searching(&args.nvml_library, Some(&args.driver_root))
+                .context("cannot read this node's GPUs")?,
+        ),
+    };
+    let deadline = tokio::time::Instant::now() + CLIQUE_WAIT;
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let asking = inventory.clone();
+        let answer = tokio::task::spawn_blocking(move || asking.clique())
+            .await
+            .context("the GPU query panicked")?;
+        match answer {
+            Ok(clique) => return Ok(clique),
+            Err(error) if error.is_transient() && tokio::time::Instant::now() < deadline => {
+                info!(%error, retry_in = ?delay, "clique not known yet");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+            Err(error) => return Err(error).context("cannot learn this node's NVLink clique"),
+        }
+    }
+}
+
+fn channel_injection(args: &RunArgs) -> anyhow::Result<ChannelInjection> {
+    let roots = DeviceRoots {
+        proc_devices: args.proc_devices.clone(),
+        dev: args.dev_root.clone(),
+    };
+    let explain = || {
+        format!(
+            "cannot find the IMEX channel device's major in {}: is the NVIDIA driver loaded? \
+             (machines without it can pass --proc-devices with a file that lists \
+             nvidia-caps-imex-channels)",
+            args.proc_devices.display()
+        )
+    };
+    let (major, nodes) = match args.channel_nodes {
+        ChannelNodes::Create => {
+            let devices = ChannelDevices::open(roots).with_context(explain)?;
+            (devices.major(), Some(devices))
+        }
+        ChannelNodes::Skip => (roots.imex_channels_major().with_context(explain)?, None),
+    };
+    Ok(ChannelInjection {
+        major,
+        nodes,
+        all_channels: args.all_channels,
+    })
+}
+
+/// The gossip transport's limits: its outbound connections leave IMEX's ports alone
+/// (see [`TransportLimits::avoid_source_ports`]).
+fn gossip_limits(args: &RunArgs) -> TransportLimits {
+    TransportLimits {
+        avoid_source_ports: vec![args.imex_port, args.imex_cmd_port],
+        ..TransportLimits::default()
+    }
+}
+
+fn imex_settings(args: &RunArgs) -> anyhow::Result<ImexSettings> {
+    let config_dir = args
+        .imex_config_dir
+        .clone()
+        .unwrap_or_else(|| args.state_dir.join("imex"));
+    let mut settings = ImexSettings::new(&config_dir, args.pod_ip);
+    settings.server_port = args.imex_port;
+    settings.cmd_port = args.imex_cmd_port;
+    settings.max_slots = args.max_slots;
+    settings.mode = match args.imex_addressing {
+        Addressing::DnsNames => AddressingMode::DnsNames,
+        Addressing::Ips => AddressingMode::Ips,
+    };
+    let simulator = match (&args.imex_sim, args.imex_sim_builtin) {
+        (Some(sim), _) => Some(Command::new(sim)),
+        (None, true) => Some(
+            Command::new(std::env::current_exe().context("cannot find this binary")?)
+                .arg("imex-sim"),
+        ),
+        (None, false) => None,
+    };
+    match simulator {
+        Some(sim) => {
+            settings.daemon = sim.clone();
+            settings.ctl = sim.arg("ctl");
+            // The simulator resolves slot names through its own hosts file, never the
+            // machine's.
+            settings.hosts_file = args
+                .imex_hosts_file
+                .clone()
+                .unwrap_or_else(|| config_dir.join("hosts"));
+            settings.daemon_env = vec![(
+                crate::imex::sim::HOSTS_ENV.into(),
+                settings.hosts_file.display().to_string(),
+            )];
+        }
+        None => {
+            settings.daemon = Command::new(&args.imex_bin);
+            settings.ctl = Command::new(&args.imex_ctl);
+            settings.hosts_file = args
+                .imex_hosts_file
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/etc/hosts"));
+        }
+    }
+    Ok(settings)
+}
+
+/// `--gossip-push-fanout`: 0 is eager gossip off, relays included.
+fn eager_gossip(push_fanout: usize) -> EagerGossip {
+    if push_fanout == 0 {
+        EagerGossip::OFF
+    } else {
+        EagerGossip {
+            origin_fanout: push_fanout,
+            ..EagerGossip::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_push_fanout_of_zero_turns_eager_gossip_off() {
+        assert_eq!(eager_gossip(0), EagerGossip::OFF);
+        let rack = eager_gossip(17);
+        assert_eq!(rack, EagerGossip::default());
+        let small = eager_gossip(4);
+        assert_eq!(small.origin_fanout, 4);
+        assert_eq!(small.relay_fanout, EagerGossip::default().relay_fanout);
+    }
+}

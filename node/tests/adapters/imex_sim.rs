@@ -1,0 +1,340 @@
+//! The IMEX adapter driving real `imex-sim` processes on 127.0.0.x: readiness means
+//! the simulated daemons really connected to each other.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use domaind_actors::ports::Imex;
+use domaind_actors::rules::peers::{Peer, PeerSet};
+use domaind_node::imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn ip(octet: u8) -> IpAddr {
+    IpAddr::from([127, 0, 0, octet])
+}
+
+/// A port free on every one of `ips` (the IMEX contract puts all peers on one port).
+fn free_port(ips: &[IpAddr]) -> u16 {
+    for _ in 0..50 {
+        let probe = std::net::TcpListener::bind(SocketAddr::new(ips[0], 0)).unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        if ips
+            .iter()
+            .all(|ip| std::net::TcpListener::bind(SocketAddr::new(*ip, port)).is_ok())
+        {
+            return port;
+        }
+    }
+    panic!("no port free on all of {ips:?}");
+}
+
+struct Node {
+    ip: IpAddr,
+    daemon: ImexDaemon,
+}
+
+fn settings(
+    dir: &Path,
+    ip: IpAddr,
+    server_port: u16,
+    cmd_port: u16,
+    mode: AddressingMode,
+) -> ImexSettings {
+    let sim = env!("CARGO_BIN_EXE_imex-sim");
+    let node_dir = dir.join(ip.to_string());
+    let mut s = ImexSettings::new(&node_dir, ip);
+    s.daemon = Command::new(sim);
+    s.ctl = Command::new(sim).arg("ctl");
+    s.hosts_file = node_dir.join("hosts");
+    s.daemon_env = vec![(
+        domaind_node::imex::sim::HOSTS_ENV.into(),
+        s.hosts_file.display().to_string(),
+    )];
+    s.mode = mode;
+    s.server_port = server_port;
+    s.cmd_port = cmd_port;
+    s.max_slots = 8;
+    s.stop_timeout = Duration::from_millis(500);
+    s.reload_min_interval = Duration::from_millis(300);
+    s
+}
+
+fn rack(dir: &Path, octets: &[u8], mode: AddressingMode) -> Vec<Node> {
+    let ips: Vec<IpAddr> = octets.iter().map(|o| ip(*o)).collect();
+    let server_port = free_port(&ips);
+    let cmd_port = free_port(&ips);
+    ips.iter()
+        .map(|ip| Node {
+            ip: *ip,
+            daemon: ImexDaemon::new(settings(dir, *ip, server_port, cmd_port, mode)),
+        })
+        .collect()
+}
+
+fn peer_set(nodes: &[&Node]) -> PeerSet {
+    PeerSet {
+        peers: nodes
+            .iter()
+            .enumerate()
+            .map(|(slot, n)| {
+                (
+                    slot as u16,
+                    Peer {
+                        node: format!("node-{}", n.ip),
+                        ip: n.ip,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+async fn wait_ready(nodes: &[&Node], want: bool) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let mut all = true;
+        for node in nodes {
+            let status = node.daemon.status().await.unwrap_or_default();
+            all &= status.running && status.ready == want;
+        }
+        if all {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all {} ready={want} in {LIMIT:?}",
+            nodes.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn stop_all(nodes: &[Node]) {
+    for node in nodes {
+        node.daemon.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_daemons_connect_and_become_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = rack(dir.path(), &[61, 62, 63], AddressingMode::DnsNames);
+    let all: Vec<&Node> = nodes.iter().collect();
+    let peers = peer_set(&all);
+    for node in &nodes {
+        node.daemon.start(&peers).await.unwrap();
+    }
+    wait_ready(&all, true).await;
+    let status = nodes[0].daemon.status().await.unwrap();
+    assert_eq!(status.links.len(), 2, "links to the two others: {status:?}");
+    assert!(status.links.values().all(|up| *up));
+    stop_all(&nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_membership_change_rewrites_hosts_and_signals_without_restarting() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = rack(dir.path(), &[64, 65, 66], AddressingMode::DnsNames);
+    let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+    let two = peer_set(&[a, b]);
+    a.daemon.start(&two).await.unwrap();
+    b.daemon.start(&two).await.unwrap();
+    wait_ready(&[a, b], true).await;
+    let pids = (a.daemon.pid().await, b.daemon.pid().await);
+
+    let three = peer_set(&[a, b, c]);
+    c.daemon.start(&three).await.unwrap();
+    a.daemon.apply(&three).await.unwrap();
+    b.daemon.apply(&three).await.unwrap();
+    wait_ready(&[a, b, c], true).await;
+    assert_eq!(
+        (a.daemon.pid().await, b.daemon.pid().await),
+        pids,
+        "IMEX was restarted"
+    );
+    let hosts = std::fs::read_to_string(&a.daemon.settings().hosts_file).unwrap();
+    assert!(
+        hosts.contains(&format!("{}\tdomaind-imex-slot-002", c.ip)),
+        "{hosts}"
+    );
+    let nodes_config = std::fs::read_to_string(a.daemon.settings().nodes_config_path()).unwrap();
+    assert_eq!(nodes_config.lines().count(), 8, "one stable name per slot");
+    stop_all(&nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_peer_makes_the_others_not_ready_until_it_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = rack(dir.path(), &[67, 68, 69], AddressingMode::DnsNames);
+    let all: Vec<&Node> = nodes.iter().collect();
+    let peers = peer_set(&all);
+    for node in &nodes {
+        node.daemon.start(&peers).await.unwrap();
+    }
+    wait_ready(&all, true).await;
+
+    // node C's daemon crashes.
+    crash(&nodes[2]).await;
+    wait_ready(&all[..2], false).await;
+    let status = nodes[0].daemon.status().await.unwrap();
+    assert_eq!(status.links.get(&2), Some(&false), "{status:?}");
+    assert!(
+        !nodes[2].daemon.status().await.unwrap().running,
+        "the crash was noticed"
+    );
+
+    // Dropped from the peer set: the survivors are ready again.
+    let survivors = peer_set(&all[..2]);
+    nodes[0].daemon.apply(&survivors).await.unwrap();
+    nodes[1].daemon.apply(&survivors).await.unwrap();
+    wait_ready(&all[..2], true).await;
+    stop_all(&nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_ip_mode_a_membership_change_restarts_imex() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = rack(dir.path(), &[70, 71], AddressingMode::Ips);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    a.daemon.start(&peer_set(&[a])).await.unwrap();
+    let before = a.daemon.pid().await;
+    let both = peer_set(&[a, b]);
+    b.daemon.start(&both).await.unwrap();
+    a.daemon.apply(&both).await.unwrap();
+    assert_ne!(
+        a.daemon.pid().await,
+        before,
+        "IPs mode restarts IMEX on a change"
+    );
+    wait_ready(&[a, b], true).await;
+    let nodes_config = std::fs::read_to_string(a.daemon.settings().nodes_config_path()).unwrap();
+    assert_eq!(nodes_config, format!("{}\n{}\n", a.ip, b.ip));
+    stop_all(&nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_daemon_is_killed_after_the_stop_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = rack(dir.path(), &[72], AddressingMode::DnsNames);
+    let a = &nodes[0];
+    a.daemon.start(&peer_set(&[a])).await.unwrap();
+    wait_ready(&[a], true).await;
+    ctl(a, "--hang").await;
+    let status = a.daemon.status().await;
+    assert!(status.is_err(), "a hung daemon does not answer: {status:?}");
+    let pid = a.daemon.pid().await.unwrap();
+    a.daemon.stop().await.unwrap();
+    assert!(a.daemon.pid().await.is_none());
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid),
+        "SIGKILL did not land"
+    );
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+async fn ctl(node: &Node, what: &str) {
+    let s = node.daemon.settings();
+    let _ = tokio::process::Command::new(&s.ctl.program)
+        .args(&s.ctl.args)
+        .arg("-c")
+        .arg(s.config_path())
+        .arg(what)
+        .arg("-t")
+        .arg("1000")
+        .output()
+        .await
+        .unwrap();
+}
+
+async fn crash(node: &Node) {
+    ctl(node, "--crash").await;
+}
+
+#[tokio::test]
+async fn a_missing_imex_binary_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = ImexSettings::new(dir.path(), ip(73));
+    s.daemon = Command::new("/nonexistent/nvidia-imex");
+    s.hosts_file = dir.path().join("hosts");
+    let daemon = ImexDaemon::new(s);
+    let node = Node { ip: ip(73), daemon };
+    let err = node
+        .daemon
+        .start(&peer_set(&[&node]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot start the IMEX daemon /nonexistent/nvidia-imex"),
+        "{err}"
+    );
+    assert!(err.contains("imex-sim"), "{err}");
+    assert!(!node.daemon.status().await.unwrap().running);
+}
+
+/// Whether `pid` has a handler for SIGUSR1 (`SigCgt` in /proc/PID/status).
+fn catches_sigusr1(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let caught = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
+        .unwrap();
+    caught & (1 << (nix::sys::signal::Signal::SIGUSR1 as i32 - 1)) != 0
+}
+
+/// The real IMEX's contract: SIGUSR1 reconnects. A supervisor may send it as soon as
+/// it can reach the daemon, so the simulator's handlers must be in place by the time
+/// it listens: it is checked at the first moment a connection gets through, many
+/// times, since the window it had was short.
+#[test]
+fn the_simulator_handles_sigusr1_before_it_listens() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = ip(74);
+    let s = settings(
+        dir.path(),
+        ip,
+        free_port(&[ip]),
+        free_port(&[ip]),
+        AddressingMode::DnsNames,
+    );
+    std::fs::create_dir_all(&s.config_dir).unwrap();
+    std::fs::write(
+        s.config_path(),
+        domaind_node::imex::config::render_config(&s),
+    )
+    .unwrap();
+    std::fs::write(s.nodes_config_path(), "").unwrap();
+    let target = SocketAddr::new(ip, s.server_port);
+    for _ in 0..30 {
+        let mut child = std::process::Command::new(&s.daemon.program)
+            .arg("-c")
+            .arg(s.config_path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + LIMIT;
+        while std::net::TcpStream::connect(target).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "imex-sim never listened"
+            );
+            assert!(child.try_wait().unwrap().is_none(), "imex-sim exited");
+        }
+        let handled = catches_sigusr1(child.id());
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = child.wait().unwrap();
+        assert!(handled, "imex-sim listened before it could take SIGUSR1");
+        assert!(status.success(), "SIGTERM is a clean shutdown: {status}");
+    }
+}

@@ -1,0 +1,8 @@
+//! The node's machine adapters against real files, processes and sockets: the CDI
+//! specs against the CNCF schema, the GPU inventory, and `imex-sim` with the IMEX
+//! supervisor. One test binary: each costs link time and disk.
+
+mod cdi_schema;
+mod gpu_inventory;
+mod imex_sim;
+mod imex_supervisor;

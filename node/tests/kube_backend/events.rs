@@ -1,0 +1,113 @@
+//! The event sink: Events on the ComputeDomain through kube-runtime's recorder.
+
+use std::time::Duration;
+
+use domaind_actors::model::{DomainRef, DomainUid};
+use domaind_actors::ports::{DomainEvent, EventSink};
+use domaind_node::kube::KubeEventSink;
+use http::Method;
+use serde_json::{Value, json};
+
+use crate::apiserver::{Expect, pair, status};
+
+const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
+
+fn domain() -> DomainRef {
+    DomainRef {
+        uid: DomainUid("cd-uid-1".into()),
+        namespace: "team-a".into(),
+        name: "training".into(),
+        num_nodes: 0,
+    }
+}
+
+#[tokio::test]
+async fn events_name_the_domain_the_node_and_what_happened() {
+    let (client, server) = pair();
+    let script = server.play(vec![
+        Expect::new(Method::POST, EVENTS_PATH)
+            .body(|event: &Value| {
+                assert_eq!(event["type"], "Warning");
+                assert_eq!(event["reason"], "NodeLost");
+                assert_eq!(event["action"], "Membership");
+                assert!(event["note"].as_str().unwrap().contains("node-3"));
+                assert_eq!(event["reportingController"], "domaind");
+                assert_eq!(event["reportingInstance"], "node-1");
+                assert_eq!(
+                    event["regarding"],
+                    json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+                           "name": "training", "namespace": "team-a", "uid": "cd-uid-1"})
+                );
+                assert_eq!(
+                    event["related"],
+                    json!({"apiVersion": "v1", "kind": "Node", "name": "node-3"})
+                );
+                assert_eq!(event["metadata"]["namespace"], "team-a");
+            })
+            .echo(),
+        // The same loss again: a series on the same event.
+        Expect::patch(format!("{EVENTS_PATH}/training.*"))
+            .content_type("application/merge-patch+json")
+            .body(|event: &Value| assert_eq!(event["series"]["count"], 2))
+            .echo(),
+        // Another node's loss is another event.
+        Expect::new(Method::POST, EVENTS_PATH)
+            .body(|event: &Value| assert_eq!(event["related"]["name"], "node-4"))
+            .echo(),
+        // Readiness changes never fold into a series: each carries its own message.
+        Expect::new(Method::POST, EVENTS_PATH)
+            .body(|event: &Value| {
+                assert_eq!(
+                    (event["type"].clone(), event["reason"].clone()),
+                    (json!("Warning"), json!("DomainNotReady"))
+                );
+                assert_eq!(event["note"], "1/3 nodes ready, lost: node-3, node-4");
+                assert!(event.get("related").is_none());
+            })
+            .echo(),
+        Expect::new(Method::POST, EVENTS_PATH)
+            .body(|event: &Value| assert_eq!(event["note"], "2/3 nodes ready, lost: node-4"))
+            .echo(),
+    ]);
+    let sink = KubeEventSink::new(client, "node-1", Duration::from_secs(10));
+    let lost = |node: &str| DomainEvent::NodeLost { node: node.into() };
+    sink.emit(&domain(), lost("node-3")).await.unwrap();
+    sink.emit(&domain(), lost("node-3")).await.unwrap();
+    sink.emit(&domain(), lost("node-4")).await.unwrap();
+    for message in [
+        "1/3 nodes ready, lost: node-3, node-4",
+        "2/3 nodes ready, lost: node-4",
+    ] {
+        sink.emit(
+            &domain(),
+            DomainEvent::NotReady {
+                message: message.into(),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let mut server = script.await.unwrap();
+    server.assert_idle();
+}
+
+#[tokio::test]
+async fn a_refused_event_is_an_error_the_caller_logs() {
+    let (client, server) = pair();
+    let script = server.play(vec![Expect::new(Method::POST, EVENTS_PATH).respond(
+        403,
+        status(403, "Forbidden", "events.events.k8s.io is forbidden"),
+    )]);
+    let sink = KubeEventSink::new(client, "node-1", Duration::from_secs(10));
+    let error = sink
+        .emit(
+            &domain(),
+            DomainEvent::NodeJoined {
+                node: "node-2".into(),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(error.0.contains("403 Forbidden"), "{error}");
+    script.await.unwrap();
+}

@@ -1,0 +1,309 @@
+//! Start-up reconciliation: the rule (a pure function) and the checkpoint store that
+//! applies it when the file has no checkpoint.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use domaind_actors::model::{AllocationMode, ReadinessPolicy};
+use domaind_actors::ports::{CheckpointStore, PrepareState};
+use domaind_kube_api::crd::ComputeDomain;
+use domaind_node::cdi::{CdiWriter, ClaimChannels, ClaimUid, Kind};
+use domaind_node::checkpoint::{CheckpointConfig, FileCheckpointStore};
+use domaind_node::kube::reconcile::{RebuildInput, Rebuilt, rebuild};
+use domaind_node::kube::{DomainCache, ReconcileSettings, ReconcilingCheckpointStore};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde_json::{Value, json};
+
+use crate::apiserver::{Expect, compute_domain, pair, reference_claim, synced_cache};
+
+const NODE: &str = "gb200-rack1-n01";
+const DRIVER: &str = "compute-domain.nvidia.com";
+const CD_UID: &str = "5b0e7c7e-2f6a-4b1e-9d3c-0a9f3e2d1c11";
+const CLAIM_UID: &str = "417f1e95-0271-4510-9e94-d58e9dfa8522";
+
+/// The reference claim, renamed and changed by `edit`.
+fn claim(uid: &str, edit: impl FnOnce(&mut Value)) -> ResourceClaim {
+    let mut value = reference_claim();
+    value["metadata"]["uid"] = json!(uid);
+    value["metadata"]["name"] = json!(format!("claim-{uid}"));
+    edit(&mut value);
+    serde_json::from_value(value).unwrap()
+}
+
+fn for_domain(uid: &'static str) -> impl FnOnce(&mut Value) {
+    move |c| {
+        c["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]["domainID"] =
+            json!(uid)
+    }
+}
+
+fn kind() -> Kind {
+    Kind::for_driver(DRIVER).unwrap()
+}
+
+fn run(claims: &[ResourceClaim], domains: &[ComputeDomain], with_spec: &[&str]) -> Rebuilt {
+    let with_cdi_spec: BTreeSet<String> = with_spec.iter().map(|s| (*s).to_owned()).collect();
+    rebuild(RebuildInput {
+        claims,
+        domains,
+        node: NODE,
+        driver: DRIVER,
+        default_readiness: ReadinessPolicy::Local,
+        with_cdi_spec: &with_cdi_spec,
+        cdi: &kind(),
+    })
+}
+
+#[test]
+fn a_claim_reserved_for_a_pod_on_this_node_is_rebuilt() {
+    let domains = [compute_domain("cd-ref", "training", CD_UID, 1)];
+    let rebuilt = run(&[claim(CLAIM_UID, |_| {})], &domains, &[CLAIM_UID]);
+    assert!(rebuilt.skipped.is_empty(), "{:?}", rebuilt.skipped);
+    let record = &rebuilt.checkpoint.claims[CLAIM_UID];
+    assert_eq!(record.claim.namespace, "cd-ref");
+    assert_eq!(record.claim.name, format!("claim-{CLAIM_UID}"));
+    assert_eq!(record.info.domain.name, "training");
+    assert_eq!(record.info.domain.num_nodes, 2);
+    assert_eq!(record.info.allocation_mode, AllocationMode::Single);
+    assert_eq!(record.info.devices[0].device, "channel-0");
+    assert_eq!(record.policy, ReadinessPolicy::Local);
+    assert_eq!(record.state, PrepareState::PrepareCompleted);
+    let channels = ClaimChannels::Single(0);
+    let id = kind().device_id(&CdiWriter::device_name(
+        &ClaimUid::new(CLAIM_UID).unwrap(),
+        &channels,
+    ));
+    assert_eq!(record.devices, vec![id]);
+    assert!(rebuilt.checkpoint.slots.is_empty());
+
+    // Without a CDI spec it was admitted at most: prepare is not known to have answered.
+    let rebuilt = run(&[claim(CLAIM_UID, |_| {})], &domains, &[]);
+    let record = &rebuilt.checkpoint.claims[CLAIM_UID];
+    assert_eq!(record.state, PrepareState::PrepareStarted);
+    assert!(record.devices.is_empty());
+}
+
+#[test]
+fn claims_not_in_use_here_are_left_out_saying_why() {
+    let domains = [compute_domain("cd-ref", "training", CD_UID, 1)];
+    let claims = [
+        claim("elsewhere", |c| {
+            c["status"]["allocation"]["devices"]["results"][0]["pool"] = json!("gb200-rack1-n09")
+        }),
+        claim("other-driver", |c| {
+            c["status"]["allocation"]["devices"]["results"][0]["driver"] = json!("gpu.nvidia.com")
+        }),
+        claim("pending", |c| c["status"] = json!({})),
+        claim("no-pod", |c| c["status"]["reservedFor"] = json!([])),
+        claim("orphan", for_domain("deleted-domain")),
+        claim("garbled", |c| {
+            c["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"] = json!("x")
+        }),
+        claim("foreign-ns", |c| {
+            c["metadata"]["namespace"] = json!("team-b")
+        }),
+    ];
+    let rebuilt = run(&claims, &domains, &[]);
+    assert!(rebuilt.checkpoint.claims.is_empty());
+    let skipped = rebuilt.skipped.join("\n");
+    for (claim, why) in [
+        ("no-pod", "reserved for no pod"),
+        ("orphan", "(uid deleted-domain) no longer exists"),
+        ("garbled", "not an object"),
+        ("foreign-ns", "in another namespace"),
+    ] {
+        assert!(
+            rebuilt
+                .skipped
+                .iter()
+                .any(|s| s.contains(&format!("({claim})")) && s.contains(why)),
+            "{claim}: {skipped}"
+        );
+    }
+    assert_eq!(
+        rebuilt.skipped.len(),
+        4,
+        "other nodes' and drivers' claims are no news: {skipped}"
+    );
+}
+
+#[test]
+fn one_domain_per_node_the_one_with_cdi_specs_first() {
+    let domains = [
+        compute_domain("cd-ref", "first", "cd-1", 1),
+        compute_domain("cd-ref", "second", "cd-2", 1),
+    ];
+    let at = |time: &'static str| {
+        move |c: &mut Value| c["status"]["allocation"]["allocationTimestamp"] = json!(time)
+    };
+    let claims = [
+        claim("a", |c| {
+            for_domain("cd-1")(c);
+            at("2026-11-22T05:00:00Z")(c);
+        }),
+        claim("b", |c| {
+            for_domain("cd-2")(c);
+            at("2026-11-22T04:00:00Z")(c);
+        }),
+        claim("c", |c| {
+            for_domain("cd-1")(c);
+            at("2026-11-22T06:00:00Z")(c);
+        }),
+    ];
+    // cd-1's claim "a" has a spec: it was admitted; "b" was refused (busy node).
+    let rebuilt = run(&claims, &domains, &["a"]);
+    let kept: Vec<&str> = rebuilt
+        .checkpoint
+        .claims
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(kept, ["a", "c"]);
+    assert_eq!(rebuilt.skipped.len(), 1);
+    assert!(rebuilt.skipped[0].contains("(b): this node serves ComputeDomain uid cd-1, not cd-2"));
+
+    // No spec anywhere: the domain allocated first.
+    let rebuilt = run(&claims, &domains, &[]);
+    let kept: Vec<&str> = rebuilt
+        .checkpoint
+        .claims
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(kept, ["b"]);
+}
+
+struct Files {
+    _root: tempfile::TempDir,
+    store: FileCheckpointStore,
+    cdi: CdiWriter,
+}
+
+fn files() -> Files {
+    let root = tempfile::tempdir().unwrap();
+    let boot_id = root.path().join("boot_id");
+    std::fs::write(&boot_id, "boot-1\n").unwrap();
+    let store = FileCheckpointStore::open(
+        CheckpointConfig::new(root.path().join("state")).with_boot_id_path(boot_id),
+    )
+    .unwrap();
+    let cdi = CdiWriter::new(root.path().join("cdi"), DRIVER).unwrap();
+    Files {
+        _root: root,
+        store,
+        cdi,
+    }
+}
+
+fn store(
+    client: kube::Client,
+    domains: DomainCache,
+    files: &Files,
+    limit: Duration,
+) -> ReconcilingCheckpointStore {
+    ReconcilingCheckpointStore::new(
+        files.store.clone(),
+        client,
+        domains,
+        files.cdi.clone(),
+        ReconcileSettings {
+            node: NODE.into(),
+            driver: DRIVER.into(),
+            default_readiness: ReadinessPolicy::Domain,
+            api_timeout: Duration::from_secs(10),
+            limit,
+        },
+    )
+}
+
+fn claim_list(items: Vec<ResourceClaim>, next: Option<&str>) -> Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimList",
+           "metadata": {"resourceVersion": "50", "continue": next.unwrap_or("")},
+           "items": items})
+}
+
+const CLAIMS: &str = "/apis/resource.k8s.io/v1/resourceclaims";
+
+#[tokio::test]
+async fn a_missing_checkpoint_is_rebuilt_from_every_page_of_claims_and_saved() {
+    let files = files();
+    files
+        .cdi
+        .write_claim(
+            &ClaimUid::new(CLAIM_UID).unwrap(),
+            511,
+            &ClaimChannels::Single(0),
+        )
+        .unwrap();
+    let (cache, _writer) = synced_cache(vec![compute_domain("cd-ref", "training", CD_UID, 1)]);
+    let (client, server) = pair();
+    let elsewhere = claim("elsewhere", |c| {
+        c["status"]["allocation"]["devices"]["results"][0]["pool"] = json!("gb200-rack1-n09")
+    });
+    let script = server.play(vec![
+        Expect::get(CLAIMS)
+            .query("limit", "500")
+            .respond(200, claim_list(vec![elsewhere], Some("page-2"))),
+        Expect::get(CLAIMS)
+            .query("continue", "page-2")
+            .respond(200, claim_list(vec![claim(CLAIM_UID, |_| {})], None)),
+    ]);
+    let reconciling = store(client, cache, &files, Duration::from_secs(30));
+    let checkpoint = reconciling.load().await.unwrap();
+    let mut server = script.await.unwrap();
+    assert_eq!(checkpoint.claims.len(), 1);
+    let record = &checkpoint.claims[CLAIM_UID];
+    assert_eq!(record.state, PrepareState::PrepareCompleted);
+    assert_eq!(
+        record.policy,
+        ReadinessPolicy::Domain,
+        "the daemon's default"
+    );
+
+    // Saved: the next start restores it from the file, asking the API nothing.
+    assert_eq!(reconciling.load().await.unwrap(), checkpoint);
+    server.assert_idle();
+}
+
+#[tokio::test]
+async fn a_corrupt_checkpoint_is_rebuilt_too() {
+    let files = files();
+    std::fs::write(files.store.path(), b"{ not a checkpoint").unwrap();
+    let (cache, _writer) = synced_cache(vec![compute_domain("cd-ref", "training", CD_UID, 1)]);
+    let (client, server) = pair();
+    let script = server.play(vec![
+        Expect::get(CLAIMS).respond(200, claim_list(vec![claim(CLAIM_UID, |_| {})], None)),
+    ]);
+    let checkpoint = store(client, cache, &files, Duration::from_secs(30))
+        .load()
+        .await
+        .unwrap();
+    script.await.unwrap();
+    assert_eq!(
+        checkpoint.claims[CLAIM_UID].state,
+        PrepareState::PrepareStarted
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_api_server_gives_up_at_the_limit_with_no_claims() {
+    let files = files();
+    let (cache, _writer) = synced_cache(vec![]);
+    let (client, server) = pair();
+    // Each list hangs to the API timeout (10 s) and is retried; at 30 s the node
+    // starts without prepared claims rather than not at all.
+    let script = server.play(vec![
+        Expect::get(CLAIMS).hang(),
+        Expect::get(CLAIMS).hang(),
+        Expect::get(CLAIMS).hang(),
+    ]);
+    let started = tokio::time::Instant::now();
+    let checkpoint = store(client, cache, &files, Duration::from_secs(30))
+        .load()
+        .await
+        .unwrap();
+    assert!(checkpoint.claims.is_empty());
+    assert_eq!(started.elapsed(), Duration::from_secs(30));
+    let mut server = script.await.unwrap();
+    server.assert_idle();
+}

@@ -1,0 +1,255 @@
+//! The status sink: one server-side apply of the status subresource per write.
+
+use std::time::Duration;
+
+use domaind_actors::model::{DomainRef, DomainUid, Phase};
+use domaind_actors::ports::StatusSink;
+use domaind_actors::rules::status::{DomainStatus, NodeStatus};
+use domaind_kube_api::names::NODE_FIELD_MANAGER;
+use domaind_node::kube::KubeStatusSink;
+use metrics_util::debugging::DebuggingRecorder;
+use serde_json::{Value, json};
+
+use crate::apiserver::{
+    Expect, compute_domain, counter, pair, status, synced_cache, unsynced_cache,
+};
+
+const STATUS_PATH: &str =
+    "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains/training/status";
+
+fn domain() -> DomainRef {
+    DomainRef {
+        uid: DomainUid("cd-uid-1".into()),
+        namespace: "team-a".into(),
+        name: "training".into(),
+        num_nodes: 2,
+    }
+}
+
+fn document(phase: Phase) -> DomainStatus {
+    DomainStatus {
+        status: phase,
+        ready_nodes: 2,
+        total_nodes: 2,
+        message: "2/2 nodes ready".into(),
+        nodes: ["node-1", "node-2"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| NodeStatus {
+                name: (*name).into(),
+                ip_address: format!("10.0.0.{}", i + 1),
+                clique_id: "c.1".into(),
+                index: Some(i as u16),
+                status: phase,
+            })
+            .collect(),
+    }
+}
+
+/// The cached domain: generation 3, Ready since a known time.
+fn cached() -> domaind_kube_api::crd::ComputeDomain {
+    let mut cd = compute_domain("team-a", "training", "cd-uid-1", 3);
+    cd.status = Some(
+        serde_json::from_value(json!({
+            "status": "Ready", "nodes": [], "readyNodes": 2, "totalNodes": 2,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "AllNodesReady",
+                            "message": "2/2 nodes ready",
+                            "lastTransitionTime": "2026-11-22T10:00:00Z"}],
+        }))
+        .unwrap(),
+    );
+    cd
+}
+
+#[tokio::test]
+async fn a_write_is_one_forced_apply_of_the_status_subresource() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let (cache, _writer) = synced_cache(vec![cached()]);
+    let (client, server) = pair();
+    let script = server.play(vec![
+        Expect::patch(STATUS_PATH)
+            .apply_by(NODE_FIELD_MANAGER)
+            .body(|body: &Value| {
+                assert_eq!(body["apiVersion"], "resource.nvidia.com/v1beta1");
+                assert_eq!(body["kind"], "ComputeDomain");
+                assert_eq!(
+                    body["metadata"],
+                    json!({"name": "training", "namespace": "team-a", "uid": "cd-uid-1"}),
+                    "no resourceVersion: an apply cannot conflict"
+                );
+                let status = &body["status"];
+                assert_eq!(status["status"], "Ready");
+                assert_eq!((status["readyNodes"].clone(), status["totalNodes"].clone()), (json!(2), json!(2)));
+                assert_eq!(
+                    status["nodes"][1],
+                    json!({"name": "node-2", "ipAddress": "10.0.0.2", "cliqueID": "c.1", "index": 1, "status": "Ready"})
+                );
+                assert_eq!(status["observedGeneration"], 3);
+                let condition = &status["conditions"][0];
+                assert_eq!(condition["type"], "Ready");
+                assert_eq!(condition["status"], "True");
+                assert_eq!(
+                    condition["lastTransitionTime"], "2026-11-22T10:00:00Z",
+                    "still Ready: the transition time is the previous one"
+                );
+                assert_eq!(body.as_object().unwrap().len(), 4, "{body}");
+            })
+            .echo(),
+        Expect::patch(STATUS_PATH)
+            .apply_by(NODE_FIELD_MANAGER)
+            .body(|body: &Value| {
+                let condition = &body["status"]["conditions"][0];
+                assert_eq!(condition["status"], "False");
+                assert_ne!(condition["lastTransitionTime"], "2026-11-22T10:00:00Z");
+            })
+            .echo(),
+    ]);
+    let sink = KubeStatusSink::new(client, cache, Duration::from_secs(10));
+    sink.write(&domain(), &document(Phase::Ready))
+        .await
+        .unwrap();
+    sink.write(&domain(), &document(Phase::NotReady))
+        .await
+        .unwrap();
+    let mut server = script.await.unwrap();
+    server.assert_idle();
+    let snapshot = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        counter(
+            &snapshot,
+            "domaind_status_writes_total",
+            &[("backend", "kube"), ("outcome", "ok")]
+        ),
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_domain_that_is_gone_is_not_written_and_is_no_error() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    // Deleted before the write: the cache no longer has it, no call is made.
+    let (empty, _writer) = synced_cache(vec![]);
+    let (client, mut server) = pair();
+    KubeStatusSink::new(client, empty, Duration::from_secs(10))
+        .write(&domain(), &document(Phase::Ready))
+        .await
+        .unwrap();
+    server.assert_idle();
+
+    // Deleted, or recreated under the same name, while the write was on its way.
+    let (cache, _writer) = synced_cache(vec![cached()]);
+    let (client, server) = pair();
+    let script = server.play(vec![
+        Expect::patch(STATUS_PATH).respond(404, status(404, "NotFound", "computedomains \"training\" not found")),
+        Expect::patch(STATUS_PATH).respond(
+            422,
+            status(422, "Invalid", "ComputeDomain \"training\" is invalid: metadata.uid: Invalid value: \"cd-uid-1\": field is immutable"),
+        ),
+    ]);
+    let sink = KubeStatusSink::new(client, cache, Duration::from_secs(10));
+    sink.write(&domain(), &document(Phase::Ready))
+        .await
+        .unwrap();
+    sink.write(&domain(), &document(Phase::Ready))
+        .await
+        .unwrap();
+    script.await.unwrap();
+    let snapshot = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        counter(
+            &snapshot,
+            "domaind_status_writes_total",
+            &[("outcome", "gone")]
+        ),
+        3
+    );
+}
+
+#[tokio::test]
+async fn failures_are_errors_for_the_writer_to_retry() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let (cache, _writer) = synced_cache(vec![cached()]);
+    let (client, server) = pair();
+    let script = server.play(vec![
+        Expect::patch(STATUS_PATH)
+            .respond(500, status(500, "InternalError", "etcdserver: timeout")),
+        Expect::patch(STATUS_PATH).respond(
+            422,
+            status(
+                422,
+                "Invalid",
+                "status.nodes[0].status: Unsupported value: \"Maybe\"",
+            ),
+        ),
+    ]);
+    let sink = KubeStatusSink::new(client, cache, Duration::from_secs(10));
+    let error = sink
+        .write(&domain(), &document(Phase::Ready))
+        .await
+        .unwrap_err();
+    assert!(error.0.contains("500 InternalError"), "{error}");
+    let error = sink
+        .write(&domain(), &document(Phase::Ready))
+        .await
+        .unwrap_err();
+    assert!(error.0.contains("Unsupported value"), "{error}");
+    script.await.unwrap();
+
+    // Before the cache synced there is no previous status to keep the condition's
+    // time from: not written yet.
+    let (unsynced, _writer) = crate::apiserver::unsynced_cache();
+    let (client, mut idle) = pair();
+    let error = KubeStatusSink::new(client, unsynced, Duration::from_secs(10))
+        .write(&domain(), &document(Phase::Ready))
+        .await
+        .unwrap_err();
+    assert!(error.0.contains("has not synced"), "{error}");
+    idle.assert_idle();
+    let snapshot = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        counter(
+            &snapshot,
+            "domaind_status_writes_total",
+            &[("outcome", "failed")]
+        ),
+        3
+    );
+}
+
+/// A reporter taking over reads the status as written from the cache: no API call.
+#[tokio::test]
+async fn the_written_status_is_read_from_the_cache() {
+    let (client, mut server) = pair();
+    let (cache, _writer) = synced_cache(vec![cached()]);
+    let read = KubeStatusSink::new(client.clone(), cache, Duration::from_secs(10))
+        .read(&domain())
+        .await
+        .unwrap()
+        .expect("the cached domain has a status");
+    assert_eq!(read.status, Phase::Ready);
+    assert_eq!((read.ready_nodes, read.total_nodes), (2, 2));
+    assert_eq!(read.message, "2/2 nodes ready");
+
+    // A domain without status, and one that is gone: nothing written.
+    let (cache, _writer) = synced_cache(vec![compute_domain("team-a", "training", "cd-uid-1", 1)]);
+    let sink = KubeStatusSink::new(client.clone(), cache, Duration::from_secs(10));
+    assert_eq!(sink.read(&domain()).await.unwrap(), None);
+    let (cache, _writer) = synced_cache(vec![]);
+    let sink = KubeStatusSink::new(client.clone(), cache, Duration::from_secs(10));
+    assert_eq!(sink.read(&domain()).await.unwrap(), None);
+
+    // Before the first list, "nothing" would be a guess: an error, to try again.
+    let (cache, _writer) = unsynced_cache();
+    let error = KubeStatusSink::new(client, cache, Duration::from_secs(10))
+        .read(&domain())
+        .await
+        .unwrap_err();
+    assert!(error.0.contains("not synced"), "{error}");
+    server.assert_idle();
+}

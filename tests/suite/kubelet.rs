@@ -1,0 +1,435 @@
+//! End to end with real kubelets: the kubelet's own plugin watcher registers our
+//! daemons, the real scheduler allocates channels from our ResourceSlices, the kubelets
+//! call NodePrepareResources, and NVIDIA's blog workload runs.
+//!
+//! Needs `../shared/kube` (or any cluster made by its scripts) and root, for the
+//! kubelets. Runs when `KUBECONFIG` and `DOMAIND_E2E_KUBE_DIR` (the directory holding
+//! `kubelet.sh`) are set, and prints that it skipped otherwise; with
+//! `DOMAIND_E2E_REQUIRED=1` a skip fails instead.
+//!
+//! 1. Three fake nodes (`kubelet.sh`), labelled with one NVLink clique and four
+//!    `nvidia.com/gpu` each; three `domaind run --backend kube` serving their kubelet's
+//!    plugin directories; `domaind controller`.
+//! 2. NVIDIA's blog ComputeDomain and Deployment (`fixtures/nvidia-blog-workload.yaml`):
+//!    three pods Running, one per node; `kubectl get computedomains` Ready 3/3.
+//! 3. One daemon SIGKILLed: NotReady, and a NodeLost event; restarted: Ready 3/3.
+//! 4. Two pods per node (six pods of one ComputeDomain on three nodes): Running, Ready.
+//! 5. Teardown: the pods go, the kubelets unprepare every claim, no CDI spec is left;
+//!    the ComputeDomain is deleted, its template goes and its finalizer is released.
+//!
+//! Prints the formation times it saw (docs/BENCHMARKS.md).
+//!
+//! Environment (optional): `DOMAIND_E2E_KUBELET_NODES` (names) and
+//! `DOMAIND_E2E_KUBELET_IPS` (127.0.0.2-4); `DOMAIND_E2E_NODE_KUBECONFIG` and
+//! `DOMAIND_E2E_CONTROLLER_KUBECONFIG` (the chart's ServiceAccounts: RBAC is tested);
+//! `KV` (the kube scripts' state prefix, default `/tmp/domaind-kube`);
+//! `DOMAIND_E2E_KEEP=1` leaves the namespace and nodes.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use domaind_kube_api::crd::ComputeDomain;
+use domaind_node::rack::{LocalRack, RackBackend, RackSpec, short_temp_dir};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use domaind_e2e::cluster::{
+    DRIVER, create_namespace, documents, env_list, install_crd_and_device_classes, kubeconfig_for,
+    repo_file, skip, spawn_controller, wait_every, wait_for, wait_node_lost_event,
+};
+
+const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
+const CD_NAME: &str = "compute-domain-0";
+const TEMPLATE_NAME: &str = "compute-domain-0-rct";
+
+/// Fake nodes made with `kubelet.sh`; stopped and deleted when dropped.
+struct FakeNodes {
+    script: PathBuf,
+    names: Vec<String>,
+    keep: bool,
+    /// The kubelets' working directory. The fake runtime reports containers with an
+    /// empty log path, and the kubelet's container log cleanup then removes what it can
+    /// of its working directory (a test's is the package: it took `Cargo.toml`).
+    cwd: tempfile::TempDir,
+}
+
+impl FakeNodes {
+    fn start(kube_dir: &Path, names: &[String], ips: &[IpAddr], clique: &str) -> Self {
+        let script = kube_dir.join("kubelet.sh");
+        let cwd = short_temp_dir("dmkl-cwd").unwrap();
+        let nodes = Self {
+            script: script.clone(),
+            names: names.to_vec(),
+            keep: std::env::var("DOMAIND_E2E_KEEP").as_deref() == Ok("1"),
+            cwd,
+        };
+        for (name, ip) in names.iter().zip(ips) {
+            let status = Command::new(&script)
+                .current_dir(nodes.cwd.path())
+                .args([name.as_str(), &ip.to_string(), "--wait"])
+                .env("NODE_LABELS", format!("{CLIQUE_LABEL}={clique}"))
+                .status()
+                .unwrap();
+            assert!(status.success(), "kubelet.sh {name} {ip}: {status}");
+        }
+        nodes
+    }
+}
+
+impl Drop for FakeNodes {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        for name in &self.names {
+            let _ = Command::new(&self.script)
+                .current_dir(self.cwd.path())
+                .args(["--stop", name])
+                .status();
+            let _ = Command::new("kubectl")
+                .args(["delete", "node", name, "--ignore-not-found", "--wait=false"])
+                .status();
+        }
+    }
+}
+
+/// The kube scripts' state prefix: where each node's kubelet root lives.
+fn kube_state_dir() -> PathBuf {
+    std::env::var_os("KV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("domaind-kube"))
+}
+
+/// A GB200 node's four GPUs, as GPU feature discovery would advertise them: the blog's
+/// pods ask for all four.
+async fn advertise_gpus(client: &Client, node: &str, gpus: u32) {
+    let patch = json!({"status": {"capacity": {"nvidia.com/gpu": gpus.to_string()}}});
+    Api::<Node>::all(client.clone())
+        .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// The pods of `selector`, as (name, node, phase).
+async fn pods_of(pods: &Api<Pod>, selector: &str) -> Vec<(String, String, String)> {
+    pods.list(&ListParams::default().labels(selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+            (
+                p.name_any(),
+                node.unwrap_or_default(),
+                phase.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+async fn wait_running(pods: &Api<Pod>, selector: &str, count: usize, per_node: usize) {
+    wait_every(
+        &format!("{count} pods of {selector} Running, {per_node} per node"),
+        Duration::from_millis(50),
+        || async {
+            let seen = pods_of(pods, selector).await;
+            let running: Vec<_> = seen.iter().filter(|(_, _, p)| p == "Running").collect();
+            let mut nodes: Vec<&String> = running.iter().map(|(_, n, _)| n).collect();
+            nodes.sort();
+            let most = nodes
+                .chunk_by(|a, b| a == b)
+                .map(<[_]>::len)
+                .max()
+                .unwrap_or(0);
+            (running.len() == count && most == per_node, seen)
+        },
+    )
+    .await;
+}
+
+async fn wait_cd(cds: &Api<ComputeDomain>, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+    wait_every(what, Duration::from_millis(50), || async {
+        let status = cds
+            .get_opt(CD_NAME)
+            .await
+            .unwrap()
+            .and_then(|cd| cd.status)
+            .map(|s| serde_json::to_value(s).unwrap())
+            .unwrap_or(Value::Null);
+        (want(&status), status)
+    })
+    .await
+}
+
+fn ready(total: u64) -> impl Fn(&Value) -> bool {
+    move |s: &Value| {
+        s["status"] == "Ready"
+            && s["readyNodes"] == json!(total)
+            && s["nodes"]
+                .as_array()
+                .is_some_and(|n| n.len() as u64 == total)
+    }
+}
+
+/// Files in a node's CDI directory: one spec per prepared claim.
+fn cdi_specs(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn create_from_yaml(client: &Client, namespace: &str, document: &Value) {
+    let params = PostParams::default();
+    match document["kind"].as_str() {
+        Some("ComputeDomain") => {
+            let cd: ComputeDomain = serde_json::from_value(document.clone()).unwrap();
+            Api::<ComputeDomain>::namespaced(client.clone(), namespace)
+                .create(&params, &cd)
+                .await
+                .unwrap();
+        }
+        Some("Deployment") => {
+            let deployment: Deployment = serde_json::from_value(document.clone()).unwrap();
+            Api::<Deployment>::namespaced(client.clone(), namespace)
+                .create(&params, &deployment)
+                .await
+                .unwrap();
+        }
+        other => panic!("unexpected kind {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvidias_blog_workload_runs_on_real_kubelets() {
+    if skip(&["DOMAIND_E2E_KUBE_DIR"]) {
+        return;
+    }
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the kubelets of ../shared/kube need root"
+    );
+    let client = Client::try_default().await.unwrap();
+    let kube_dir = PathBuf::from(std::env::var("DOMAIND_E2E_KUBE_DIR").unwrap());
+    let names = env_list("DOMAIND_E2E_KUBELET_NODES")
+        .unwrap_or_else(|| (1..=3).map(|i| format!("domaind-kubelet-{i}")).collect());
+    let ips: Vec<IpAddr> = env_list("DOMAIND_E2E_KUBELET_IPS")
+        .map(|ips| ips.iter().map(|ip| ip.parse().unwrap()).collect())
+        .unwrap_or_else(|| (2..=4).map(|i| IpAddr::from([127, 0, 0, i])).collect());
+    assert_eq!((names.len(), ips.len()), (3, 3), "three nodes");
+
+    // 1. Nodes, the CRD, the controller and the daemons.
+    let _nodes = FakeNodes::start(&kube_dir, &names, &ips, "e2e-cluster.1");
+    for name in &names {
+        advertise_gpus(&client, name, 4).await;
+    }
+    install_crd_and_device_classes(&client).await;
+    let namespace = format!("domaind-kubelet-e2e-{}", std::process::id());
+    create_namespace(&client, &namespace).await;
+
+    let tmp = short_temp_dir("dmkl").unwrap();
+    let controller = spawn_controller(&domaind_e2e::binaries().domaind, &namespace, tmp.path());
+
+    let state = kube_state_dir();
+    let mut spec = RackSpec::self_contained(
+        3,
+        domaind_e2e::binaries().domaind.clone(),
+        tmp.path().join("rack"),
+    );
+    spec.names = Some(names.clone());
+    spec.ips = Some(ips.clone());
+    spec.backend = RackBackend::Kube;
+    spec.kubelet_dirs = Some(names.iter().map(|n| state.join("nodes").join(n)).collect());
+    spec.env = kubeconfig_for("DOMAIND_E2E_NODE_KUBECONFIG");
+    let mut rack = LocalRack::create(spec).unwrap();
+    rack.start_all().unwrap();
+    tokio::task::block_in_place(|| rack.wait_all_ready(domaind_e2e::cluster::LIMIT)).unwrap();
+
+    // The kubelet registered each daemon through its plugin watcher, and each daemon
+    // published its node's channels.
+    let slices = Api::<ResourceSlice>::all(client.clone());
+    wait_for("every node's ResourceSlice is published", || async {
+        let list = slices.list(&ListParams::default()).await.unwrap();
+        let pools: Vec<String> = list
+            .items
+            .iter()
+            .filter(|s| s.spec.driver == DRIVER)
+            .filter_map(|s| s.spec.node_name.clone())
+            .collect();
+        (names.iter().all(|n| pools.contains(n)), pools)
+    })
+    .await;
+    for node in rack.nodes() {
+        let http = node.info().unwrap().http_addr;
+        wait_for("the kubelet registered the plugin", || async move {
+            let (_, metrics) = domaind_node::rack::http_get(http, "/metrics")
+                .await
+                .unwrap_or_default();
+            let registered = metrics.lines().any(|l| {
+                l.starts_with("domaind_kubelet_registrations_total{outcome=\"registered\"}")
+            });
+            (registered, ())
+        })
+        .await;
+    }
+
+    // 2. NVIDIA's blog: the ComputeDomain, then the Deployment.
+    let blog = documents(&repo_file("tests/fixtures/nvidia-blog-workload.yaml"));
+    let cds = Api::<ComputeDomain>::namespaced(client.clone(), &namespace);
+    let pods = Api::<Pod>::namespaced(client.clone(), &namespace);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &namespace);
+    let templates = Api::<ResourceClaimTemplate>::namespaced(client.clone(), &namespace);
+    create_from_yaml(&client, &namespace, &blog[0]).await;
+    wait_for("the controller creates the template", || async {
+        let t = templates.get_opt(TEMPLATE_NAME).await.unwrap();
+        (t.is_some(), ())
+    })
+    .await;
+    let created = Instant::now();
+    create_from_yaml(&client, &namespace, &blog[1]).await;
+    wait_running(&pods, "job=ex1", 3, 1).await;
+    let running = created.elapsed();
+    let status = wait_cd(&cds, "the ComputeDomain is Ready 3/3", ready(3)).await;
+    let formed = created.elapsed();
+    eprintln!(
+        "FIGURE real kubelets, 3 nodes: Deployment created -> 3 pods Running {} ms, -> ComputeDomain Ready 3/3 {} ms",
+        running.as_millis(),
+        formed.as_millis()
+    );
+    let mut listed: Vec<&str> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    listed.sort_unstable();
+    assert_eq!(listed, names.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // 3. A daemon dies: NotReady and NodeLost; it comes back: Ready.
+    let lost = names[2].clone();
+    rack.kill(2).unwrap();
+    wait_cd(&cds, "the ComputeDomain goes NotReady", |s| {
+        s["status"] == "NotReady"
+            && s["nodes"].as_array().is_some_and(|n| {
+                n.iter()
+                    .any(|n| n["name"] == lost.as_str() && n["status"] == "NotReady")
+            })
+    })
+    .await;
+    let cd_uid = cds.get(CD_NAME).await.unwrap().uid().unwrap();
+    wait_node_lost_event(&client, &namespace, &cd_uid, &lost).await;
+    // A restarted node must never write a status with fewer nodes while the others are
+    // alive: every status seen until Ready again lists all three.
+    rack.start(2).unwrap();
+    let fewest = std::cell::Cell::new(3);
+    wait_cd(&cds, "the ComputeDomain is Ready 3/3 again", |s| {
+        fewest.set(fewest.get().min(s["nodes"].as_array().map_or(0, Vec::len)));
+        ready(3)(s)
+    })
+    .await;
+    assert_eq!(
+        fewest.get(),
+        3,
+        "a status with fewer nodes was written during the restart"
+    );
+
+    // 4. Two pods per node: NVIDIA's driver allows one.
+    deployments
+        .delete("example-mnnvl-workload", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the blog's pods are gone", || async {
+        let left = pods_of(&pods, "job=ex1").await;
+        (left.is_empty(), left)
+    })
+    .await;
+    let mut two_per_node = blog[1].clone();
+    two_per_node["metadata"]["name"] = json!("two-per-node");
+    two_per_node["spec"]["replicas"] = json!(6);
+    two_per_node["spec"]["selector"]["matchLabels"] = json!({"job": "ex2"});
+    two_per_node["spec"]["template"]["metadata"]["labels"] = json!({"job": "ex2"});
+    let pod_spec = &mut two_per_node["spec"]["template"]["spec"];
+    pod_spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]
+        ["matchExpressions"][0]["values"] = json!(["ex2"]);
+    pod_spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(2);
+    create_from_yaml(&client, &namespace, &two_per_node).await;
+    wait_running(&pods, "job=ex2", 6, 2).await;
+    wait_cd(&cds, "Ready 3/3 with two pods per node", ready(3)).await;
+    for node in rack.nodes() {
+        let specs = cdi_specs(&node.cdi_dir());
+        assert_eq!(
+            specs.len(),
+            2,
+            "{}: one CDI spec per claim: {specs:?}",
+            node.name()
+        );
+    }
+
+    // 5. Teardown: pods, claims, ComputeDomain.
+    deployments
+        .delete("two-per-node", &DeleteParams::default())
+        .await
+        .unwrap();
+    let claims = Api::<ResourceClaim>::namespaced(client.clone(), &namespace);
+    wait_for("every claim unprepared and gone", || async {
+        let left = pods_of(&pods, "job=ex2").await;
+        let claims_left = claims
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        let specs: Vec<Vec<String>> = rack
+            .nodes()
+            .iter()
+            .map(|n| cdi_specs(&n.cdi_dir()))
+            .collect();
+        (
+            left.is_empty() && claims_left == 0 && specs.iter().all(Vec::is_empty),
+            (left, claims_left, specs),
+        )
+    })
+    .await;
+    // The workload is gone: the status says so (NotReady, no nodes), not Ready 3/3.
+    wait_cd(&cds, "the status is vacated once the workload left", |s| {
+        s["status"] == "NotReady" && s["nodes"].as_array().is_none_or(Vec::is_empty)
+    })
+    .await;
+    cds.delete(CD_NAME, &DeleteParams::default()).await.unwrap();
+    wait_for("the ComputeDomain and its template are gone", || async {
+        let cd = cds.get_opt(CD_NAME).await.unwrap();
+        let template = templates.get_opt(TEMPLATE_NAME).await.unwrap();
+        (
+            cd.is_none() && template.is_none(),
+            (cd.map(|c| c.metadata.finalizers), template.is_some()),
+        )
+    })
+    .await;
+
+    rack.stop_all(Duration::from_secs(20));
+    assert!(rack.unexpected_exits().is_empty());
+    drop(controller);
+    if std::env::var("DOMAIND_E2E_KEEP").as_deref() == Ok("1") {
+        eprintln!(
+            "kept: the daemons' and controller's files in {}",
+            tmp.keep().display()
+        );
+    } else {
+        Api::<Namespace>::all(client.clone())
+            .delete(&namespace, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}

@@ -1,0 +1,11 @@
+//! The end-to-end suite, one test binary: each costs link time and disk.
+//!
+//! - `rack`: a loopback rack of `domaind run` processes with the local backend.
+//! - `kube`: the node daemons and the controller against the real API server.
+//! - `kubelet`: the same with real kubelets, NVIDIA's blog workload and a node loss.
+//! - `formation`: the formation benchmark on real Kubernetes (ignored; run by hand).
+
+mod formation;
+mod kube;
+mod kubelet;
+mod rack;
