@@ -10,4 +10,5 @@ pub mod reporter;
 pub mod roster;
 pub mod slots;
 pub mod status;
+pub mod status_writes;
 pub mod takeover;
