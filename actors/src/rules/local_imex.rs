@@ -82,27 +82,16 @@ pub fn imex_ready(
 mod tests {
     use super::*;
     use crate::model::{Advertisement, CliqueId};
+    use crate::rules::fixtures::{self, advertisement};
     use crate::rules::peers::Peer;
     use proptest::prelude::*;
 
     fn member(node: &str, clique: &str) -> (NodeId, DomainMember) {
-        (
-            node.to_owned(),
-            DomainMember {
-                node: node.to_owned(),
-                generation: 1,
-                ad: Advertisement {
-                    namespace: "ns".into(),
-                    name: "cd".into(),
-                    num_nodes: 0,
-                    ip: "10.0.0.1".parse().unwrap(),
-                    clique: CliqueId(clique.into()),
-                    slot: None,
-                    imex_ready: false,
-                    joined_at_ms: 0,
-                },
-            },
-        )
+        let ad = Advertisement {
+            clique: CliqueId(clique.into()),
+            ..advertisement()
+        };
+        (node.to_owned(), fixtures::member(node, ad))
     }
 
     fn set(nodes: &[(Slot, &str)]) -> PeerSet {

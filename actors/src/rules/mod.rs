@@ -12,3 +12,6 @@ pub mod slots;
 pub mod status;
 pub mod status_writes;
 pub mod takeover;
+
+#[cfg(test)]
+mod fixtures;

@@ -333,7 +333,8 @@ pub fn slot_candidates(members: &BTreeMap<NodeId, DomainMember>) -> Vec<SlotCand
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CliqueId, Phase, Slot};
+    use crate::model::{Phase, Slot};
+    use crate::rules::fixtures::{self, advertisement};
     use crate::rules::readiness::NotReadyReason;
     use proptest::prelude::*;
 
@@ -341,19 +342,14 @@ mod tests {
     const ME: &str = "me";
 
     fn member(node: &str, slot: Option<Slot>, generation: u64) -> DomainMember {
+        let ad = Advertisement {
+            slot,
+            imex_ready: true,
+            ..advertisement()
+        };
         DomainMember {
-            node: node.to_owned(),
             generation,
-            ad: Advertisement {
-                namespace: "ns".into(),
-                name: "cd".into(),
-                num_nodes: 0,
-                ip: "10.0.0.1".parse().unwrap(),
-                clique: CliqueId("c.0".into()),
-                slot,
-                imex_ready: true,
-                joined_at_ms: 0,
-            },
+            ..fixtures::member(node, ad)
         }
     }
 
