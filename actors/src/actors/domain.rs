@@ -24,16 +24,17 @@ use crate::actors::status_writer::{PublishStatus, Retire, StatusWriterActor};
 use crate::config::NodeConfig;
 use crate::model::{Advertisement, DomainMember, DomainRef, NodeId, Phase, Slot};
 use crate::outcome::{PrepareError, Prepared};
-use crate::ports::{ClaimRecord, DomainEvent, Ports};
+use crate::ports::{ClaimRecord, Ports};
+use crate::rules::local_imex::{DaemonReport, Reconfigure, desired_peers, imex_ready, reconfigure};
 use crate::rules::membership::{
     decode_advertisement, domain_key, domain_members, encode_advertisement, status_key,
 };
-use crate::rules::peer_health::Verdict;
-use crate::rules::peers::{PeerSet, peer_set};
-use crate::rules::readiness::{Readiness, domain_readiness, node_ready};
-use crate::rules::reporter::{reporter, reporter_from};
-use crate::rules::slots::{SlotAssignment, SlotCandidate, assign_slots};
-use crate::rules::status::{DomainStatus, NodeStatus, status_document, with_adopted};
+use crate::rules::peers::PeerSet;
+use crate::rules::readiness::{Readiness, node_ready};
+use crate::rules::reporter::{Announced, announcements, reporter, reporter_from};
+use crate::rules::roster::{Change, Roster, Tenure, VerdictOutcome, slot_candidates};
+use crate::rules::slots::{SlotAssignment, assign_slots};
+use crate::rules::status::DomainStatus;
 use crate::rules::takeover::{Takeover, takeover};
 
 pub const BAD_ADVERTISEMENTS: &str = "domaind_bad_advertisements_total";
@@ -110,12 +111,6 @@ pub struct DomainSnapshot {
     pub restarts: u32,
 }
 
-#[derive(Debug, Clone)]
-struct LostMember {
-    member: DomainMember,
-    since: Instant,
-}
-
 pub struct DomainActor {
     domain: DomainRef,
     config: Arc<NodeConfig>,
@@ -129,10 +124,10 @@ pub struct DomainActor {
     my_ad: Option<Advertisement>,
     published: Option<String>,
     publishing: bool,
-    members: BTreeMap<NodeId, DomainMember>,
-    lost: BTreeMap<NodeId, LostMember>,
-    peers: BTreeMap<NodeId, Addr<ImexPeerActor>>,
-    dropped: BTreeSet<NodeId>,
+    /// Members, lost members, dropped and adopted ones (the rules of `rules::roster`).
+    roster: Roster,
+    /// Each remote member's ImexPeer, with the tenure it speaks for.
+    peers: BTreeMap<NodeId, (Tenure, Addr<ImexPeerActor>)>,
     assignment: SlotAssignment,
     peer_set: PeerSet,
     peer_version: u64,
@@ -155,14 +150,8 @@ pub struct DomainActor {
     membership_changed: Option<Instant>,
     /// A recompute due when this node may start reporting.
     reporter_timer: Option<(Instant, SpawnHandle)>,
-    /// Every node seen as a member since this actor (re)started: their leaving or
-    /// death was witnessed here, not just absent from a view still filling up.
-    witnessed: BTreeSet<NodeId>,
     /// Taking the reporter role: what is written, and whether we may write yet.
     takeover: TakeoverState,
-    /// Nodes the written status listed that nobody here saw leave, listed lost (with
-    /// when they were adopted, for the lost-member retention).
-    adopted: BTreeMap<NodeId, (NodeStatus, Instant)>,
 }
 
 /// The reporter role's start: the status as written is read once per tenure.
@@ -174,14 +163,6 @@ enum TakeoverState {
     Read(Option<DomainStatus>),
     /// The writer is running.
     Done,
-}
-
-/// What the reporter last told users through node events (the phase events follow
-/// the writes: the StatusWriter emits them).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Announced {
-    members: BTreeSet<NodeId>,
-    lost: BTreeSet<NodeId>,
 }
 
 impl std::fmt::Debug for DomainActor {
@@ -211,10 +192,8 @@ impl DomainActor {
             my_ad: None,
             published: None,
             publishing: false,
-            members: BTreeMap::new(),
-            lost: BTreeMap::new(),
+            roster: Roster::default(),
             peers: BTreeMap::new(),
-            dropped: BTreeSet::new(),
             assignment: SlotAssignment::default(),
             peer_set: PeerSet::default(),
             peer_version: 0,
@@ -232,9 +211,7 @@ impl DomainActor {
             live_names: None,
             membership_changed: None,
             reporter_timer: None,
-            witnessed: BTreeSet::new(),
             takeover: TakeoverState::Unread,
-            adopted: BTreeMap::new(),
         }
     }
 
@@ -338,13 +315,18 @@ impl DomainActor {
         );
     }
 
+    /// The ImexPeer of `node`'s current tenure, started if it has none yet.
     fn peer(&mut self, node: &str, ctx: &mut Context<Self>) -> Addr<ImexPeerActor> {
-        if let Some(peer) = self.peers.get(node) {
+        let tenure = self.roster.peer(node);
+        if let Some((held, peer)) = self.peers.get(node)
+            && *held == tenure
+        {
             return peer.clone();
         }
         let verdicts = ctx.address().recipient::<PeerVerdict>().downgrade();
-        let peer = ImexPeerActor::new(node.to_owned(), self.config.peer_health, verdicts).start();
-        self.peers.insert(node.to_owned(), peer.clone());
+        let peer =
+            ImexPeerActor::new(node.to_owned(), tenure, self.config.peer_health, verdicts).start();
+        self.peers.insert(node.to_owned(), (tenure, peer.clone()));
         peer
     }
 
@@ -360,88 +342,67 @@ impl DomainActor {
             Some(live) => live.clone(),
             None => Arc::new(self.ports.gossip.live()),
         };
-        let mut view = domain_members(&self.domain.uid, &live, &self.config.clique);
+        let view = domain_members(&self.domain.uid, &live, &self.config.clique);
         for (node, error) in &view.malformed {
             metrics::counter!(BAD_ADVERTISEMENTS).increment(1);
             debug!(domain = %self.domain, %node, %error, "unreadable advertisement ignored");
         }
-        let my_generation = live.get(self.me()).map_or(0, |m| m.generation);
-        view.members.insert(
-            self.me().to_owned(),
-            DomainMember {
-                node: self.me().to_owned(),
-                generation: my_generation,
-                ad: my_ad.clone(),
-            },
+        let own = DomainMember {
+            node: self.me().to_owned(),
+            generation: live.get(self.me()).map_or(0, |m| m.generation),
+            ad: my_ad.clone(),
+        };
+        let retention = self.config.lost_retention;
+        let observation = self.roster.observe(
+            own,
+            view.members,
+            |node: &str| live.contains_key(node),
+            now,
+            retention,
         );
-
-        // Who left, and how: a node still alive without the key left cleanly (its last
-        // claim went); a node gone from gossip died.
-        let departed: Vec<(NodeId, DomainMember)> = self
-            .members
-            .iter()
-            .filter(|(node, _)| !view.members.contains_key(*node))
-            .map(|(n, m)| (n.clone(), m.clone()))
-            .collect();
-        for (node, member) in departed {
-            if live.contains_key(&node) {
-                info!(domain = %self.domain, %node, "member left the domain");
-                self.peers.remove(&node);
-                self.dropped.remove(&node);
-                self.links.remove(&node);
-            } else {
-                info!(domain = %self.domain, %node, "member lost: gossip declared it dead");
-                self.peer(&node, ctx)
-                    .do_send(PeerSignal::Gossip { alive: false });
-                self.lost.insert(node, LostMember { member, since: now });
+        for change in observation.changes {
+            match change {
+                Change::Left(node) => {
+                    info!(domain = %self.domain, %node, "member left the domain");
+                    self.peers.remove(&node);
+                    self.links.remove(&node);
+                }
+                Change::Lost { node, .. } => {
+                    info!(domain = %self.domain, %node, "member lost: gossip declared it dead");
+                    self.peer(&node, ctx)
+                        .do_send(PeerSignal::Gossip { alive: false });
+                }
+                Change::Back(node) => {
+                    info!(domain = %self.domain, %node, "lost member is back");
+                }
+                Change::Forgotten(node) => {
+                    info!(domain = %self.domain, %node, "lost member forgotten after {:?}", retention);
+                    self.peers.remove(&node);
+                }
+                Change::AdoptionEnded(node) => {
+                    info!(domain = %self.domain, %node, "a member the written status listed is back, or forgotten");
+                }
             }
         }
-        for (node, member) in &view.members {
-            if node == self.me() {
-                continue;
-            }
-            if self.lost.remove(node).is_some() {
-                info!(domain = %self.domain, %node, "lost member is back");
-            }
-            let peer = self.peer(node, ctx);
+        let remote: Vec<(NodeId, u64, bool)> = self
+            .roster
+            .members()
+            .values()
+            .filter(|member| member.node != self.me())
+            .map(|member| (member.node.clone(), member.generation, member.ad.imex_ready))
+            .collect();
+        for (node, generation, imex_ready) in remote {
+            let peer = self.peer(&node, ctx);
             peer.do_send(PeerSignal::Gossip { alive: true });
             peer.do_send(PeerSignal::Advertised {
-                generation: member.generation,
-                imex_ready: member.ad.imex_ready,
+                generation,
+                imex_ready,
             });
         }
-        let retention = self.config.lost_retention;
-        let forgotten: Vec<NodeId> = self
-            .lost
-            .iter()
-            .filter(|(_, l)| now.duration_since(l.since) >= retention)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for node in forgotten {
-            info!(domain = %self.domain, %node, "lost member forgotten after {:?}", retention);
-            self.lost.remove(&node);
-            self.peers.remove(&node);
-            self.dropped.remove(&node);
-        }
-        self.witnessed.extend(view.members.keys().cloned());
-        self.adopted.retain(|node, (_, since)| {
-            let keep = !view.members.contains_key(node) && now.duration_since(*since) < retention;
-            if !keep {
-                info!(domain = %self.domain, %node, "a member the written status listed is back, or forgotten");
-            }
-            keep
-        });
         if let Some(timer) = self.retention_timer.take() {
             ctx.cancel_future(timer);
         }
-        if let Some(first) = self
-            .lost
-            .values()
-            .map(|l| l.since)
-            .chain(self.adopted.values().map(|(_, since)| *since))
-            .map(|since| since + retention)
-            .min()
-        {
+        if let Some(first) = self.roster.next_expiry(retention) {
             self.retention_timer = Some(ctx.run_later(
                 first.saturating_duration_since(now),
                 |act, ctx| {
@@ -451,58 +412,42 @@ impl DomainActor {
             ));
         }
 
-        // Lost members inside their grace keep their slot and their place in IMEX.
-        let mut candidates_members = view.members.clone();
-        for (node, lost) in &self.lost {
-            if !self.dropped.contains(node) {
-                candidates_members.insert(node.clone(), lost.member.clone());
-            }
-        }
-        let candidates: Vec<SlotCandidate> = candidates_members
-            .values()
-            .map(|m| SlotCandidate {
-                node: m.node.clone(),
-                joined_at_ms: m.ad.joined_at_ms,
-                preferred: m.ad.slot,
-            })
-            .collect();
-        let assignment = assign_slots(&candidates, self.config.max_slots);
+        let imex_members = self.roster.imex_members();
+        let assignment = assign_slots(&slot_candidates(&imex_members), self.config.max_slots);
         let my_slot = assignment.slot_of(self.me());
-        let dropped = self.dropped.clone();
-        let admitted = |n: &str| !dropped.contains(n);
-        let peers = if my_slot.is_some() && self.has_fabric() {
-            peer_set(&candidates_members, &assignment, admitted)
-        } else {
-            PeerSet::default()
-        };
-
-        if peers != self.peer_set {
-            self.peer_set = peers.clone();
-            if peers.is_empty() {
+        let peers = desired_peers(
+            &imex_members,
+            &assignment,
+            |node: &str| self.roster.admitted(node),
+            my_slot,
+            self.has_fabric(),
+        );
+        match reconfigure(&self.peer_set, &peers, self.peer_version) {
+            Reconfigure::Unchanged => {}
+            Reconfigure::Release => {
+                self.peer_set = peers;
                 self.imex.do_send(ReleaseImex);
-            } else {
-                self.peer_version += 1;
+            }
+            Reconfigure::Apply { version } => {
+                self.peer_set = peers.clone();
+                self.peer_version = version;
                 self.imex.do_send(ApplyPeers {
                     owner: ctx.address().recipient::<ImexReport>().downgrade(),
-                    version: self.peer_version,
+                    version,
                     peers,
                 });
             }
         }
 
-        let imex_ready = if !self.has_fabric() {
-            true
-        } else {
-            self.imex_report.as_ref().is_some_and(|r| {
-                r.running
-                    && r.ready
-                    && r.version == Some(self.peer_version)
-                    && !self.peer_set.is_empty()
-            })
-        };
+        let report = self.imex_report.as_ref().map(|r| DaemonReport {
+            version: r.version,
+            running: r.running,
+            ready: r.ready,
+        });
         let mut new_ad = my_ad.clone();
         new_ad.slot = my_slot;
-        new_ad.imex_ready = imex_ready;
+        new_ad.imex_ready =
+            imex_ready(self.has_fabric(), report, self.peer_version, &self.peer_set);
         if new_ad.slot != my_ad.slot {
             self.slot_listener.do_send(SlotChanged {
                 domain: self.domain.uid.clone(),
@@ -511,22 +456,15 @@ impl DomainActor {
         }
         if new_ad != my_ad {
             self.my_ad = Some(new_ad.clone());
-            if let Some(me) = view.members.get_mut(self.me()) {
-                me.ad = new_ad;
-            }
+            let me = self.me().to_owned();
+            self.roster.update_own(&me, new_ad);
         }
         self.publish(ctx);
 
-        let lost_names: BTreeSet<NodeId> = self.lost.keys().cloned().collect();
-        let readiness = domain_readiness(
-            &view.members,
-            &assignment,
-            admitted,
-            &lost_names,
-            self.domain.num_nodes,
-        );
-        let local_ready = view
-            .members
+        let readiness = self.roster.readiness(&assignment, self.domain.num_nodes);
+        let local_ready = self
+            .roster
+            .members()
             .get(self.me())
             .is_some_and(|me| node_ready(me, &assignment, true));
         let progress = Progress {
@@ -542,10 +480,9 @@ impl DomainActor {
             self.progress = Some(progress);
         }
 
-        if !self.members.keys().eq(view.members.keys()) {
+        if observation.members_changed {
             self.membership_changed = Some(now);
         }
-        self.members = view.members;
         self.assignment = assignment;
         self.report(&readiness, ctx);
         self.readiness = Some(readiness);
@@ -622,7 +559,7 @@ impl DomainActor {
             self.recompute_at(from, ctx);
             return;
         }
-        if reporter(&self.members) != Some(self.me()) {
+        if reporter(self.roster.members()) != Some(self.me()) {
             if self.status_writer.take().is_some() {
                 info!(domain = %self.domain, "no longer the domain's reporter");
             }
@@ -640,7 +577,7 @@ impl DomainActor {
                 let live = self.live_names.clone().unwrap_or_default();
                 match takeover(
                     written.as_ref(),
-                    &self.witnessed,
+                    self.roster.witnessed(),
                     &live,
                     joined,
                     self.config.status_takeover_grace,
@@ -653,11 +590,11 @@ impl DomainActor {
                         return;
                     }
                     Takeover::Write { adopt } => {
-                        for row in adopt {
+                        for row in &adopt {
                             warn!(domain = %self.domain, node = %row.name, "the written status lists a member nobody here saw leave: listing it lost");
-                            self.adopted.insert(row.name.clone(), (row, now));
                         }
-                        info!(domain = %self.domain, members = self.members.len(), "this node is now the domain's reporter");
+                        self.roster.adopt(adopt, now);
+                        info!(domain = %self.domain, members = self.roster.members().len(), "this node is now the domain's reporter");
                         self.status_writer = Some(
                             StatusWriterActor::new(
                                 self.domain.clone(),
@@ -671,7 +608,7 @@ impl DomainActor {
                             .start(),
                         );
                         self.takeover = TakeoverState::Done;
-                        if !self.adopted.is_empty() {
+                        if !self.roster.adopted().is_empty() {
                             // Their retention is timed from now.
                             self.schedule_recompute(ctx);
                         }
@@ -683,58 +620,16 @@ impl DomainActor {
         let Some(writer) = &self.status_writer else {
             return;
         };
-        let lost_ads: BTreeMap<NodeId, Advertisement> = self
-            .lost
-            .iter()
-            .map(|(n, l)| (n.clone(), l.member.ad.clone()))
-            .collect();
-        let document = if self.adopted.is_empty() {
-            status_document(&self.members, &lost_ads, &self.assignment, readiness)
-        } else {
-            // Nodes nobody saw leave count as lost in the status (not in the readiness
-            // that prepares wait on: nothing says they were ever part of this IMEX domain).
-            let dropped = self.dropped.clone();
-            let lost_names: BTreeSet<NodeId> = self
-                .lost
-                .keys()
-                .chain(self.adopted.keys())
-                .cloned()
-                .collect();
-            let with_lost = domain_readiness(
-                &self.members,
-                &self.assignment,
-                |n: &str| !dropped.contains(n),
-                &lost_names,
-                self.domain.num_nodes,
-            );
-            let rows: Vec<NodeStatus> = self.adopted.values().map(|(row, _)| row.clone()).collect();
-            with_adopted(
-                status_document(&self.members, &lost_ads, &self.assignment, &with_lost),
-                &rows,
-            )
-        };
+        let document =
+            self.roster
+                .status_document(&self.assignment, readiness, self.domain.num_nodes);
         writer.do_send(PublishStatus(document));
 
         let now = Announced {
-            members: self.members.keys().cloned().collect(),
-            lost: self.lost.keys().cloned().collect(),
+            members: self.roster.members().keys().cloned().collect(),
+            lost: self.roster.lost().keys().cloned().collect(),
         };
-        let before = self.announced.clone().unwrap_or_else(|| Announced {
-            // A new reporter announces what is news to users: losses.
-            members: now.members.clone(),
-            lost: BTreeSet::new(),
-        });
-        let mut events = Vec::new();
-        events.extend(
-            now.members
-                .difference(&before.members)
-                .map(|n| DomainEvent::NodeJoined { node: n.clone() }),
-        );
-        events.extend(
-            now.lost
-                .difference(&before.lost)
-                .map(|n| DomainEvent::NodeLost { node: n.clone() }),
-        );
+        let events = announcements(self.announced.as_ref(), &now);
         self.announced = Some(now);
         if !events.is_empty() {
             let sink = self.ports.events.clone();
@@ -753,9 +648,9 @@ impl DomainActor {
         let readiness = self.readiness.clone();
         DomainSnapshot {
             domain: self.domain.clone(),
-            members: self.members.keys().cloned().collect(),
-            lost: self.lost.keys().cloned().collect(),
-            dropped: self.dropped.iter().cloned().collect(),
+            members: self.roster.members().keys().cloned().collect(),
+            lost: self.roster.lost().keys().cloned().collect(),
+            dropped: self.roster.dropped().iter().cloned().collect(),
             slots: self.assignment.slots.clone(),
             my_slot: self.assignment.slot_of(self.me()),
             peer_set: self.peer_set.clone(),
@@ -763,7 +658,7 @@ impl DomainActor {
             ready: readiness.as_ref().map_or(0, |r| r.ready),
             total: readiness.as_ref().map_or(0, |r| r.total),
             local_ready: self.progress.as_ref().is_some_and(|p| p.local_ready),
-            reporter: reporter(&self.members).map(str::to_owned),
+            reporter: reporter(self.roster.members()).map(str::to_owned),
             claims: self.claims.keys().cloned().collect(),
             restarts: self.restarts,
         }
@@ -774,10 +669,8 @@ impl DomainActor {
         self.my_ad = None;
         self.published = None;
         self.publishing = false;
-        self.members.clear();
-        self.lost.clear();
+        self.roster.clear();
         self.peers.clear();
-        self.dropped.clear();
         self.assignment = SlotAssignment::default();
         // Keep the peer set: the daemon still runs with it, and an unchanged set after
         // the rebuild must not reconfigure it.
@@ -789,9 +682,7 @@ impl DomainActor {
         self.announced = None;
         self.recompute_scheduled = false;
         self.retention_timer = None;
-        self.witnessed.clear();
         self.takeover = TakeoverState::Unread;
-        self.adopted.clear();
     }
 }
 
@@ -871,20 +762,18 @@ impl Handler<PeerVerdict> for DomainActor {
         let PeerVerdict {
             node,
             verdict,
-            peer,
+            tenure,
         } = msg;
-        if self.peers.get(&node) != Some(&peer) {
-            debug!(domain = %self.domain, %node, ?verdict, "verdict of a retired IMEX peer ignored");
-            return;
-        }
-        match verdict {
-            Verdict::Drop(cause) => {
-                info!(domain = %self.domain, %node, ?cause, "dropping peer from the IMEX peer set");
-                self.dropped.insert(node);
+        match self.roster.verdict(&node, tenure, verdict) {
+            VerdictOutcome::Retired => {
+                debug!(domain = %self.domain, %node, ?verdict, "verdict of a retired IMEX peer ignored");
+                return;
             }
-            Verdict::Readmit => {
+            VerdictOutcome::Dropped(cause) => {
+                info!(domain = %self.domain, %node, ?cause, "dropping peer from the IMEX peer set");
+            }
+            VerdictOutcome::Readmitted => {
                 info!(domain = %self.domain, %node, "re-admitting peer to the IMEX peer set");
-                self.dropped.remove(&node);
             }
         }
         self.schedule_recompute(ctx);

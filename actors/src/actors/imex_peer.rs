@@ -8,6 +8,7 @@ use tracing::info;
 
 use crate::model::NodeId;
 use crate::rules::peer_health::{PeerHealth, PeerHealthConfig, Verdict};
+use crate::rules::roster::Tenure;
 
 /// A decision about one peer, for its domain.
 #[derive(Debug, Clone, Message)]
@@ -15,10 +16,11 @@ use crate::rules::peer_health::{PeerHealth, PeerHealthConfig, Verdict};
 pub struct PeerVerdict {
     pub node: NodeId,
     pub verdict: Verdict,
-    /// The ImexPeer that decided. The domain replaces a member's ImexPeer when the
-    /// member leaves and comes back, and the old one lives on until its grace timer
-    /// has fired: its verdicts are about a membership that is over.
-    pub peer: Addr<ImexPeerActor>,
+    /// The tenure of the ImexPeer that decided. The domain replaces a member's ImexPeer
+    /// when the member leaves and comes back, and the old one lives on until its grace
+    /// timer has fired: its verdicts are about a membership that is over
+    /// ([`crate::rules::roster`]).
+    pub tenure: Tenure,
 }
 
 #[derive(Debug, Clone, Copy, Message)]
@@ -34,6 +36,7 @@ pub enum PeerSignal {
 
 pub struct ImexPeerActor {
     node: NodeId,
+    tenure: Tenure,
     health: PeerHealth,
     domain: WeakRecipient<PeerVerdict>,
     timer: Option<SpawnHandle>,
@@ -49,9 +52,15 @@ impl std::fmt::Debug for ImexPeerActor {
 }
 
 impl ImexPeerActor {
-    pub fn new(node: NodeId, config: PeerHealthConfig, domain: WeakRecipient<PeerVerdict>) -> Self {
+    pub fn new(
+        node: NodeId,
+        tenure: Tenure,
+        config: PeerHealthConfig,
+        domain: WeakRecipient<PeerVerdict>,
+    ) -> Self {
         Self {
             node,
+            tenure,
             health: PeerHealth::new(config),
             domain,
             timer: None,
@@ -65,7 +74,7 @@ impl ImexPeerActor {
                 domain.do_send(PeerVerdict {
                     node: self.node.clone(),
                     verdict,
-                    peer: ctx.address(),
+                    tenure: self.tenure,
                 });
             }
         }

@@ -1,19 +1,9 @@
 //! StatusWriter: the only writer of a domain's status from this node, and only while
-//! this node is the domain's reporter. A document is written once changes have been
-//! quiet for a moment, or after a maximum delay while they keep coming, so a burst
-//! becomes one write; a document already written (by this node, or by a predecessor that
-//! published its digest in gossip) is not written again; failed writes are retried
-//! with backoff, always with the newest document.
-//!
-//! The phase events (`Ready`, `NotReady`) are emitted here, after the write that
-//! changes the phase as written: a phase the writer held back and that recovered was
-//! never shown to users, and a new reporter whose first document keeps the phase its
-//! predecessor wrote has no news to tell.
-//!
-//! A former reporter's write can land after ours (it was in flight when the role
-//! changed hands, and writes are last-writer-wins). Every writer publishes the digest
-//! of what it wrote once the write is done, so the reporter sees another member's
-//! digest change to one that is not its own, and writes its document again.
+//! this node is the domain's reporter. When to write (debounce, the hold on a degrading
+//! domain, deduplication, rewrites after a former reporter's late write, retirement)
+//! is decided by the pure state machine [`crate::rules::status_writes`]; this actor
+//! runs its timer, its writes (publishing each written document's digest in gossip),
+//! the retry backoff, the phase events, metrics and logs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +17,8 @@ use tracing::{debug, warn};
 use crate::model::{DomainRef, NodeId, Phase};
 use crate::ports::{DomainEvent, EventSink, Gossip, PortError, StatusSink};
 use crate::rules::membership::status_key;
-use crate::rules::status::{DomainStatus, digest};
+use crate::rules::status::DomainStatus;
+use crate::rules::status_writes::{Effect, Retirement, StatusWrites, WriteOutcome};
 
 // Successful writes are counted by the sinks, which know their backend and outcome
 // (`domaind_status_writes_total`); counting here too would double every write.
@@ -52,23 +43,10 @@ pub struct StatusWriterActor {
     sink: Arc<dyn StatusSink>,
     events: Arc<dyn EventSink>,
     gossip: Arc<dyn Gossip>,
-    quiet: Duration,
-    max_delay: Duration,
-    pending: Option<DomainStatus>,
-    /// When the oldest unwritten change arrived.
-    pending_since: Option<Instant>,
-    written: Option<String>,
-    /// The phase of the last document written.
-    written_phase: Option<Phase>,
+    writes: StatusWrites,
     timer: Option<SpawnHandle>,
-    writing: bool,
     backoff: Backoff,
-    /// Other members' published digests as last seen; `None` before the first look.
-    others_seen: Option<BTreeMap<NodeId, String>>,
-    /// Someone wrote after us: write the document even though we wrote it before.
-    overwritten: bool,
-    /// Retired: nothing more is written; `retirees` hear when the write in flight ends.
-    retired: bool,
+    /// Retired with a write in flight: they hear when it ends.
     retirees: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -98,42 +76,23 @@ impl StatusWriterActor {
             sink,
             events,
             gossip,
-            quiet,
-            max_delay,
-            pending: None,
-            pending_since: None,
-            written: written.map(digest),
-            written_phase: written.map(|w| w.status),
+            writes: StatusWrites::new(quiet, max_delay, written),
             timer: None,
-            writing: false,
             backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
-            others_seen: None,
-            overwritten: false,
-            retired: false,
             retirees: Vec::new(),
         }
     }
 
-    /// Whether another member published a digest, since we last looked, that is not
-    /// the one we wrote: its write may have landed after ours.
-    fn overwritten_since_last_look(&mut self) -> bool {
+    /// The digests other live members publish as written.
+    fn others_written(&self) -> BTreeMap<NodeId, String> {
         let key = status_key(&self.domain.uid);
         let me = self.gossip.node();
-        let others: BTreeMap<NodeId, String> = self
-            .gossip
+        self.gossip
             .live()
             .values()
             .filter(|m| m.node != me)
             .filter_map(|m| Some((m.node.clone(), m.keys.get(&key)?.clone())))
-            .collect();
-        let overwritten = match (&self.others_seen, &self.written) {
-            (Some(seen), Some(written)) => others
-                .iter()
-                .any(|(node, digest)| seen.get(node) != Some(digest) && digest != written),
-            _ => false,
-        };
-        self.others_seen = Some(others);
-        overwritten
+            .collect()
     }
 
     fn announce_phase(&self, status: &DomainStatus) {
@@ -150,51 +109,60 @@ impl StatusWriterActor {
         });
     }
 
-    /// (Re)arms the flush: `delay` from now, but never later than `max_delay` after
-    /// the oldest unwritten change.
-    fn schedule(&mut self, delay: Duration, ctx: &mut Context<Self>) {
+    fn apply(&mut self, effects: Vec<Effect>, ctx: &mut Context<Self>) {
+        for effect in effects {
+            match effect {
+                Effect::Arm(at) => self.arm(at, ctx),
+                Effect::Write { status, digest } => self.write(status, digest, ctx),
+                Effect::AlreadyWritten => {
+                    debug!(domain = %self.domain, "status already written by the previous reporter");
+                }
+                Effect::Rewrite => {
+                    warn!(domain = %self.domain, "another node wrote the status after this reporter: writing it again");
+                    metrics::counter!(STATUS_REWRITES).increment(1);
+                }
+                Effect::Announce(status) => self.announce_phase(&status),
+                // Logged and counted where the write's error is known (`write`); the
+                // retry is the `Arm` that follows.
+                Effect::Retry { .. } => {}
+                Effect::Stop => {
+                    self.retirees.drain(..).for_each(|retiree| {
+                        let _ = retiree.send(());
+                    });
+                    ctx.stop();
+                }
+            }
+        }
+    }
+
+    /// (Re)arms the flush timer for `at`.
+    fn arm(&mut self, at: Instant, ctx: &mut Context<Self>) {
         if let Some(timer) = self.timer.take() {
             ctx.cancel_future(timer);
         }
-        let now = Instant::now();
-        let since = *self.pending_since.get_or_insert(now);
-        let at = (now + delay).min(since + self.max_delay);
-        self.timer = Some(
-            ctx.run_later(at.saturating_duration_since(now), |act, ctx| {
+        self.timer = Some(ctx.run_later(
+            at.saturating_duration_since(Instant::now()),
+            |act, ctx| {
                 act.timer = None;
                 act.flush(ctx);
-            }),
-        );
-    }
-
-    /// Whether some live member already published this digest as written.
-    fn written_by_someone(&self, digest: &str) -> bool {
-        let key = status_key(&self.domain.uid);
-        self.gossip
-            .live()
-            .values()
-            .any(|m| m.keys.get(&key).is_some_and(|d| d == digest))
+            },
+        ));
     }
 
     fn flush(&mut self, ctx: &mut Context<Self>) {
-        if self.writing || self.retired {
-            return;
-        }
-        let Some(status) = self.pending.take() else {
-            return;
-        };
-        self.pending_since = None;
-        let fingerprint = digest(&status);
-        if !self.overwritten && self.written.as_deref() == Some(fingerprint.as_str()) {
-            return;
-        }
-        if !self.overwritten && self.written.is_none() && self.written_by_someone(&fingerprint) {
-            debug!(domain = %self.domain, "status already written by the previous reporter");
-            self.written = Some(fingerprint);
-            self.written_phase = Some(status.status);
-            return;
-        }
-        self.writing = true;
+        let key = status_key(&self.domain.uid);
+        let gossip = self.gossip.clone();
+        // Whether some live member already published this digest as written.
+        let effects = self.writes.flush(|digest| {
+            gossip
+                .live()
+                .values()
+                .any(|m| m.keys.get(&key).is_some_and(|d| d == digest))
+        });
+        self.apply(effects, ctx);
+    }
+
+    fn write(&mut self, status: DomainStatus, fingerprint: String, ctx: &mut Context<Self>) {
         let sink = self.sink.clone();
         let gossip = self.gossip.clone();
         let domain = self.domain.clone();
@@ -208,36 +176,23 @@ impl StatusWriterActor {
             }
             .into_actor(self)
             .map(|(result, status, fingerprint): (Result<(), PortError>, DomainStatus, String), act, ctx| {
-                act.writing = false;
-                if act.retired {
-                    act.retirees.drain(..).for_each(|retiree| {
-                        let _ = retiree.send(());
-                    });
-                    ctx.stop();
-                    return;
-                }
-                match result {
+                let outcome = match &result {
                     Ok(()) => {
                         act.backoff.succeed();
-                        act.overwritten = false;
-                        act.written = Some(fingerprint);
-                        if act.written_phase != Some(status.status) {
-                            act.announce_phase(&status);
-                        }
-                        act.written_phase = Some(status.status);
-                        if act.pending.is_some() {
-                            act.schedule(act.quiet, ctx);
-                        }
+                        WriteOutcome::Written
                     }
-                    Err(error) => {
+                    Err(_) => WriteOutcome::Failed {
+                        retry_in: act.backoff.fail(),
+                    },
+                };
+                let effects = act.writes.finished(status, fingerprint, outcome, Instant::now());
+                for effect in &effects {
+                    if let (Effect::Retry { retry_in }, Err(error)) = (effect, &result) {
                         metrics::counter!(STATUS_WRITE_FAILURES).increment(1);
-                        let delay = act.backoff.fail();
-                        warn!(domain = %act.domain, %error, retry_in = ?delay, "status write failed");
-                        // Retry with the newest document, whichever that is.
-                        act.pending.get_or_insert(status);
-                        act.schedule(delay, ctx);
+                        warn!(domain = %act.domain, %error, retry_in = ?retry_in, "status write failed");
                     }
                 }
+                act.apply(effects, ctx);
             }),
         );
     }
@@ -251,21 +206,22 @@ impl Handler<Retire> for StatusWriterActor {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: Retire, ctx: &mut Self::Context) -> Self::Result {
-        self.retired = true;
-        self.pending = None;
-        self.pending_since = None;
         if let Some(timer) = self.timer.take() {
             ctx.cancel_future(timer);
         }
-        if !self.writing {
-            ctx.stop();
-            return Box::pin(async {});
+        match self.writes.retire() {
+            Retirement::Now => {
+                ctx.stop();
+                Box::pin(async {})
+            }
+            Retirement::AfterWrite => {
+                let (done, written) = tokio::sync::oneshot::channel();
+                self.retirees.push(done);
+                Box::pin(async move {
+                    let _ = written.await;
+                })
+            }
         }
-        let (done, written) = tokio::sync::oneshot::channel();
-        self.retirees.push(done);
-        Box::pin(async move {
-            let _ = written.await;
-        })
     }
 }
 
@@ -273,30 +229,8 @@ impl Handler<PublishStatus> for StatusWriterActor {
     type Result = ();
 
     fn handle(&mut self, PublishStatus(status): PublishStatus, ctx: &mut Self::Context) {
-        if self.retired {
-            return;
-        }
-        if self.overwritten_since_last_look() {
-            warn!(domain = %self.domain, "another node wrote the status after this reporter: writing it again");
-            metrics::counter!(STATUS_REWRITES).increment(1);
-            self.overwritten = true;
-        }
-        // The domain turning Ready is what users (and Domain-policy prepares) wait
-        // for: write it at once rather than after the quiet period.
-        let now_ready = status.status == Phase::Ready && self.written_phase != Some(Phase::Ready);
-        // A Ready domain that degrades is held for the longest delay: a node loss shows
-        // first as IMEX links dropping, seconds before gossip's verdict and the
-        // recovery without the node. Waiting makes the whole change one write (or
-        // none, when the domain comes back as it was).
-        let degrading = status.status != Phase::Ready && self.written_phase == Some(Phase::Ready);
-        self.pending = Some(status);
-        let delay = if now_ready {
-            Duration::ZERO
-        } else if degrading {
-            self.max_delay
-        } else {
-            self.quiet
-        };
-        self.schedule(delay, ctx);
+        let others = self.others_written();
+        let effects = self.writes.publish(status, others, Instant::now());
+        self.apply(effects, ctx);
     }
 }

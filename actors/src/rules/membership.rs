@@ -75,18 +75,15 @@ pub fn advertised_domains(keys: &BTreeMap<String, String>) -> Vec<DomainUid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules::fixtures::advertisement;
     use domaind_gossip::Member;
 
     fn ad(clique: &str, slot: Option<u16>) -> Advertisement {
         Advertisement {
-            namespace: "ns".into(),
-            name: "cd".into(),
-            num_nodes: 0,
-            ip: "10.0.0.1".parse().unwrap(),
             clique: CliqueId(clique.into()),
             slot,
-            imex_ready: false,
             joined_at_ms: 1,
+            ..advertisement()
         }
     }
 

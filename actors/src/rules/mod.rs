@@ -1,11 +1,17 @@
 //! The rules, as pure functions: given what gossip says, every node computes the same
 //! answer, so nodes agree without negotiating.
 
+pub mod local_imex;
 pub mod membership;
 pub mod peer_health;
 pub mod peers;
 pub mod readiness;
 pub mod reporter;
+pub mod roster;
 pub mod slots;
 pub mod status;
+pub mod status_writes;
 pub mod takeover;
+
+#[cfg(test)]
+mod fixtures;

@@ -107,25 +107,15 @@ pub fn render_nodes_config_ips(peers: &PeerSet) -> String {
 mod tests {
     use super::*;
     use crate::model::{Advertisement, CliqueId};
+    use crate::rules::fixtures::{self, advertisement};
 
     fn member(node: &str, ip: &str, clique: &str) -> (NodeId, DomainMember) {
-        (
-            node.to_owned(),
-            DomainMember {
-                node: node.to_owned(),
-                generation: 1,
-                ad: Advertisement {
-                    namespace: "ns".into(),
-                    name: "cd".into(),
-                    num_nodes: 0,
-                    ip: ip.parse().unwrap(),
-                    clique: CliqueId(clique.into()),
-                    slot: None,
-                    imex_ready: false,
-                    joined_at_ms: 0,
-                },
-            },
-        )
+        let ad = Advertisement {
+            ip: ip.parse().unwrap(),
+            clique: CliqueId(clique.into()),
+            ..advertisement()
+        };
+        (node.to_owned(), fixtures::member(node, ad))
     }
 
     fn assignment(pairs: &[(&str, Slot)]) -> SlotAssignment {

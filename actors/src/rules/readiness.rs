@@ -119,26 +119,16 @@ pub fn domain_readiness(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Advertisement, CliqueId};
+    use crate::model::Advertisement;
+    use crate::rules::fixtures::{self, advertisement};
 
     fn member(node: &str, slot: Option<u16>, ready: bool) -> (NodeId, DomainMember) {
-        (
-            node.into(),
-            DomainMember {
-                node: node.into(),
-                generation: 1,
-                ad: Advertisement {
-                    namespace: "ns".into(),
-                    name: "cd".into(),
-                    num_nodes: 0,
-                    ip: "10.0.0.1".parse().unwrap(),
-                    clique: CliqueId("c.0".into()),
-                    slot,
-                    imex_ready: ready,
-                    joined_at_ms: 0,
-                },
-            },
-        )
+        let ad = Advertisement {
+            slot,
+            imex_ready: ready,
+            ..advertisement()
+        };
+        (node.into(), fixtures::member(node, ad))
     }
 
     fn assign(pairs: &[(&str, u16)]) -> SlotAssignment {

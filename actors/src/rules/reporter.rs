@@ -2,10 +2,13 @@
 //! member computes the same answer from the same view, so there is no election round;
 //! when the reporter dies, the next smallest takes over as soon as it is declared dead.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::model::NodeId;
+use crate::ports::DomainEvent;
 
 pub fn reporter<V>(members: &BTreeMap<String, V>) -> Option<&str> {
     members.keys().next().map(String::as_str)
@@ -31,6 +34,34 @@ pub fn reporter_from(
     let after_quiet =
         membership_changed.map_or(after_join, |changed| (changed + settle).max(after_join));
     after_quiet.min(joined + settle_max.max(settle))
+}
+
+/// What the reporter last told users through node events (the phase events follow
+/// the writes: see [`crate::rules::status_writes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Announced {
+    pub members: BTreeSet<NodeId>,
+    pub lost: BTreeSet<NodeId>,
+}
+
+/// The node events that tell users what changed since `before`: members that joined,
+/// members lost. A node new to the role (`before` is none) announces only what is
+/// news to users, the losses: the members it finds were there before it reported.
+pub fn announcements(before: Option<&Announced>, now: &Announced) -> Vec<DomainEvent> {
+    let none_lost = BTreeSet::new();
+    let (members_before, lost_before) = match before {
+        Some(before) => (&before.members, &before.lost),
+        None => (&now.members, &none_lost),
+    };
+    now.members
+        .difference(members_before)
+        .map(|node| DomainEvent::NodeJoined { node: node.clone() })
+        .chain(
+            now.lost
+                .difference(lost_before)
+                .map(|node| DomainEvent::NodeLost { node: node.clone() }),
+        )
+        .collect()
 }
 
 #[cfg(test)]
@@ -79,5 +110,40 @@ mod tests {
         assert!(is_reporter(&members, "node-07"));
         members.clear();
         assert_eq!(reporter(&members), None);
+    }
+
+    fn names(names: &[&str]) -> BTreeSet<NodeId> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn joins_and_losses_are_announced_once() {
+        let first = Announced {
+            members: names(&["a", "b"]),
+            lost: names(&["c"]),
+        };
+        // A new reporter: the members it finds are not news, the loss is.
+        assert_eq!(
+            announcements(None, &first),
+            vec![DomainEvent::NodeLost { node: "c".into() }]
+        );
+        let next = Announced {
+            members: names(&["a", "b", "d"]),
+            lost: names(&["c", "e"]),
+        };
+        assert_eq!(
+            announcements(Some(&first), &next),
+            vec![
+                DomainEvent::NodeJoined { node: "d".into() },
+                DomainEvent::NodeLost { node: "e".into() }
+            ]
+        );
+        assert!(announcements(Some(&next), &next).is_empty());
+        // A member that leaves, or a lost one forgotten, is no event.
+        let after = Announced {
+            members: names(&["a"]),
+            lost: names(&[]),
+        };
+        assert!(announcements(Some(&next), &after).is_empty());
     }
 }

@@ -129,19 +129,15 @@ pub fn digest(status: &DomainStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::CliqueId;
+    use crate::rules::fixtures::advertisement;
     use std::collections::BTreeSet;
 
     fn ad(slot: u16, ready: bool) -> Advertisement {
         Advertisement {
-            namespace: "ns".into(),
-            name: "cd".into(),
-            num_nodes: 0,
             ip: format!("10.0.0.{slot}").parse().unwrap(),
-            clique: CliqueId("c.0".into()),
             slot: Some(slot),
             imex_ready: ready,
-            joined_at_ms: 0,
+            ..advertisement()
         }
     }
 

@@ -1,0 +1,736 @@
+//! A domain's roster as one node keeps it between recomputes: its members, the members
+//! it lost and still lists, the members dropped from the IMEX peer set, the members a
+//! written status listed that nobody here saw leave (adopted, see
+//! [`crate::rules::takeover`]), and which ImexPeer tenure speaks for each remote member.
+//!
+//! Each recompute hands the roster the gossip view, and the roster says what changed:
+//! - a member gone from the view but alive in gossip **left** (its last claim went): it
+//!   is forgotten at once, no grace, never listed lost;
+//! - a member gone from gossip altogether is **lost**: it stays listed (NotReady), and
+//!   keeps its slot and, until its ImexPeer drops it, its place in IMEX;
+//! - a lost member advertising again is **back**;
+//! - a lost member that is not back within the retention is **forgotten**; an adopted
+//!   one likewise, or as soon as it shows up.
+//!
+//! **Tenures.** A remote member's ImexPeer has a tenure: opened when the member is first
+//! seen, closed when it leaves or is forgotten. A lost member that comes back keeps its
+//! tenure (its ImexPeer re-admits it); a member that left and comes back gets a new one.
+//! The old ImexPeer lives on until its grace timer fires, and its verdict is about a
+//! membership that is over: only the current tenure's verdict counts (the chaos harness
+//! found a rejoined member dropped 30 s later by its old link grace). Tenures are never
+//! reused, not even after [`Roster::clear`], because ImexPeers outlive a restart too.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::model::{Advertisement, DomainMember, NodeId};
+use crate::rules::peer_health::{Cause, Verdict};
+use crate::rules::readiness::{Readiness, domain_readiness};
+use crate::rules::slots::{SlotAssignment, SlotCandidate};
+use crate::rules::status::{DomainStatus, NodeStatus, status_document, with_adopted};
+
+/// Which ImexPeer speaks for a remote member: see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tenure(u64);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostMember {
+    /// As last advertised: the status lists it, and it keeps its slot, from this.
+    pub member: DomainMember,
+    pub since: Instant,
+}
+
+/// A node the written status listed that nobody here saw leave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adopted {
+    pub row: NodeStatus,
+    pub since: Instant,
+}
+
+/// What one observation changed, in the order it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Alive in gossip without advertising the domain: it left.
+    Left(NodeId),
+    /// Gone from gossip: it died. Its ImexPeer hears it (`tenure`).
+    Lost { node: NodeId, tenure: Tenure },
+    /// A lost member advertises the domain again.
+    Back(NodeId),
+    /// A lost member not back within the retention.
+    Forgotten(NodeId),
+    /// An adopted node showed up as a member, or its retention ran out.
+    AdoptionEnded(NodeId),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observation {
+    pub changes: Vec<Change>,
+    /// The members' names differ from the previous observation's.
+    pub members_changed: bool,
+}
+
+/// What became of an ImexPeer's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerdictOutcome {
+    /// From a tenure that is over: nothing changed.
+    Retired,
+    Dropped(Cause),
+    Readmitted,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Roster {
+    members: BTreeMap<NodeId, DomainMember>,
+    lost: BTreeMap<NodeId, LostMember>,
+    dropped: BTreeSet<NodeId>,
+    adopted: BTreeMap<NodeId, Adopted>,
+    /// Every node seen as a member since the last clear: their leaving or death was
+    /// witnessed here, not just absent from a view still filling up.
+    witnessed: BTreeSet<NodeId>,
+    tenures: BTreeMap<NodeId, Tenure>,
+    next_tenure: u64,
+}
+
+impl Roster {
+    /// The live members, this node included.
+    pub fn members(&self) -> &BTreeMap<NodeId, DomainMember> {
+        &self.members
+    }
+
+    pub fn lost(&self) -> &BTreeMap<NodeId, LostMember> {
+        &self.lost
+    }
+
+    /// Members dropped from the IMEX peer set by their ImexPeer's verdict.
+    pub fn dropped(&self) -> &BTreeSet<NodeId> {
+        &self.dropped
+    }
+
+    pub fn witnessed(&self) -> &BTreeSet<NodeId> {
+        &self.witnessed
+    }
+
+    pub fn adopted(&self) -> &BTreeMap<NodeId, Adopted> {
+        &self.adopted
+    }
+
+    pub fn admitted(&self, node: &str) -> bool {
+        !self.dropped.contains(node)
+    }
+
+    pub fn tenure(&self, node: &str) -> Option<Tenure> {
+        self.tenures.get(node).copied()
+    }
+
+    /// The current tenure of `node`'s ImexPeer, opening one if it has none.
+    pub fn peer(&mut self, node: &str) -> Tenure {
+        if let Some(tenure) = self.tenures.get(node) {
+            return *tenure;
+        }
+        let tenure = Tenure(self.next_tenure);
+        self.next_tenure += 1;
+        self.tenures.insert(node.to_owned(), tenure);
+        tenure
+    }
+
+    /// Takes the domain's members in gossip (`view`, this node's own entry replaced by
+    /// `own`, which is always a member) and says what changed. `alive`: whether gossip
+    /// knows a node alive, with or without the domain's key.
+    pub fn observe(
+        &mut self,
+        own: DomainMember,
+        mut view: BTreeMap<NodeId, DomainMember>,
+        alive: impl Fn(&str) -> bool,
+        now: Instant,
+        retention: Duration,
+    ) -> Observation {
+        let me = own.node.clone();
+        view.insert(me.clone(), own);
+        let mut changes = Vec::new();
+
+        let departed: Vec<(NodeId, DomainMember)> = self
+            .members
+            .iter()
+            .filter(|(node, _)| !view.contains_key(*node))
+            .map(|(node, member)| (node.clone(), member.clone()))
+            .collect();
+        for (node, member) in departed {
+            if alive(&node) {
+                self.tenures.remove(&node);
+                self.dropped.remove(&node);
+                changes.push(Change::Left(node));
+            } else {
+                let tenure = self.peer(&node);
+                self.lost
+                    .insert(node.clone(), LostMember { member, since: now });
+                changes.push(Change::Lost { node, tenure });
+            }
+        }
+        for node in view.keys().filter(|node| **node != me) {
+            if self.lost.remove(node).is_some() {
+                changes.push(Change::Back(node.clone()));
+            }
+            self.peer(node);
+        }
+        let forgotten: Vec<NodeId> = self
+            .lost
+            .iter()
+            .filter(|(_, lost)| now.duration_since(lost.since) >= retention)
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in forgotten {
+            self.lost.remove(&node);
+            self.tenures.remove(&node);
+            self.dropped.remove(&node);
+            changes.push(Change::Forgotten(node));
+        }
+        self.witnessed.extend(view.keys().cloned());
+        self.adopted.retain(|node, adopted| {
+            let keep = !view.contains_key(node) && now.duration_since(adopted.since) < retention;
+            if !keep {
+                changes.push(Change::AdoptionEnded(node.clone()));
+            }
+            keep
+        });
+
+        let members_changed = !self.members.keys().eq(view.keys());
+        self.members = view;
+        Observation {
+            changes,
+            members_changed,
+        }
+    }
+
+    /// This node's advertisement changed after the observation (its slot, its IMEX
+    /// readiness): the roster lists what it will publish.
+    pub fn update_own(&mut self, me: &str, ad: Advertisement) {
+        if let Some(own) = self.members.get_mut(me) {
+            own.ad = ad;
+        }
+    }
+
+    /// An ImexPeer's verdict; it changes only who is dropped, and only if `tenure` is
+    /// the node's current one.
+    pub fn verdict(&mut self, node: &str, tenure: Tenure, verdict: Verdict) -> VerdictOutcome {
+        if self.tenures.get(node) != Some(&tenure) {
+            return VerdictOutcome::Retired;
+        }
+        match verdict {
+            Verdict::Drop(cause) => {
+                self.dropped.insert(node.to_owned());
+                VerdictOutcome::Dropped(cause)
+            }
+            Verdict::Readmit => {
+                self.dropped.remove(node);
+                VerdictOutcome::Readmitted
+            }
+        }
+    }
+
+    /// Lists `rows` lost from `now` on (the takeover's adoptions).
+    pub fn adopt(&mut self, rows: Vec<NodeStatus>, now: Instant) {
+        for row in rows {
+            self.adopted
+                .insert(row.name.clone(), Adopted { row, since: now });
+        }
+    }
+
+    /// When the next lost or adopted node is due to be forgotten.
+    pub fn next_expiry(&self, retention: Duration) -> Option<Instant> {
+        self.lost
+            .values()
+            .map(|lost| lost.since)
+            .chain(self.adopted.values().map(|adopted| adopted.since))
+            .map(|since| since + retention)
+            .min()
+    }
+
+    /// Who takes part in slots and the IMEX peer set: the members, and the lost ones
+    /// not dropped yet (within their grace they keep their slot and their IMEX place).
+    pub fn imex_members(&self) -> BTreeMap<NodeId, DomainMember> {
+        let mut members = self.members.clone();
+        for (node, lost) in &self.lost {
+            if !self.dropped.contains(node) {
+                members.insert(node.clone(), lost.member.clone());
+            }
+        }
+        members
+    }
+
+    /// The domain's readiness, as prepares wait on it: adopted nodes are not counted,
+    /// as nothing says they were ever part of this IMEX domain.
+    pub fn readiness(&self, assignment: &SlotAssignment, num_nodes: u32) -> Readiness {
+        let lost: BTreeSet<NodeId> = self.lost.keys().cloned().collect();
+        domain_readiness(
+            &self.members,
+            assignment,
+            |node: &str| self.admitted(node),
+            &lost,
+            num_nodes,
+        )
+    }
+
+    /// The status document: `readiness` is [`Roster::readiness`]'s; adopted nodes count
+    /// as lost in the status (listed NotReady, the domain degraded).
+    pub fn status_document(
+        &self,
+        assignment: &SlotAssignment,
+        readiness: &Readiness,
+        num_nodes: u32,
+    ) -> DomainStatus {
+        let lost_ads: BTreeMap<NodeId, Advertisement> = self
+            .lost
+            .iter()
+            .map(|(node, lost)| (node.clone(), lost.member.ad.clone()))
+            .collect();
+        if self.adopted.is_empty() {
+            return status_document(&self.members, &lost_ads, assignment, readiness);
+        }
+        let lost_names: BTreeSet<NodeId> = self
+            .lost
+            .keys()
+            .chain(self.adopted.keys())
+            .cloned()
+            .collect();
+        let with_lost = domain_readiness(
+            &self.members,
+            assignment,
+            |node: &str| self.admitted(node),
+            &lost_names,
+            num_nodes,
+        );
+        let rows: Vec<NodeStatus> = self.adopted.values().map(|a| a.row.clone()).collect();
+        with_adopted(
+            status_document(&self.members, &lost_ads, assignment, &with_lost),
+            &rows,
+        )
+    }
+
+    /// Forgets everything, as on a restart of the domain, but not which tenures were
+    /// handed out: the ImexPeers of before may still speak.
+    pub fn clear(&mut self) {
+        *self = Self {
+            next_tenure: self.next_tenure,
+            ..Self::default()
+        };
+    }
+}
+
+/// The slot assignment's view of `members`.
+pub fn slot_candidates(members: &BTreeMap<NodeId, DomainMember>) -> Vec<SlotCandidate> {
+    members
+        .values()
+        .map(|member| SlotCandidate {
+            node: member.node.clone(),
+            joined_at_ms: member.ad.joined_at_ms,
+            preferred: member.ad.slot,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Phase, Slot};
+    use crate::rules::fixtures::{self, advertisement};
+    use crate::rules::readiness::NotReadyReason;
+    use proptest::prelude::*;
+
+    const RETENTION: Duration = Duration::from_secs(600);
+    const ME: &str = "me";
+
+    fn member(node: &str, slot: Option<Slot>, generation: u64) -> DomainMember {
+        let ad = Advertisement {
+            slot,
+            imex_ready: true,
+            ..advertisement()
+        };
+        DomainMember {
+            generation,
+            ..fixtures::member(node, ad)
+        }
+    }
+
+    fn view(nodes: &[&str]) -> BTreeMap<NodeId, DomainMember> {
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ((*n).to_owned(), member(n, Some(i as Slot + 1), 1)))
+            .collect()
+    }
+
+    fn observe(roster: &mut Roster, nodes: &[&str], alive: &[&str], now: Instant) -> Observation {
+        let alive: BTreeSet<NodeId> = alive.iter().map(|n| (*n).to_owned()).collect();
+        roster.observe(
+            member(ME, Some(0), 1),
+            view(nodes),
+            |n: &str| n == ME || alive.contains(n),
+            now,
+            RETENTION,
+        )
+    }
+
+    fn row(name: &str) -> NodeStatus {
+        NodeStatus {
+            name: name.into(),
+            ip_address: "10.0.0.9".into(),
+            clique_id: "c.0".into(),
+            index: Some(9),
+            status: Phase::Ready,
+        }
+    }
+
+    fn lost(node: &str, tenure: Tenure) -> Change {
+        Change::Lost {
+            node: node.into(),
+            tenure,
+        }
+    }
+
+    #[test]
+    fn a_member_alive_without_the_key_left_and_one_gone_from_gossip_is_lost() {
+        let t0 = Instant::now();
+        let mut roster = Roster::default();
+        let first = observe(&mut roster, &["a", "b"], &["a", "b"], t0);
+        assert!(first.members_changed);
+        assert!(first.changes.is_empty());
+        let b = roster.tenure("b").unwrap();
+        assert_eq!(roster.tenure(ME), None, "this node has no ImexPeer");
+
+        // a is still in gossip without the key; b is gone from gossip.
+        let next = observe(&mut roster, &[], &["a"], t0);
+        assert_eq!(next.changes, vec![Change::Left("a".into()), lost("b", b)]);
+        assert!(next.members_changed);
+        assert_eq!(roster.members().keys().collect::<Vec<_>>(), vec![ME]);
+        assert_eq!(roster.lost().keys().collect::<Vec<_>>(), vec!["b"]);
+        assert_eq!(roster.tenure("a"), None, "a left: its ImexPeer is retired");
+        assert_eq!(roster.tenure("b"), Some(b), "b's ImexPeer hears it died");
+        assert!(!observe(&mut roster, &[], &["a"], t0).members_changed);
+    }
+
+    #[test]
+    fn a_lost_member_keeps_its_slot_and_is_listed_until_the_retention() {
+        let t0 = Instant::now();
+        let mut roster = Roster::default();
+        observe(&mut roster, &["a", "b"], &["a", "b"], t0);
+        observe(&mut roster, &["a"], &["a"], t0);
+        assert_eq!(roster.next_expiry(RETENTION), Some(t0 + RETENTION));
+        let imex = roster.imex_members();
+        assert_eq!(imex.keys().collect::<Vec<_>>(), vec!["a", "b", ME]);
+        assert_eq!(imex["b"].ad.slot, Some(2), "b keeps the slot it advertised");
+        let assignment = crate::rules::slots::assign_slots(&slot_candidates(&imex), 18);
+        let readiness = roster.readiness(&assignment, 0);
+        assert_eq!(
+            readiness.reason,
+            Some(NotReadyReason::Degraded {
+                lost: vec!["b".into()]
+            })
+        );
+        let document = roster.status_document(&assignment, &readiness, 0);
+        let b = document.nodes.iter().find(|n| n.name == "b").unwrap();
+        assert_eq!((b.index, b.status), (Some(2), Phase::NotReady));
+
+        // Dropped by its ImexPeer, it leaves IMEX but stays listed.
+        let tenure = roster.tenure("b").unwrap();
+        roster.verdict("b", tenure, Verdict::Drop(Cause::GossipDead));
+        assert!(!roster.imex_members().contains_key("b"));
+        assert!(roster.lost().contains_key("b"));
+
+        let almost = t0 + RETENTION - Duration::from_millis(1);
+        assert!(
+            observe(&mut roster, &["a"], &["a"], almost)
+                .changes
+                .is_empty()
+        );
+        let changes = observe(&mut roster, &["a"], &["a"], t0 + RETENTION).changes;
+        assert_eq!(changes, vec![Change::Forgotten("b".into())]);
+        assert!(roster.lost().is_empty() && roster.dropped().is_empty());
+        assert_eq!(roster.tenure("b"), None);
+        assert_eq!(roster.next_expiry(RETENTION), None);
+    }
+
+    /// The bug the chaos harness found: a member that left and rejoined was dropped
+    /// 30 s later by the link grace its old ImexPeer had started.
+    #[test]
+    fn only_the_current_tenure_speaks_for_a_member() {
+        let t0 = Instant::now();
+        let mut roster = Roster::default();
+        observe(&mut roster, &["a"], &["a"], t0);
+        let first = roster.tenure("a").unwrap();
+        observe(&mut roster, &[], &["a"], t0);
+        observe(&mut roster, &["a"], &["a"], t0);
+        let second = roster.tenure("a").unwrap();
+        assert_ne!(first, second, "a member that left and came back");
+
+        let before = roster.clone();
+        assert_eq!(
+            roster.verdict("a", first, Verdict::Drop(Cause::ImexLinkDown)),
+            VerdictOutcome::Retired
+        );
+        assert_eq!(roster, before);
+        assert_eq!(
+            roster.verdict("a", second, Verdict::Drop(Cause::ImexLinkDown)),
+            VerdictOutcome::Dropped(Cause::ImexLinkDown)
+        );
+        assert!(!roster.admitted("a"));
+        assert_eq!(
+            roster.verdict("a", second, Verdict::Readmit),
+            VerdictOutcome::Readmitted
+        );
+        assert!(roster.admitted("a"));
+
+        // A lost member that comes back keeps its ImexPeer: it is the one to re-admit it.
+        observe(&mut roster, &[], &[], t0);
+        let changes = observe(&mut roster, &["a"], &["a"], t0).changes;
+        assert_eq!(changes, vec![Change::Back("a".into())]);
+        assert_eq!(roster.tenure("a"), Some(second));
+    }
+
+    #[test]
+    fn tenures_are_not_reused_after_a_restart() {
+        let t0 = Instant::now();
+        let mut roster = Roster::default();
+        observe(&mut roster, &["a"], &["a"], t0);
+        let before_restart = roster.tenure("a").unwrap();
+        roster.clear();
+        assert!(roster.members().is_empty() && roster.witnessed().is_empty());
+        observe(&mut roster, &["a"], &["a"], t0);
+        assert_ne!(roster.tenure("a"), Some(before_restart));
+        assert_eq!(
+            roster.verdict("a", before_restart, Verdict::Drop(Cause::GossipDead)),
+            VerdictOutcome::Retired
+        );
+    }
+
+    #[test]
+    fn adopted_nodes_are_listed_lost_until_they_show_up_or_are_forgotten() {
+        let t0 = Instant::now();
+        let mut roster = Roster::default();
+        observe(&mut roster, &["a"], &["a"], t0);
+        roster.adopt(vec![row("c"), row("d")], t0);
+        assert_eq!(roster.next_expiry(RETENTION), Some(t0 + RETENTION));
+
+        let assignment =
+            crate::rules::slots::assign_slots(&slot_candidates(&roster.imex_members()), 18);
+        // Prepares do not wait on them: nothing says they were ever in this IMEX domain.
+        let readiness = roster.readiness(&assignment, 0);
+        assert!(readiness.is_ready(), "{readiness}");
+        let document = roster.status_document(&assignment, &readiness, 0);
+        assert_eq!(document.status, Phase::NotReady);
+        assert_eq!(document.message, "2/4 nodes ready, lost: c, d");
+        let c = document.nodes.iter().find(|n| n.name == "c").unwrap();
+        assert_eq!((c.index, c.status), (Some(9), Phase::NotReady));
+
+        let changes = observe(&mut roster, &["a", "c"], &["a", "c"], t0).changes;
+        assert_eq!(changes, vec![Change::AdoptionEnded("c".into())]);
+        let changes = observe(&mut roster, &["a", "c"], &["a", "c"], t0 + RETENTION).changes;
+        assert_eq!(changes, vec![Change::AdoptionEnded("d".into())]);
+        assert!(roster.adopted().is_empty());
+    }
+
+    /// One step of the domain's life, as the actor feeds the roster.
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// The remote nodes advertising the domain (a mask over `NODES`), those gone
+        /// from gossip among the rest, a new advertisement seed, and time passing.
+        Observe {
+            present: u8,
+            dead: u8,
+            generation: u64,
+            after_ms: u64,
+        },
+        /// A verdict about `node` from one of the tenures it ever had (`pick`).
+        Verdict {
+            node: usize,
+            pick: usize,
+            drop: bool,
+        },
+        /// The takeover adopts `node` (if nobody here saw it as a member).
+        Adopt { node: usize },
+        /// The domain actor restarts.
+        Clear,
+    }
+
+    const NODES: [&str; 5] = ["a", "b", "c", "d", "e"];
+    /// Short, so that ops reach it.
+    const SHORT_RETENTION: Duration = Duration::from_secs(10);
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            // Half-second steps: some land exactly on the end of a retention.
+            6 => (any::<u8>(), any::<u8>(), 1u64..4, (0u64..8).prop_map(|n| n * 500)).prop_map(
+                |(present, dead, generation, after_ms)| Op::Observe { present, dead, generation, after_ms }
+            ),
+            3 => (0..NODES.len(), any::<usize>(), any::<bool>())
+                .prop_map(|(node, pick, drop)| Op::Verdict { node, pick, drop }),
+            1 => (0..NODES.len()).prop_map(|node| Op::Adopt { node }),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    fn in_mask(mask: u8, i: usize) -> bool {
+        mask & (1 << i) != 0
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Runs random histories and checks, after every step:
+        /// (a) a node whose advertisement is in the view is a member: never lost,
+        ///     forgotten, left or adopted, whatever came before;
+        /// (b) a verdict from a tenure that is over changes nothing, and a current one
+        ///     changes only who is dropped;
+        /// and what the actor relies on: the departed are classified by gossip's
+        /// liveness, a lost member is kept for exactly the retention, tenures are
+        /// never handed out twice, this node is always a member, and the dropped,
+        /// lost, adopted and member sets fit together.
+        #[test]
+        fn roster_histories_keep_their_invariants(ops in proptest::collection::vec(op(), 1..80)) {
+            let mut roster = Roster::default();
+            let mut now = Instant::now();
+            // Every tenure handed out, to whom; and those over.
+            let mut issued: BTreeMap<Tenure, NodeId> = BTreeMap::new();
+            let mut over: BTreeSet<Tenure> = BTreeSet::new();
+            for op in ops {
+                match op {
+                    Op::Observe { present, dead, generation, after_ms } => {
+                        now += Duration::from_millis(after_ms);
+                        let fresh: BTreeMap<NodeId, DomainMember> = NODES
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| in_mask(present, *i))
+                            .map(|(i, n)| ((*n).to_owned(), member(n, Some(i as Slot + 1), generation)))
+                            .collect();
+                        let alive: BTreeSet<NodeId> = NODES
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| in_mask(present, *i) || !in_mask(dead, *i))
+                            .map(|(_, n)| (*n).to_owned())
+                            .collect();
+                        let before = roster.clone();
+                        let observation = roster.observe(
+                            member(ME, Some(0), 1),
+                            fresh.clone(),
+                            |n: &str| n == ME || alive.contains(n),
+                            now,
+                            SHORT_RETENTION,
+                        );
+
+                        // (a)
+                        for node in fresh.keys() {
+                            prop_assert_eq!(&roster.members()[node], &fresh[node]);
+                            prop_assert!(!roster.lost().contains_key(node));
+                            prop_assert!(!roster.adopted().contains_key(node));
+                            prop_assert!(roster.imex_members().contains_key(node));
+                            prop_assert!(roster.tenure(node).is_some(), "{} has no ImexPeer", node);
+                            for change in &observation.changes {
+                                let named = match change {
+                                    Change::Left(n) | Change::Forgotten(n) | Change::Lost { node: n, .. } => n,
+                                    Change::Back(_) | Change::AdoptionEnded(_) => continue,
+                                };
+                                prop_assert_ne!(named, node, "{:?} of a fresh member", change);
+                            }
+                        }
+                        prop_assert!(roster.members().contains_key(ME));
+                        prop_assert_eq!(roster.members().len(), fresh.len() + 1);
+                        prop_assert_eq!(
+                            observation.members_changed,
+                            !before.members().keys().eq(roster.members().keys())
+                        );
+
+                        // The departed: left if alive, lost if not.
+                        for node in before.members().keys().filter(|n| !fresh.contains_key(*n) && *n != ME) {
+                            if alive.contains(node) {
+                                prop_assert!(observation.changes.contains(&Change::Left(node.clone())));
+                                prop_assert!(!roster.lost().contains_key(node));
+                                prop_assert_eq!(roster.tenure(node), None);
+                            } else {
+                                let tenure = before.tenure(node).expect("a member has a tenure");
+                                prop_assert!(observation.changes.contains(&lost(node, tenure)));
+                            }
+                        }
+                        // Kept for exactly the retention, from when it was lost.
+                        for (node, was) in before.lost() {
+                            let expired = now.duration_since(was.since) >= SHORT_RETENTION;
+                            match roster.lost().get(node) {
+                                Some(is) => {
+                                    prop_assert!(!expired);
+                                    prop_assert_eq!(is, was);
+                                }
+                                None => prop_assert!(expired || fresh.contains_key(node)),
+                            }
+                        }
+                        for (node, is) in roster.lost() {
+                            prop_assert!(now.duration_since(is.since) < SHORT_RETENTION);
+                            // Within its grace a lost member keeps its slot unless dropped.
+                            prop_assert_eq!(
+                                roster.imex_members().get(node).map(|m| m.ad.slot),
+                                roster.admitted(node).then_some(is.member.ad.slot)
+                            );
+                        }
+                        if let Some(expiry) = roster.next_expiry(SHORT_RETENTION) {
+                            prop_assert!(expiry > now);
+                        }
+                    }
+                    Op::Verdict { node, pick, drop } => {
+                        let node = NODES[node];
+                        let tenures: Vec<Tenure> = issued
+                            .iter()
+                            .filter(|(_, n)| n.as_str() == node)
+                            .map(|(t, _)| *t)
+                            .collect();
+                        if tenures.is_empty() {
+                            continue;
+                        }
+                        let tenure = tenures[pick % tenures.len()];
+                        let verdict = if drop { Verdict::Drop(Cause::ImexLinkDown) } else { Verdict::Readmit };
+                        let before = roster.clone();
+                        let outcome = roster.verdict(node, tenure, verdict);
+                        if before.tenure(node) == Some(tenure) {
+                            prop_assert_ne!(outcome, VerdictOutcome::Retired);
+                            prop_assert_eq!(roster.admitted(node), !drop);
+                            prop_assert_eq!(roster.members(), before.members());
+                            prop_assert_eq!(roster.lost(), before.lost());
+                            prop_assert_eq!(roster.adopted(), before.adopted());
+                        } else {
+                            // (b)
+                            prop_assert!(over.contains(&tenure));
+                            prop_assert_eq!(outcome, VerdictOutcome::Retired);
+                            prop_assert_eq!(&roster, &before);
+                        }
+                    }
+                    Op::Adopt { node } => {
+                        // As the takeover does: only nodes nobody here saw as a member.
+                        let node = NODES[node];
+                        if !roster.witnessed().contains(node) {
+                            roster.adopt(vec![row(node)], now);
+                        }
+                    }
+                    Op::Clear => roster.clear(),
+                }
+
+                // Tenures: never handed out twice, never current again once over.
+                for node in NODES {
+                    if let Some(tenure) = roster.tenure(node) {
+                        prop_assert!(!over.contains(&tenure), "{:?} reused", tenure);
+                        let holder = issued.entry(tenure).or_insert_with(|| node.to_owned());
+                        prop_assert_eq!(holder.as_str(), node);
+                    }
+                }
+                for (tenure, node) in &issued {
+                    if roster.tenure(node) != Some(*tenure) {
+                        over.insert(*tenure);
+                    }
+                }
+                for node in roster.dropped() {
+                    prop_assert!(roster.tenure(node).is_some(), "{} dropped without an ImexPeer", node);
+                }
+                for node in roster.lost().keys().chain(roster.adopted().keys()) {
+                    prop_assert!(!roster.members().contains_key(node));
+                }
+            }
+        }
+    }
+}
