@@ -318,10 +318,12 @@ async fn a_reload_waits_until_the_daemon_has_answered() {
 
     let status = daemon.status().await.unwrap();
     assert!(status.running && status.ready, "{status:?}");
-    wait(|| reloads.exists()).await;
-    assert_eq!(std::fs::read_to_string(&reloads).unwrap(), "reload\n");
+    // The shell creates the file before it writes the line: wait for the whole line.
+    wait(|| std::fs::read_to_string(&reloads).is_ok_and(|r| r.ends_with('\n'))).await;
     assert_eq!(daemon.pid().await, Some(pid));
+    // Once stopped, no reload can still be on its way: the two asked for were one.
     daemon.stop().await.unwrap();
+    assert_eq!(std::fs::read_to_string(&reloads).unwrap(), "reload\n");
 }
 
 /// The loop of issue 11: IMEX's port held by a connection of another process (the
