@@ -57,16 +57,27 @@ impl Failure {
 // Gossip
 
 /// A gossip network in memory: every node sees every other's keys at once. Killing a
-/// node removes it, as a failure detector's verdict would.
+/// node removes it, as a failure detector's verdict would. Pausing one (SIGSTOP) hides
+/// it from the others, as their failure detectors would, while its own view stands
+/// still; resuming brings it back as it was, and shows it the newest view at once.
 #[derive(Debug, Clone)]
 pub struct FakeGossipNet {
     members: Arc<watch::Sender<Membership>>,
+    paused: Arc<Mutex<BTreeMap<NodeId, Paused>>>,
+}
+
+/// A paused node: its own entry, kept from the others, and the view it stopped at.
+#[derive(Debug, Clone)]
+struct Paused {
+    member: Member,
+    view: Membership,
 }
 
 impl Default for FakeGossipNet {
     fn default() -> Self {
         Self {
             members: Arc::new(watch::channel(Membership::new()).0),
+            paused: Arc::default(),
         }
     }
 }
@@ -94,24 +105,66 @@ impl FakeGossipNet {
 
     /// Removes a node, as the failure detector would declare it dead.
     pub fn kill(&self, node: &str) {
+        lock(&self.paused).remove(node);
         self.members.send_modify(|m| {
             m.remove(node);
         });
     }
 
+    /// The node stops (SIGSTOP): the others declare it dead, and it hears nothing
+    /// until [`Self::resume`]. What it publishes meanwhile waits for the resume.
+    pub fn pause(&self, node: &str) {
+        let view = self.snapshot();
+        let Some(member) = view.get(node).cloned() else {
+            return;
+        };
+        lock(&self.paused).insert(node.to_owned(), Paused { member, view });
+        self.members.send_modify(|m| {
+            m.remove(node);
+        });
+    }
+
+    /// The paused node runs again: the others see it back with its keys, and it sees
+    /// the newest view.
+    pub fn resume(&self, node: &str) {
+        let Some(paused) = lock(&self.paused).remove(node) else {
+            return;
+        };
+        self.members.send_modify(|m| {
+            m.insert(node.to_owned(), paused.member);
+        });
+    }
+
+    fn is_paused(&self, node: &str) -> bool {
+        lock(&self.paused).contains_key(node)
+    }
+
     /// Sets a key on another node's behalf (to play a peer in a test).
     pub fn set_key_of(&self, node: &str, key: &str, value: &str) {
-        self.members.send_modify(|m| {
-            if let Some(member) = m.get_mut(node) {
-                member.keys.insert(key.to_owned(), value.to_owned());
-            }
+        self.edit_keys(node, |keys| {
+            keys.insert(key.to_owned(), value.to_owned());
         });
     }
 
     pub fn delete_key_of(&self, node: &str, key: &str) {
+        self.edit_keys(node, |keys| {
+            keys.remove(key);
+        });
+    }
+
+    /// Edits `node`'s keys where they are: in the shared view, or held back with a
+    /// paused node (which sees its own edits, as a node sees its own state).
+    fn edit_keys(&self, node: &str, edit: impl Fn(&mut BTreeMap<String, String>)) {
+        if let Some(paused) = lock(&self.paused).get_mut(node) {
+            edit(&mut paused.member.keys);
+            if let Some(own) = paused.view.get_mut(node) {
+                edit(&mut own.keys);
+            }
+            return;
+        }
         self.members.send_modify(|m| {
             if let Some(member) = m.get_mut(node) {
-                member.keys.remove(key);
+                edit(&mut member.keys);
             }
         });
     }
@@ -160,10 +213,17 @@ impl Gossip for FakeGossip {
         self.net.delete_key_of(&self.node, key);
     }
     fn live(&self) -> Membership {
-        self.net.snapshot()
+        match lock(&self.net.paused).get(&self.node) {
+            Some(paused) => paused.view.clone(),
+            None => self.net.snapshot(),
+        }
     }
     fn updates(&self) -> BoxStream<'static, Membership> {
-        WatchStream::new(self.net.members.subscribe()).boxed()
+        let (net, node) = (self.net.clone(), self.node.clone());
+        // A paused node hears nothing; the resume is a change that it hears.
+        WatchStream::new(self.net.members.subscribe())
+            .filter(move |_| std::future::ready(!net.is_paused(&node)))
+            .boxed()
     }
 }
 

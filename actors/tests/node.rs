@@ -568,6 +568,62 @@ fn a_late_write_of_a_former_reporter_is_written_over() {
     });
 }
 
+/// Found by `domaind-chaos run` (5 nodes, seed 1: node-01 paused right after it was
+/// partitioned): while the reporter is paused, its successor writes it lost; the
+/// successor's document is the same each time, and so was the digest it published,
+/// so after the second pause the reporter saw nothing new in gossip and never wrote
+/// over the stale NotReady.
+#[test]
+fn a_reporter_writes_over_its_successor_after_every_pause() {
+    run(|| async {
+        let rack = rack_of(&NODES);
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        prepare_all(&rack, "c", &NODES).await;
+        rack.wait_until(LIMIT, "node-a writes Ready", &NODES, |_| {
+            rack.status
+                .latest("cd1")
+                .is_some_and(|w| w.writer == "node-a" && w.status.status == Phase::Ready)
+        })
+        .await;
+        let truth = rack.status.latest("cd1").unwrap().status;
+        let mut stale = None;
+        for pause in 1..=3 {
+            rack.net.pause("node-a");
+            rack.wait_until(LIMIT, "node-b reports node-a lost", &["node-b"], |_| {
+                rack.status.latest("cd1").is_some_and(|w| {
+                    w.writer == "node-b" && w.status.message.contains("lost: node-a")
+                })
+            })
+            .await;
+            let written = rack.status.latest("cd1").unwrap().status;
+            // The successor writes the same document each time: the case to cover.
+            assert_eq!(stale.get_or_insert(written.clone()), &written);
+            rack.net.resume("node-a");
+            rack.wait_until(
+                LIMIT,
+                &format!("node-a writes the truth again after pause {pause}"),
+                &NODES,
+                |_| {
+                    rack.status
+                        .latest("cd1")
+                        .is_some_and(|w| w.writer == "node-a" && w.status == truth)
+                },
+            )
+            .await;
+        }
+        // Once written over, nothing more: no write storm between the two.
+        let settled = rack.status.writes().len();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            rack.status.writes().len(),
+            settled,
+            "{:#?}",
+            &rack.status.writes()[settled..]
+        );
+    });
+}
+
 /// Found by `domaind-chaos run` (8 nodes, seed 1): a member that stopped gracefully
 /// had its IMEX link go down first, so each peer's ImexPeer for it turned suspect with
 /// the 30 s link grace running. The retraction removed that ImexPeer from the domain,

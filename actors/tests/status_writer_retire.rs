@@ -13,6 +13,7 @@ use domaind_actors::actors::status_writer::{PublishStatus, Retire, StatusWriterA
 use domaind_actors::model::{DomainRef, DomainUid};
 use domaind_actors::ports::{PortError, StatusSink};
 use domaind_actors::rules::status::{DomainStatus, vacated_document};
+use domaind_actors::rules::status_writes::StatusWrites;
 use domaind_actors::testing::{FakeEventSink, FakeGossipNet, FakeStatusSink, run_paused_actix};
 use tokio::sync::Semaphore;
 
@@ -55,9 +56,7 @@ fn writer(sink: Arc<dyn StatusSink>) -> Addr<StatusWriterActor> {
         sink,
         Arc::new(FakeEventSink::default()),
         Arc::new(net.join("node-a", 1)),
-        QUIET,
-        MAX_DELAY,
-        None,
+        StatusWrites::new(QUIET, MAX_DELAY, None, 1),
     )
     .start()
 }

@@ -35,6 +35,7 @@ use crate::rules::reporter::{Announced, announcements, reporter, reporter_from};
 use crate::rules::roster::{Change, Roster, Tenure, VerdictOutcome, slot_candidates};
 use crate::rules::slots::{SlotAssignment, assign_slots};
 use crate::rules::status::DomainStatus;
+use crate::rules::status_writes::{StatusWrites, next_term};
 use crate::rules::takeover::{Takeover, takeover};
 
 pub const BAD_ADVERTISEMENTS: &str = "domaind_bad_advertisements_total";
@@ -152,6 +153,9 @@ pub struct DomainActor {
     reporter_timer: Option<(Instant, SpawnHandle)>,
     /// Taking the reporter role: what is written, and whether we may write yet.
     takeover: TakeoverState,
+    /// The term of this node's last tenure as reporter, kept across restarts of this
+    /// actor: a new tenure's stamps must differ from every earlier one's.
+    last_term: Option<u64>,
 }
 
 /// The reporter role's start: the status as written is read once per tenure.
@@ -212,6 +216,7 @@ impl DomainActor {
             membership_changed: None,
             reporter_timer: None,
             takeover: TakeoverState::Unread,
+            last_term: None,
         }
     }
 
@@ -594,16 +599,21 @@ impl DomainActor {
                             warn!(domain = %self.domain, node = %row.name, "the written status lists a member nobody here saw leave: listing it lost");
                         }
                         self.roster.adopt(adopt, now);
-                        info!(domain = %self.domain, members = self.roster.members().len(), "this node is now the domain's reporter");
+                        let term = next_term(self.last_term, self.ports.clock.now_ms());
+                        self.last_term = Some(term);
+                        info!(domain = %self.domain, members = self.roster.members().len(), term, "this node is now the domain's reporter");
                         self.status_writer = Some(
                             StatusWriterActor::new(
                                 self.domain.clone(),
                                 self.ports.status.clone(),
                                 self.ports.events.clone(),
                                 self.ports.gossip.clone(),
-                                self.config.status_quiet,
-                                self.config.status_max_delay,
-                                written.as_ref(),
+                                StatusWrites::new(
+                                    self.config.status_quiet,
+                                    self.config.status_max_delay,
+                                    written.as_ref(),
+                                    term,
+                                ),
                             )
                             .start(),
                         );

@@ -1,9 +1,9 @@
 //! StatusWriter: the only writer of a domain's status from this node, and only while
-//! this node is the domain's reporter. When to write (debounce, the hold on a degrading
-//! domain, deduplication, rewrites after a former reporter's late write, retirement)
-//! is decided by the pure state machine [`crate::rules::status_writes`]; this actor
-//! runs its timer, its writes (publishing each written document's digest in gossip),
-//! the retry backoff, the phase events, metrics and logs.
+//! this node is the domain's reporter (one writer per tenure, its term). When to write
+//! (debounce, the hold on a degrading domain, deduplication, rewrites after another
+//! node's write landed over ours, retirement) is decided by the pure state machine
+//! [`crate::rules::status_writes`]; this actor runs its timer, its writes (publishing
+//! each write's stamp in gossip), the retry backoff, the phase events, metrics and logs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,12 +18,12 @@ use crate::model::{DomainRef, NodeId, Phase};
 use crate::ports::{DomainEvent, EventSink, Gossip, PortError, StatusSink};
 use crate::rules::membership::status_key;
 use crate::rules::status::DomainStatus;
-use crate::rules::status_writes::{Effect, Retirement, StatusWrites, WriteOutcome};
+use crate::rules::status_writes::{Effect, Retirement, Stamp, StatusWrites, WriteOutcome};
 
 // Successful writes are counted by the sinks, which know their backend and outcome
 // (`domaind_status_writes_total`); counting here too would double every write.
 pub const STATUS_WRITE_FAILURES: &str = "domaind_status_write_failures_total";
-/// Writes repeated because a former reporter's write landed after ours.
+/// Writes repeated because another node's write landed after ours.
 pub const STATUS_REWRITES: &str = "domaind_status_rewrites_total";
 
 #[derive(Debug, Clone, Message)]
@@ -59,39 +59,36 @@ impl std::fmt::Debug for StatusWriterActor {
 }
 
 impl StatusWriterActor {
-    /// `written`: the status as last written, by whoever, when this node took the
-    /// role: the same document is not written again, and the phase events follow on
-    /// from its phase.
+    /// `writes`: the decisions of this tenure, from [`StatusWrites::new`] (the status
+    /// as written when it began, its term).
     pub fn new(
         domain: DomainRef,
         sink: Arc<dyn StatusSink>,
         events: Arc<dyn EventSink>,
         gossip: Arc<dyn Gossip>,
-        quiet: Duration,
-        max_delay: Duration,
-        written: Option<&DomainStatus>,
+        writes: StatusWrites,
     ) -> Self {
         Self {
             domain,
             sink,
             events,
             gossip,
-            writes: StatusWrites::new(quiet, max_delay, written),
+            writes,
             timer: None,
             backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
             retirees: Vec::new(),
         }
     }
 
-    /// The digests other live members publish as written.
-    fn others_written(&self) -> BTreeMap<NodeId, String> {
+    /// The stamps other live members publish.
+    fn others_written(&self) -> BTreeMap<NodeId, Stamp> {
         let key = status_key(&self.domain.uid);
         let me = self.gossip.node();
         self.gossip
             .live()
             .values()
             .filter(|m| m.node != me)
-            .filter_map(|m| Some((m.node.clone(), m.keys.get(&key)?.clone())))
+            .filter_map(|m| Some((m.node.clone(), Stamp::decode(m.keys.get(&key)?))))
             .collect()
     }
 
@@ -113,7 +110,7 @@ impl StatusWriterActor {
         for effect in effects {
             match effect {
                 Effect::Arm(at) => self.arm(at, ctx),
-                Effect::Write { status, digest } => self.write(status, digest, ctx),
+                Effect::Write { status, stamp } => self.write(status, stamp, ctx),
                 Effect::AlreadyWritten => {
                     debug!(domain = %self.domain, "status already written by the previous reporter");
                 }
@@ -152,17 +149,18 @@ impl StatusWriterActor {
     fn flush(&mut self, ctx: &mut Context<Self>) {
         let key = status_key(&self.domain.uid);
         let gossip = self.gossip.clone();
-        // Whether some live member already published this digest as written.
+        // Whether some live member already published a stamp of this digest.
         let effects = self.writes.flush(|digest| {
-            gossip
-                .live()
-                .values()
-                .any(|m| m.keys.get(&key).is_some_and(|d| d == digest))
+            gossip.live().values().any(|m| {
+                m.keys
+                    .get(&key)
+                    .is_some_and(|v| Stamp::decode(v).digest == digest)
+            })
         });
         self.apply(effects, ctx);
     }
 
-    fn write(&mut self, status: DomainStatus, fingerprint: String, ctx: &mut Context<Self>) {
+    fn write(&mut self, status: DomainStatus, stamp: Stamp, ctx: &mut Context<Self>) {
         let sink = self.sink.clone();
         let gossip = self.gossip.clone();
         let domain = self.domain.clone();
@@ -170,12 +168,12 @@ impl StatusWriterActor {
             async move {
                 let result = sink.write(&domain, &status).await;
                 if result.is_ok() {
-                    gossip.set(&status_key(&domain.uid), &fingerprint).await;
+                    gossip.set(&status_key(&domain.uid), &stamp.encode()).await;
                 }
-                (result, status, fingerprint)
+                (result, status, stamp)
             }
             .into_actor(self)
-            .map(|(result, status, fingerprint): (Result<(), PortError>, DomainStatus, String), act, ctx| {
+            .map(|(result, status, stamp): (Result<(), PortError>, DomainStatus, Stamp), act, ctx| {
                 let outcome = match &result {
                     Ok(()) => {
                         act.backoff.succeed();
@@ -185,7 +183,7 @@ impl StatusWriterActor {
                         retry_in: act.backoff.fail(),
                     },
                 };
-                let effects = act.writes.finished(status, fingerprint, outcome, Instant::now());
+                let effects = act.writes.finished(status, stamp, outcome, Instant::now());
                 for effect in &effects {
                     if let (Effect::Retry { retry_in }, Err(error)) = (effect, &result) {
                         metrics::counter!(STATUS_WRITE_FAILURES).increment(1);

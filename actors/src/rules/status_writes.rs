@@ -13,11 +13,16 @@
 //!   as it was).
 //! - A document already written is not written again: written by this writer, or, for
 //!   a writer that has written nothing yet, by a predecessor that published its digest.
-//! - A former reporter's write can land after ours (it was in flight when the role
-//!   changed hands, and writes are last-writer-wins). Every writer publishes the digest
-//!   of what it wrote, so another member's digest changing to one that is not ours
-//!   means ours may have been overwritten: the next document is written even if we
-//!   wrote it before.
+//! - Another node's write can land after ours: a former reporter's, in flight when the
+//!   role changed hands (writes are last-writer-wins), or a successor's, written while
+//!   this node was paused or cut off and so declared dead. Every writer publishes a
+//!   [`Stamp`] of what it wrote: the document's digest and the writer's term. Another
+//!   member's stamp changing to one whose digest is not ours means ours may have been
+//!   overwritten: the current document is written again, once, even if we wrote it
+//!   before. The term is what makes a successor that writes the same document as last
+//!   time (the same node lost, again) visible: a digest alone would not change.
+//!   Within a term a document written again keeps its stamp, so two nodes that both
+//!   believe they report for a moment answer each other once, not without end.
 //! - One write at a time; a failed write is retried, after the writer's backoff, with
 //!   the newest document.
 //! - Retired (the domain left the node), nothing more is written, and the writer ends
@@ -40,16 +45,13 @@ pub enum Effect {
     /// its longest while a write was in flight), replacing the one armed; when it fires,
     /// call [`StatusWrites::flush`].
     Arm(Instant),
-    /// Write this document, then publish its digest and report with
+    /// Write this document, then publish its stamp and report with
     /// [`StatusWrites::finished`].
-    Write {
-        status: DomainStatus,
-        digest: String,
-    },
+    Write { status: DomainStatus, stamp: Stamp },
     /// The first document was written by the previous reporter already: not written.
     AlreadyWritten,
-    /// Another member wrote after this writer did: the next document is written even if
-    /// it is the one written before.
+    /// Another member wrote after this writer did: the current document is written
+    /// even if it is the one written before.
     Rewrite,
     /// The phase as written changed: tell users.
     Announce(DomainStatus),
@@ -57,6 +59,52 @@ pub enum Effect {
     Retry { retry_in: Duration },
     /// Retired, with no write in flight: the writer ends.
     Stop,
+}
+
+/// What a writer publishes in gossip (`status/<uid>`) once its write has landed:
+/// which document, and in which term. A term is one node's tenure as reporter, named
+/// by the wall-clock millisecond it began ([`next_term`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    pub digest: String,
+    /// `None` for a bare digest: the last member out publishes one, and so did the
+    /// versions before terms.
+    pub term: Option<u64>,
+}
+
+impl Stamp {
+    /// The gossip value: `<digest>.<term>`, or the bare digest.
+    pub fn encode(&self) -> String {
+        match self.term {
+            Some(term) => format!("{}.{term}", self.digest),
+            None => self.digest.clone(),
+        }
+    }
+
+    /// Any value decodes: one without a well-formed term is a bare digest. Such a
+    /// stamp is only ever compared, never trusted, so an odd one costs at most a
+    /// write: that of a digest that is not ours.
+    pub fn decode(value: &str) -> Self {
+        match value
+            .rsplit_once('.')
+            .and_then(|(digest, term)| Some((digest, term.parse().ok()?)))
+        {
+            Some((digest, term)) => Self {
+                digest: digest.to_owned(),
+                term: Some(term),
+            },
+            None => Self {
+                digest: value.to_owned(),
+                term: None,
+            },
+        }
+    }
+}
+
+/// The term of a node's next tenure as reporter: the wall clock, and never one it
+/// used before (two tenures in one millisecond, or a clock set back).
+pub fn next_term(previous: Option<u64>, now_ms: u64) -> u64 {
+    previous.map_or(now_ms, |previous| now_ms.max(previous + 1))
 }
 
 /// How a write ended; a failure comes with the backoff's delay before the retry.
@@ -90,8 +138,10 @@ pub struct StatusWrites {
     /// The phase of the document last written.
     written_phase: Option<Phase>,
     writing: bool,
-    /// Other members' published digests as last seen; `None` before the first look.
-    others_seen: Option<BTreeMap<NodeId, String>>,
+    /// This writer's term: in every stamp it publishes.
+    term: u64,
+    /// Other members' published stamps as last seen; `None` before the first look.
+    others_seen: Option<BTreeMap<NodeId, Stamp>>,
     overwritten: bool,
     retired: bool,
 }
@@ -99,8 +149,13 @@ pub struct StatusWrites {
 impl StatusWrites {
     /// `written`: the status as last written, by whoever, when this node took the
     /// reporter role: the same document is not written again, and the phase events
-    /// follow on from its phase.
-    pub fn new(quiet: Duration, max_delay: Duration, written: Option<&DomainStatus>) -> Self {
+    /// follow on from its phase. `term`: this tenure's, from [`next_term`].
+    pub fn new(
+        quiet: Duration,
+        max_delay: Duration,
+        written: Option<&DomainStatus>,
+        term: u64,
+    ) -> Self {
         Self {
             quiet,
             max_delay,
@@ -110,17 +165,19 @@ impl StatusWrites {
             written: written.map(digest),
             written_phase: written.map(|w| w.status),
             writing: false,
+            term,
             others_seen: None,
             overwritten: false,
             retired: false,
         }
     }
 
-    /// A new document. `others`: the digests other live members publish as written.
+    /// The current document (new, or the same again: it is handed over whenever the
+    /// view changes). `others`: the stamps other live members publish.
     pub fn publish(
         &mut self,
         status: DomainStatus,
-        others: BTreeMap<NodeId, String>,
+        others: BTreeMap<NodeId, Stamp>,
         now: Instant,
     ) -> Vec<Effect> {
         if self.retired {
@@ -145,8 +202,8 @@ impl StatusWrites {
         effects
     }
 
-    /// The flush timer fired. `written_by_someone`: whether a live member published
-    /// this digest as written; asked only of a writer that has written nothing yet.
+    /// The flush timer fired. `written_by_someone`: whether a live member published a
+    /// stamp of this digest; asked only of a writer that has written nothing yet.
     pub fn flush(&mut self, written_by_someone: impl FnOnce(&str) -> bool) -> Vec<Effect> {
         self.due = None;
         if self.writing || self.retired {
@@ -169,15 +226,18 @@ impl StatusWrites {
         self.writing = true;
         vec![Effect::Write {
             status,
-            digest: fingerprint,
+            stamp: Stamp {
+                digest: fingerprint,
+                term: Some(self.term),
+            },
         }]
     }
 
-    /// The write of `status` (as `digest`) ended.
+    /// The write of `status` (stamped `stamp`) ended.
     pub fn finished(
         &mut self,
         status: DomainStatus,
-        digest: String,
+        stamp: Stamp,
         outcome: WriteOutcome,
         now: Instant,
     ) -> Vec<Effect> {
@@ -189,7 +249,7 @@ impl StatusWrites {
         match outcome {
             WriteOutcome::Written => {
                 self.overwritten = false;
-                self.written = Some(digest);
+                self.written = Some(stamp.digest);
                 if self.written_phase != Some(status.status) {
                     self.written_phase = Some(status.status);
                     effects.push(Effect::Announce(status));
@@ -235,13 +295,13 @@ impl StatusWrites {
         at
     }
 
-    /// Whether another member published a digest, since we last looked, that is not
-    /// the one we wrote: its write may have landed after ours.
-    fn overwritten_since_last_look(&mut self, others: BTreeMap<NodeId, String>) -> bool {
+    /// Whether another member published a stamp, since we last looked, of a document
+    /// that is not the one we wrote: its write may have landed after ours.
+    fn overwritten_since_last_look(&mut self, others: BTreeMap<NodeId, Stamp>) -> bool {
         let overwritten = match (&self.others_seen, &self.written) {
             (Some(seen), Some(written)) => others
                 .iter()
-                .any(|(node, digest)| seen.get(node) != Some(digest) && digest != written),
+                .any(|(node, stamp)| seen.get(node) != Some(stamp) && stamp.digest != *written),
             _ => false,
         };
         self.others_seen = Some(others);
@@ -257,6 +317,15 @@ mod tests {
 
     const QUIET: Duration = Duration::from_millis(400);
     const MAX_DELAY: Duration = Duration::from_secs(3);
+    const TERM: u64 = 1_700_000_000_000;
+
+    /// Another member's stamp of `status`, written in `term`.
+    fn stamp(status: &DomainStatus, term: u64) -> Stamp {
+        Stamp {
+            digest: digest(status),
+            term: Some(term),
+        }
+    }
 
     /// A document: `ready` of `total` ready, the others lost.
     fn doc(ready: u32, total: u32) -> DomainStatus {
@@ -277,7 +346,7 @@ mod tests {
     struct Sim {
         writes: StatusWrites,
         now: Instant,
-        in_flight: Option<(DomainStatus, String)>,
+        in_flight: Option<(DomainStatus, Stamp)>,
         /// Documents written, with when their write started.
         landed: Vec<(Instant, DomainStatus)>,
         announced: Vec<Phase>,
@@ -287,13 +356,13 @@ mod tests {
         newest: Option<DomainStatus>,
         /// The digest of the status as written, as far as this writer knows.
         written_digest: Option<String>,
-        /// Other members' digests when this writer last looked (published).
-        others_looked: Option<BTreeMap<NodeId, String>>,
+        /// Other members' stamps when this writer last looked (published).
+        others_looked: Option<BTreeMap<NodeId, Stamp>>,
         rewrites_since_landed: bool,
         last_landed: Option<String>,
         /// Digests published in gossip, by this writer and by others.
         published: BTreeSet<String>,
-        others: BTreeMap<NodeId, String>,
+        others: BTreeMap<NodeId, Stamp>,
         started_at: Option<Instant>,
         retired: bool,
         stopped: bool,
@@ -302,7 +371,7 @@ mod tests {
     impl Sim {
         fn new(written: Option<&DomainStatus>) -> Self {
             Self {
-                writes: StatusWrites::new(QUIET, MAX_DELAY, written),
+                writes: StatusWrites::new(QUIET, MAX_DELAY, written, TERM),
                 now: Instant::now(),
                 in_flight: None,
                 landed: Vec::new(),
@@ -326,15 +395,22 @@ mod tests {
                 assert!(!self.stopped, "{effect:?} after the writer stopped");
                 match effect {
                     Effect::Arm(at) => assert_eq!(self.writes.due(), Some(at)),
-                    Effect::Write { status, digest } => {
+                    Effect::Write { status, stamp } => {
                         assert!(!self.retired, "a write after retiring");
                         assert!(self.in_flight.is_none(), "two writes in flight");
+                        assert_eq!(
+                            stamp,
+                            Stamp {
+                                digest: digest(&status),
+                                term: Some(TERM)
+                            }
+                        );
                         assert!(
-                            self.last_landed.as_ref() != Some(&digest)
+                            self.last_landed.as_ref() != Some(&stamp.digest)
                                 || self.rewrites_since_landed,
                             "the same document written twice with nobody writing in between"
                         );
-                        self.in_flight = Some((status, digest));
+                        self.in_flight = Some((status, stamp));
                         self.started_at = Some(self.now);
                     }
                     Effect::Rewrite => self.rewrites_since_landed = true,
@@ -369,13 +445,13 @@ mod tests {
                 .publish(status.clone(), self.others.clone(), self.now);
             if !self.retired {
                 self.newest = Some(status);
-                // Rewritten exactly when another member's digest changed since the last
-                // look to one that is not ours.
+                // Rewritten exactly when another member's stamp changed since the last
+                // look to one of a document that is not ours.
                 let overwritten = match (&self.others_looked, &self.written_digest) {
                     (Some(looked), Some(ours)) => self
                         .others
                         .iter()
-                        .any(|(node, d)| looked.get(node) != Some(d) && d != ours),
+                        .any(|(node, s)| looked.get(node) != Some(s) && s.digest != *ours),
                     _ => false,
                 };
                 assert_eq!(effects.contains(&Effect::Rewrite), overwritten);
@@ -399,23 +475,23 @@ mod tests {
         }
 
         fn land(&mut self, ok: bool) {
-            let Some((status, digest)) = self.in_flight.take() else {
+            let Some((status, stamp)) = self.in_flight.take() else {
                 return;
             };
             let phase = status.status;
             let outcome = if ok {
                 self.landed.push((self.started_at.unwrap(), status.clone()));
-                self.last_landed = Some(digest.clone());
-                self.written_digest = Some(digest.clone());
+                self.last_landed = Some(stamp.digest.clone());
+                self.written_digest = Some(stamp.digest.clone());
                 self.rewrites_since_landed = false;
-                self.published.insert(digest.clone());
+                self.published.insert(stamp.digest.clone());
                 WriteOutcome::Written
             } else {
                 WriteOutcome::Failed {
                     retry_in: Duration::from_millis(200),
                 }
             };
-            let effects = self.writes.finished(status, digest, outcome, self.now);
+            let effects = self.writes.finished(status, stamp, outcome, self.now);
             if ok && !self.retired {
                 let announced = effects.iter().any(|e| matches!(e, Effect::Announce(_)));
                 assert_eq!(
@@ -504,7 +580,7 @@ mod tests {
         sim.settle();
         assert_eq!(sim.landed.len(), 1);
         // The former reporter's write lands after ours, and it publishes its digest.
-        sim.others.insert("former".into(), digest(&doc(2, 3)));
+        sim.others.insert("former".into(), stamp(&doc(2, 3), 1));
         assert_eq!(sim.publish(doc(3, 3))[0], Effect::Rewrite);
         sim.settle();
         assert_eq!(sim.landed.len(), 2);
@@ -514,7 +590,7 @@ mod tests {
         sim.settle();
         assert_eq!(sim.landed.len(), 2);
         // Another member publishing what we wrote is no late write.
-        sim.others.insert("former".into(), digest(&doc(3, 3)));
+        sim.others.insert("former".into(), stamp(&doc(3, 3), 1));
         assert!(!sim.publish(doc(3, 3)).contains(&Effect::Rewrite));
         sim.settle();
         assert_eq!(sim.landed.len(), 2);
@@ -560,6 +636,140 @@ mod tests {
         assert!(sim.stopped);
     }
 
+    #[test]
+    fn stamps_round_trip_and_any_value_decodes() {
+        let stamped = stamp(&doc(2, 3), TERM);
+        assert_eq!(Stamp::decode(&stamped.encode()), stamped);
+        let bare = Stamp {
+            digest: digest(&doc(2, 3)),
+            term: None,
+        };
+        assert_eq!(bare.encode(), digest(&doc(2, 3)));
+        assert_eq!(Stamp::decode(&bare.encode()), bare);
+        for odd in ["", ".", "abc.", "abc.x1", "a.b.c"] {
+            assert_eq!(Stamp::decode(odd).term, None, "{odd:?}");
+            assert_eq!(Stamp::decode(odd).digest, odd);
+        }
+        assert_eq!(Stamp::decode("a.b.7").digest, "a.b");
+    }
+
+    #[test]
+    fn every_term_is_new() {
+        assert_eq!(next_term(None, 5), 5);
+        assert_eq!(next_term(Some(3), 5), 5);
+        assert_eq!(next_term(Some(5), 5), 6);
+        // The clock set back.
+        assert_eq!(next_term(Some(9), 5), 10);
+    }
+
+    /// Reporters over one status store and one gossip view, in simulated time: writes
+    /// land at once and publish their stamp, as the actor does.
+    struct World {
+        now: Instant,
+        writers: BTreeMap<NodeId, StatusWrites>,
+        store: Vec<(NodeId, DomainStatus)>,
+        /// Each node's `status/<uid>` value.
+        gossip: BTreeMap<NodeId, String>,
+    }
+
+    impl World {
+        fn new() -> Self {
+            Self {
+                now: Instant::now(),
+                writers: BTreeMap::new(),
+                store: Vec::new(),
+                gossip: BTreeMap::new(),
+            }
+        }
+
+        /// `node` takes the reporter role in `term`, with the status as written.
+        fn take_over(&mut self, node: &str, term: u64) {
+            let written = self.store.last().map(|(_, status)| status.clone());
+            let writes = StatusWrites::new(QUIET, MAX_DELAY, written.as_ref(), term);
+            self.writers.insert(node.to_owned(), writes);
+        }
+
+        /// `node` hands its writer the current document, as on every change of its
+        /// view, and lets time pass until its writer has nothing left to do. Returns
+        /// how many writes it made.
+        fn report(&mut self, node: &str, status: DomainStatus) -> usize {
+            let Self {
+                now,
+                writers,
+                store,
+                gossip,
+            } = self;
+            let others = gossip
+                .iter()
+                .filter(|(other, _)| *other != node)
+                .map(|(other, value)| (other.clone(), Stamp::decode(value)))
+                .collect();
+            let writer = writers.get_mut(node).expect("a reporter");
+            let mut effects = writer.publish(status, others, *now);
+            let mut writes = 0;
+            loop {
+                let mut next = Vec::new();
+                for effect in effects {
+                    if let Effect::Write { status, stamp } = effect {
+                        store.push((node.to_owned(), status.clone()));
+                        gossip.insert(node.to_owned(), stamp.encode());
+                        writes += 1;
+                        next.extend(writer.finished(status, stamp, WriteOutcome::Written, *now));
+                    }
+                }
+                if next.is_empty() {
+                    let Some(due) = writer.due() else {
+                        return writes;
+                    };
+                    *now = (*now).max(due);
+                    next = writer.flush(|d| gossip.values().any(|v| Stamp::decode(v).digest == d));
+                }
+                effects = next;
+            }
+        }
+    }
+
+    /// Found by the chaos harness: the reporter paused, its successor wrote it lost,
+    /// the reporter resumed with a view that had not changed. The successor writes the
+    /// same document every time: a digest alone looked the same after the second
+    /// pause, and the stale NotReady stayed until something else changed.
+    #[test]
+    fn a_successor_writing_the_same_document_again_is_written_over_each_time() {
+        let (truth, lost) = (doc(3, 3), doc(2, 3));
+        let mut world = World::new();
+        world.take_over("node-a", TERM);
+        assert_eq!(world.report("node-a", truth.clone()), 1);
+        for pause in 1..=3u64 {
+            world.take_over("node-b", TERM + 10_000 * pause);
+            assert_eq!(world.report("node-b", lost.clone()), 1);
+            // node-a is back: node-b steps down.
+            world.writers.remove("node-b");
+            assert_eq!(world.report("node-a", truth.clone()), 1, "pause {pause}");
+            assert_eq!(world.store.last(), Some(&("node-a".into(), truth.clone())));
+            // Answered once.
+            assert_eq!(world.report("node-a", truth.clone()), 0);
+        }
+    }
+
+    /// A partition healing: both sides reported, and each sees the other's write
+    /// before one of them steps down. One answer, not a write storm.
+    #[test]
+    fn two_nodes_that_both_report_answer_each_other_once() {
+        let mut world = World::new();
+        world.take_over("node-a", TERM);
+        world.take_over("node-b", TERM + 1);
+        assert_eq!(world.report("node-a", doc(3, 3)), 1);
+        assert_eq!(world.report("node-b", doc(1, 3)), 1);
+        let mut writes = Vec::new();
+        for _ in 0..5 {
+            writes.push((
+                world.report("node-a", doc(3, 3)),
+                world.report("node-b", doc(1, 3)),
+            ));
+        }
+        assert_eq!(writes, [(1, 0), (0, 0), (0, 0), (0, 0), (0, 0)]);
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -601,7 +811,46 @@ mod tests {
             }
         }
 
-        /// Random histories of publishes, time, writes landing or failing, other
+        /// A reporter whose successors come and go (each in a term of its own, writing
+        /// whatever it sees, maybe what was written already) has the last word once it
+        /// looks again, with one write per document or foreign write to answer, and
+        /// none when neither came.
+        #[test]
+        fn the_reporter_has_the_last_word(
+            ops in proptest::collection::vec((0u8..3, 0u32..4), 1..40),
+        ) {
+            let mut world = World::new();
+            world.take_over("node-a", TERM);
+            let mut current = doc(3, 3);
+            prop_assert_eq!(world.report("node-a", current.clone()), 1);
+            let mut term = TERM;
+            for (kind, n) in ops {
+                let before = world.store.len();
+                match kind {
+                    0 => {
+                        current = doc(n, 3);
+                        let writes = world.report("node-a", current.clone());
+                        prop_assert!(writes <= 1);
+                    }
+                    1 => {
+                        term += 1_000;
+                        world.take_over("node-b", term);
+                        prop_assert!(world.report("node-b", doc(n, 3)) <= 1);
+                        world.writers.remove("node-b");
+                    }
+                    _ => {
+                        let written = world.store.last().map(|(_, s)| s.clone());
+                        let writes = world.report("node-a", current.clone());
+                        prop_assert_eq!(writes, usize::from(written.as_ref() != Some(&current)));
+                    }
+                }
+                prop_assert!(world.store.len() <= before + 1);
+            }
+            world.report("node-a", current.clone());
+            prop_assert_eq!(world.store.last().map(|(_, s)| s), Some(&current));
+        }
+
+
         /// writers and retirement: the checks in `Sim::apply` hold throughout (one
         /// write at a time, nothing after retiring, no stranded document, nothing held
         /// past the maximum delay, no document written twice in a row unless someone
@@ -632,9 +881,9 @@ mod tests {
                     2 => sim.advance(sim.now + Duration::from_millis(ms)),
                     3 => sim.land(ms % 4 != 0),
                     4 => {
-                        let d = digest(&doc(n, 3));
-                        sim.published.insert(d.clone());
-                        sim.others.insert(format!("other-{}", ms % 2), d);
+                        let written = doc(n, 3);
+                        sim.published.insert(digest(&written));
+                        sim.others.insert(format!("other-{}", ms % 2), stamp(&written, ms % 3));
                     }
                     _ => {
                         if ms % 8 == 0 && !sim.retired {
