@@ -250,17 +250,10 @@ async fn serve(
         "domaind ready"
     );
 
-    let fault = tokio::select! {
-        signal = wait_for_signal() => {
-            info!(signal = signal?, "stopping gracefully");
-            None
-        }
-        fault = vitals.failed() => {
-            error!(%fault, "a fatal fault; exiting so that the node is restarted");
-            readiness.fail(fault.clone());
-            Some(fault)
-        }
-    };
+    let fault = until_stop(wait_for_signal(), &vitals).await?;
+    if let Some(fault) = &fault {
+        readiness.fail(fault.clone());
+    }
     readiness.set(false);
     // No release races the departure (it would leave a domain the node is leaving).
     stop_stale.cancel();
@@ -295,7 +288,30 @@ async fn serve(
     stop_http.cancel();
     let _ = http_task.await;
     // A panic during the stop is still a fault.
-    match fault.or_else(|| vitals.failure()) {
+    outcome(fault.or_else(|| vitals.failure()))
+}
+
+/// Waits for a stop signal or a fatal fault, whichever comes first; the fault, if it
+/// was one.
+async fn until_stop(
+    signal: impl std::future::Future<Output = anyhow::Result<&'static str>>,
+    vitals: &Vitals,
+) -> anyhow::Result<Option<String>> {
+    tokio::select! {
+        signal = signal => {
+            info!(signal = signal?, "stopping gracefully");
+            Ok(None)
+        }
+        fault = vitals.failed() => {
+            error!(%fault, "a fatal fault; exiting so that the node is restarted");
+            Ok(Some(fault))
+        }
+    }
+}
+
+/// What `run` returns: an error after a fault, so that the process exits non-zero.
+fn outcome(fault: Option<String>) -> anyhow::Result<()> {
+    match fault {
         None => {
             info!("domaind stopped");
             Ok(())
@@ -447,6 +463,23 @@ fn eager_gossip(push_fanout: usize) -> EagerGossip {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_fault_stops_the_daemon_with_an_error_and_a_signal_without() {
+        let vitals = Vitals::default();
+        let waiting = until_stop(std::future::pending(), &vitals);
+        vitals.fail("gossip stopped: Chitchat server panicked");
+        let fault = waiting.await.unwrap();
+        let error = outcome(fault).unwrap_err().to_string();
+        assert!(
+            error.contains("gossip stopped: Chitchat server panicked"),
+            "{error}"
+        );
+
+        let signalled = until_stop(async { Ok("SIGTERM") }, &Vitals::default()).await;
+        assert_eq!(signalled.unwrap(), None);
+        assert!(outcome(None).is_ok());
+    }
 
     #[test]
     fn a_push_fanout_of_zero_turns_eager_gossip_off() {
