@@ -3,7 +3,8 @@
 
 /// Connections refused before any frame was accepted.
 pub const CONNECTIONS_REFUSED: &str = "domaind_gossip_connections_refused_total";
-/// Frames received and dropped because they are malformed or lie about the sender.
+/// Frames received and dropped because they are malformed, lie about the sender, or
+/// would break an invariant chitchat asserts (see `transport::guard`).
 pub const FRAMES_REJECTED: &str = "domaind_gossip_frames_rejected_total";
 /// Well-formed frames not delivered because a queue was full or a peer unreachable.
 pub const FRAMES_DROPPED: &str = "domaind_gossip_frames_dropped_total";

@@ -3,6 +3,7 @@
 //! of changes.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use chitchat::transport::Transport;
 use chitchat::{ChitchatConfig, ChitchatHandle, ChitchatId, spawn_chitchat};
@@ -47,6 +48,8 @@ pub struct GossipNode {
     /// Refreshed as soon as gossip learns something, not only once per round.
     live: watch::Receiver<LiveNodes>,
     eager: EagerTask,
+    /// Set by `stop`: an end of the gossip task after it is expected, not news.
+    stopping: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for GossipNode {
@@ -99,6 +102,7 @@ impl GossipNode {
             handle,
             live,
             eager,
+            stopping: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -190,12 +194,39 @@ impl GossipNode {
     /// behind an `Arc`. Peers notice through their failure detectors.
     pub async fn stop(&self) -> Result<(), GossipError> {
         info!(node = %self.node, "gossip stopping");
+        self.stopping.store(true, Ordering::Release);
         // An error means the loop already ended, which is what we want.
         let _ = self.handle.initiate_shutdown();
         self.handle
             .termination_watcher()
             .await
             .map_err(GossipError::Stopped)
+    }
+
+    /// Resolves, with the reason, when the gossip task ends without `stop` having been
+    /// asked for: it panicked, failed or was aborted. Chitchat catches nothing, and the
+    /// rest of the process goes on without noticing, so the owner watches this.
+    /// Resolves as the task ends (a channel closes or is written), no polling.
+    pub fn ended(&self) -> impl Future<Output = String> + Send + 'static + use<> {
+        let termination = self.handle.termination_watcher();
+        let stopping = self.stopping.clone();
+        async move {
+            let reason = match termination.await {
+                Ok(()) => "gossip stopped on its own".to_string(),
+                Err(error) => format!("gossip stopped: {error:#}"),
+            };
+            if stopping.load(Ordering::Acquire) {
+                // Asked for: nothing to report, ever.
+                std::future::pending::<()>().await;
+            }
+            reason
+        }
+    }
+
+    /// Ends the gossip task at once, without telling peers, as a crash would: for
+    /// chaos tests and for checking that the owner notices.
+    pub fn abort(&self) {
+        self.handle.abort();
     }
 
     /// Stops gossiping and closes the listener. Peers notice through their failure

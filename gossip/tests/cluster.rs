@@ -189,3 +189,25 @@ async fn certificate_for_another_node_cannot_start_gossip() {
         .unwrap_err();
     assert!(err.to_string().contains("node-y"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_gossip_task_is_reported_and_a_stop_is_not() {
+    let pki = Pki::new();
+    let crashed = start(&pki, "node-0", 45, &[], 1).await;
+    let ended = crashed.ended();
+    crashed.abort();
+    let reason = within(
+        LIMIT,
+        "the end of an aborted gossip task to be reported",
+        ended,
+    )
+    .await;
+    assert!(reason.starts_with("gossip stopped"), "{reason}");
+
+    let stopped = start(&pki, "node-1", 46, &[], 1).await;
+    let ended = stopped.ended();
+    stopped.stop().await.unwrap();
+    // A stop is asked for: `ended` stays pending. The end itself has happened by now
+    // (stop waited for it), so one poll of `ended` sees all there is to see.
+    assert!(futures::poll!(Box::pin(ended)).is_pending());
+}

@@ -3,8 +3,8 @@
 //! daemon and the controller, each adding its own routes and liveness check.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
@@ -20,11 +20,23 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Default)]
 pub struct Readiness {
     ready: AtomicBool,
+    /// Why the process will never be ready again, once it knows.
+    fault: Mutex<Option<String>>,
 }
 
 impl Readiness {
     pub fn set(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
+    }
+
+    /// Not ready for good, for `reason` (which `/readyz` then reports).
+    pub fn fail(&self, reason: impl Into<String>) {
+        *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.into());
+        self.set(false);
+    }
+
+    fn fault(&self) -> Option<String> {
+        self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn get(&self) -> bool {
@@ -96,7 +108,13 @@ async fn healthz(State(shared): State<Shared>) -> Response {
 }
 
 async fn readyz(State(shared): State<Shared>) -> Response {
-    if shared.readiness.get() {
+    if let Some(fault) = shared.readiness.fault() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {fault}\n"),
+        )
+            .into_response()
+    } else if shared.readiness.get() {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (
@@ -156,6 +174,15 @@ mod tests {
         assert!(unhealthy.starts_with("HTTP/1.1 503"), "{unhealthy}");
         assert!(unhealthy.contains("the loop is stuck"));
         assert!(get(addr, "/metrics").await.starts_with("HTTP/1.1 200"));
+        // A fault outranks a later `set(true)`: the process is on its way out.
+        readiness.fail("gossip stopped: boom");
+        readiness.set(true);
+        let failed = get(addr, "/readyz").await;
+        assert!(failed.starts_with("HTTP/1.1 503"), "{failed}");
+        assert!(
+            failed.contains("not ready: gossip stopped: boom"),
+            "{failed}"
+        );
 
         stop.cancel();
         task.await.unwrap();

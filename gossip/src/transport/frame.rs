@@ -72,18 +72,31 @@ pub fn encode(
 
 /// Decodes a frame body; every byte must belong to the frame.
 pub fn decode(body: &[u8]) -> Result<Frame, FrameError> {
+    let (sender, message) = split(body)?;
+    let message = decode_message(message)?;
+    Ok(Frame { sender, message })
+}
+
+/// Reads a frame's header and returns the sender with the message's bytes, still
+/// encoded: the receiver checks who speaks before it decodes what is said.
+pub fn split(body: &[u8]) -> Result<(ChitchatId, &[u8]), FrameError> {
     let (&version, mut rest) = body.split_first().ok_or(FrameError::Empty)?;
     if version != FRAME_VERSION {
         return Err(FrameError::Version(version));
     }
     let sender =
         ChitchatId::deserialize(&mut rest).map_err(|e| FrameError::Header(e.to_string()))?;
+    Ok((sender, rest))
+}
+
+/// Decodes the message part of a frame; every byte must belong to it.
+pub fn decode_message(mut bytes: &[u8]) -> Result<ChitchatMessage, FrameError> {
     let message =
-        ChitchatMessage::deserialize(&mut rest).map_err(|e| FrameError::Message(e.to_string()))?;
-    if !rest.is_empty() {
-        return Err(FrameError::Trailing(rest.len()));
+        ChitchatMessage::deserialize(&mut bytes).map_err(|e| FrameError::Message(e.to_string()))?;
+    if !bytes.is_empty() {
+        return Err(FrameError::Trailing(bytes.len()));
     }
-    Ok(Frame { sender, message })
+    Ok(message)
 }
 
 /// The length-prefix codec both ends use.

@@ -2,8 +2,10 @@
 //! over any transport (chitchat's in-memory `ChannelTransport` in simulations).
 
 mod admission;
+mod episodes;
 pub mod fault;
 pub mod frame;
+pub mod guard;
 mod limits;
 mod tls;
 

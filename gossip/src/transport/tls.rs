@@ -34,8 +34,9 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodecError};
 use tracing::{debug, info, warn};
 
 use super::admission::{Admission, Admitted};
-use super::frame;
+use super::episodes::Episodes;
 use super::limits::TransportLimits;
+use super::{frame, guard};
 use crate::identity::{NodeName, node_name_of};
 use crate::metrics::{self, RefusedConnection};
 use crate::tls::NodeTls;
@@ -118,6 +119,7 @@ impl Transport for TlsTransport {
             tls: self.tls.clone(),
             sender: ChitchatId::new(self.tls.node().as_str(), self.generation, advertise),
             limits: self.limits.clone(),
+            refusals: Mutex::new(Episodes::default()),
         });
         info!(node = %self.tls.node(), listen = %local, advertise = %advertise, "gossip listening (mutual TLS)");
         Ok(Box::new(TlsSocket {
@@ -142,6 +144,8 @@ struct Shared {
     /// Written into every outbound frame.
     sender: ChitchatId,
     limits: TransportLimits,
+    /// Refused frames, so that a peer that keeps sending them is logged once.
+    refusals: Mutex<Episodes>,
 }
 
 type Inbound = (SocketAddr, ChitchatMessage);
@@ -296,7 +300,7 @@ async fn serve_connection(
             }
         };
         metrics::frame_received(body.len() + 4);
-        match accept_frame(&body, &node, peer.ip()) {
+        match accept_frame(&body, &node, peer.ip(), &shared.sender) {
             Ok((from, message)) => match inbound.try_send((from, message)) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
@@ -306,7 +310,16 @@ async fn serve_connection(
             },
             Err(rejection) => {
                 metrics::frame_rejected(rejection.reason);
-                warn!(%peer, %node, reason = rejection.reason, error = %rejection.detail, "gossip frame refused; closing connection");
+                let news = shared
+                    .refusals
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .note(node.as_str(), rejection.reason, Instant::now());
+                if news {
+                    warn!(%peer, %node, reason = rejection.reason, error = %rejection.detail, "gossip frame refused; closing connection (further refusals of this peer for this reason are counted, not logged, until it stops for a minute)");
+                } else {
+                    debug!(%peer, %node, reason = rejection.reason, error = %rejection.detail, "gossip frame refused; closing connection");
+                }
                 return;
             }
         }
@@ -319,33 +332,42 @@ struct Rejection {
 }
 
 /// Decodes a frame and checks that it speaks for the node its connection is
-/// authenticated as, from the address that node advertises.
+/// authenticated as, from the address that node advertises, and that chitchat can
+/// apply it to `receiver`'s state without tripping one of its assertions.
 fn accept_frame(
     body: &[u8],
     authenticated: &NodeName,
     source_ip: IpAddr,
+    receiver: &ChitchatId,
 ) -> Result<Inbound, Rejection> {
-    let frame = frame::decode(body).map_err(|e| Rejection {
+    let frame_error = |e: frame::FrameError| Rejection {
         reason: e.reason(),
         detail: e.to_string(),
-    })?;
-    if *frame.sender.node_id != *authenticated.as_str() {
+    };
+    let (sender, message) = frame::split(body).map_err(frame_error)?;
+    if *sender.node_id != *authenticated.as_str() {
         return Err(Rejection {
             reason: "identity_mismatch",
             detail: format!(
                 "frame claims to be from node {:?} but the certificate names {authenticated:?}",
-                &*frame.sender.node_id
+                &*sender.node_id
             ),
         });
     }
-    let advertised = frame.sender.gossip_advertise_addr;
+    let advertised = sender.gossip_advertise_addr;
     if advertised.ip() != source_ip {
         return Err(Rejection {
             reason: "address_mismatch",
             detail: format!("frame advertises {advertised} but arrived from {source_ip}"),
         });
     }
-    Ok((advertised, frame.message))
+    // Before chitchat's own decoder, which inflates the delta without a bound.
+    guard::check(message, receiver).map_err(|violation| Rejection {
+        reason: violation.reason(),
+        detail: violation.to_string(),
+    })?;
+    let message = frame::decode_message(message).map_err(frame_error)?;
+    Ok((advertised, message))
 }
 
 fn report_read_error(peer: &SocketAddr, node: &NodeName, error: &io::Error, partial: bool) {
@@ -539,6 +561,10 @@ mod tests {
         assert!(socket.local_addr().unwrap().port() > 0);
     }
 
+    fn receiver() -> ChitchatId {
+        ChitchatId::new("node-r", 1, "127.0.0.3:7000".parse().unwrap())
+    }
+
     fn body(node: &str, addr: &str) -> Bytes {
         let message = frame::syn_for_tests("c");
         frame::encode(
@@ -556,6 +582,7 @@ mod tests {
             &body("node-a", "127.0.0.2:7000"),
             &node,
             "127.0.0.2".parse().unwrap(),
+            &receiver(),
         )
         .ok()
         .unwrap();
@@ -569,6 +596,7 @@ mod tests {
             &body("node-b", "127.0.0.2:7000"),
             &node,
             "127.0.0.2".parse().unwrap(),
+            &receiver(),
         )
         .err()
         .unwrap();
@@ -582,6 +610,7 @@ mod tests {
             &body("node-a", "127.0.0.9:7000"),
             &node,
             "127.0.0.2".parse().unwrap(),
+            &receiver(),
         )
         .err()
         .unwrap();

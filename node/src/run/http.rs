@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 pub use domaind_kube_api::health::Readiness;
 
 use super::state::NodeView;
+use super::vitals::Vitals;
 
 /// How long the node actor may take to answer before the node is reported unhealthy.
 const LIVENESS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -31,13 +32,19 @@ pub async fn serve(
     metrics: PrometheusHandle,
     node: Addr<NodeActor>,
     readiness: Arc<Readiness>,
+    vitals: Arc<Vitals>,
     stop: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let probed = node.clone();
-    // Alive when the node actor answers: a wedged actor system is what a restart cures.
+    // Alive when nothing fatal happened (a dead gossip task, a panic) and the node
+    // actor answers: a wedged actor system is what a restart cures.
     let liveness: domaind_kube_api::health::Liveness = Arc::new(move || {
         let node = probed.clone();
+        let fault = vitals.failure();
         async move {
+            if let Some(fault) = fault {
+                return Err(fault);
+            }
             match tokio::time::timeout(LIVENESS_TIMEOUT, node.send(GetSnapshot)).await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(_)) => Err("the node actor has stopped".to_string()),

@@ -12,6 +12,7 @@ mod args;
 mod http;
 mod info;
 mod state;
+mod vitals;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,6 +35,7 @@ use tracing::{error, info, warn};
 pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs, SlicesOnExit};
 pub use info::RunInfo;
 pub use state::{DomainView, ImexView, NodeView};
+pub use vitals::Vitals;
 
 use crate::cdi::CdiWriter;
 use crate::checkpoint::{CheckpointConfig, FileCheckpointStore};
@@ -70,10 +72,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .build()
             .expect("cannot build the tokio runtime")
     });
-    system.block_on(serve(args, metrics))
+    // A panic on any thread or task ends the process (see `vitals`).
+    let vitals = Arc::new(Vitals::default());
+    vitals::install_panic_hook(vitals.clone());
+    system.block_on(serve(args, metrics, vitals))
 }
 
-async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
+async fn serve(
+    args: RunArgs,
+    metrics: PrometheusHandle,
+    vitals: Arc<Vitals>,
+) -> anyhow::Result<()> {
     let node = args.node_name.clone();
     info!(node = %node, ip = %args.pod_ip, backend = ?args.backend, "domaind starting");
 
@@ -110,6 +119,7 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
             .await
             .context("cannot start gossip")?,
     );
+    let _gossip_watch = vitals::watch_gossip(vitals.clone(), &gossip);
 
     let imex = Arc::new(ImexDaemon::new(imex_settings(&args)?));
     let mut kube = None;
@@ -178,6 +188,7 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
         metrics,
         node_actor.clone(),
         readiness.clone(),
+        vitals.clone(),
         stop_http.clone(),
     )
     .await
@@ -239,8 +250,10 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
         "domaind ready"
     );
 
-    let signal = wait_for_signal().await?;
-    info!(signal, "stopping gracefully");
+    let fault = until_stop(wait_for_signal(), &vitals).await?;
+    if let Some(fault) = &fault {
+        readiness.fail(fault.clone());
+    }
     readiness.set(false);
     // No release races the departure (it would leave a domain the node is leaving).
     stop_stale.cancel();
@@ -252,8 +265,11 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
         if node_actor.send(Depart).await.is_err() {
             warn!("the node actor was already gone");
         }
-        // Peers learn of the retraction by gossip: keep gossiping a few rounds.
-        tokio::time::sleep(args.gossip_interval * RETRACT_ROUNDS).await;
+        // Peers learn of the retraction by gossip: keep gossiping a few rounds. After a
+        // fault gossip may be what died, and the restart matters more.
+        if fault.is_none() {
+            tokio::time::sleep(args.gossip_interval * RETRACT_ROUNDS).await;
+        }
         if let Err(error) = gossip.stop().await {
             warn!(%error, "gossip did not stop cleanly");
         }
@@ -271,8 +287,39 @@ async fn serve(args: RunArgs, metrics: PrometheusHandle) -> anyhow::Result<()> {
     RunInfo::remove(&args.state_dir);
     stop_http.cancel();
     let _ = http_task.await;
-    info!("domaind stopped");
-    Ok(())
+    // A panic during the stop is still a fault.
+    outcome(fault.or_else(|| vitals.failure()))
+}
+
+/// Waits for a stop signal or a fatal fault, whichever comes first; the fault, if it
+/// was one.
+async fn until_stop(
+    signal: impl std::future::Future<Output = anyhow::Result<&'static str>>,
+    vitals: &Vitals,
+) -> anyhow::Result<Option<String>> {
+    tokio::select! {
+        signal = signal => {
+            info!(signal = signal?, "stopping gracefully");
+            Ok(None)
+        }
+        fault = vitals.failed() => {
+            error!(%fault, "a fatal fault; exiting so that the node is restarted");
+            Ok(Some(fault))
+        }
+    }
+}
+
+/// What `run` returns: an error after a fault, so that the process exits non-zero.
+fn outcome(fault: Option<String>) -> anyhow::Result<()> {
+    match fault {
+        None => {
+            info!("domaind stopped");
+            Ok(())
+        }
+        Some(fault) => Err(anyhow::anyhow!(
+            "domaind stopped after a fatal fault: {fault}"
+        )),
+    }
 }
 
 async fn wait_for_signal() -> anyhow::Result<&'static str> {
@@ -416,6 +463,23 @@ fn eager_gossip(push_fanout: usize) -> EagerGossip {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_fault_stops_the_daemon_with_an_error_and_a_signal_without() {
+        let vitals = Vitals::default();
+        let waiting = until_stop(std::future::pending(), &vitals);
+        vitals.fail("gossip stopped: Chitchat server panicked");
+        let fault = waiting.await.unwrap();
+        let error = outcome(fault).unwrap_err().to_string();
+        assert!(
+            error.contains("gossip stopped: Chitchat server panicked"),
+            "{error}"
+        );
+
+        let signalled = until_stop(async { Ok("SIGTERM") }, &Vitals::default()).await;
+        assert_eq!(signalled.unwrap(), None);
+        assert!(outcome(None).is_ok());
+    }
 
     #[test]
     fn a_push_fanout_of_zero_turns_eager_gossip_off() {

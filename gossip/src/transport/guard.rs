@@ -1,0 +1,460 @@
+//! What chitchat 0.11.2 asserts about an incoming message, checked before it sees one.
+//!
+//! Chitchat applies a delta with `assert!`s that hold only for deltas its own encoder
+//! wrote. Its decoder enforces part of that shape (strictly increasing key versions, one
+//! entry per node, key-values after a node header), but lets a `SetMaxVersion` op lower
+//! a node's max version below the key versions just read, and applies deltas about the
+//! receiving node itself. Either one makes the chitchat server task panic, which stops
+//! the node's gossip. This module reads the message's wire form the way chitchat does
+//! and refuses such a message, so that it never reaches chitchat.
+//!
+//! Pure: the bytes and the receiver's own id in, a verdict out. Chitchat keeps its
+//! message parts private, so the wire form is read here rather than the decoded value.
+
+use chitchat::{ChitchatId, Deserializable};
+
+/// Chitchat builds a delta to fit a UDP datagram, measured before compression; a
+/// stream that inflates much beyond that was not written by chitchat, and reading it
+/// whole is what a compression bomb wants.
+pub const MAX_INFLATED_BYTES: usize = 256 * 1024;
+
+const MAGIC: u16 = 45_139;
+const PROTOCOL_V0: u8 = 0;
+const TYPE_SYN: u8 = 0;
+const TYPE_SYN_ACK: u8 = 1;
+const TYPE_ACK: u8 = 2;
+const TYPE_BAD_CLUSTER: u8 = 3;
+
+const BLOCK_END: u8 = 0;
+const BLOCK_COMPRESSED: u8 = 1;
+const BLOCK_RAW: u8 = 2;
+
+const OP_NODE: u8 = 0;
+const OP_KEY_VALUE: u8 = 1;
+const OP_SET_MAX_VERSION: u8 = 2;
+
+/// Why a message was refused before chitchat could apply it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    #[error("gossip message is malformed: {0}")]
+    Malformed(String),
+    #[error("delta inflates past {MAX_INFLATED_BYTES} bytes")]
+    Inflated,
+    #[error(
+        "delta for node {node:?} carries key {key:?} at version {key_version}, above the node's max version {max_version}"
+    )]
+    VersionAboveMax {
+        node: String,
+        key: String,
+        key_version: u64,
+        max_version: u64,
+    },
+    #[error("delta rewrites the receiving node's own state (max version {max_version})")]
+    AboutReceiver { max_version: u64 },
+}
+
+impl Violation {
+    /// The `reason` label of `domaind_gossip_frames_rejected_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Malformed(_) => "malformed",
+            Self::Inflated => "oversized",
+            Self::VersionAboveMax { .. } => "version_above_max",
+            Self::AboutReceiver { .. } => "delta_about_receiver",
+        }
+    }
+}
+
+/// Checks one chitchat message (its wire form, without our frame header) addressed to
+/// `receiver`.
+pub fn check(message: &[u8], receiver: &ChitchatId) -> Result<(), Violation> {
+    let mut buf = message;
+    let magic = u16::from_le_bytes(take::<2>(&mut buf)?);
+    let [protocol] = take::<1>(&mut buf)?;
+    let [kind] = take::<1>(&mut buf)?;
+    if magic != MAGIC || protocol != PROTOCOL_V0 {
+        return Err(malformed("not a chitchat v0 message"));
+    }
+    match kind {
+        // A digest only reports heartbeats and versions; chitchat applies nothing from
+        // it that one of its assertions depends on.
+        TYPE_SYN | TYPE_BAD_CLUSTER => Ok(()),
+        TYPE_SYN_ACK => {
+            skip_digest(&mut buf)?;
+            check_delta(&mut buf, receiver)
+        }
+        TYPE_ACK => check_delta(&mut buf, receiver),
+        other => Err(malformed(format!("unknown message type {other}"))),
+    }
+}
+
+fn malformed(detail: impl Into<String>) -> Violation {
+    Violation::Malformed(detail.into())
+}
+
+fn take<const N: usize>(buf: &mut &[u8]) -> Result<[u8; N], Violation> {
+    let (head, rest) = buf
+        .split_first_chunk::<N>()
+        .ok_or_else(|| malformed("message ends early"))?;
+    *buf = rest;
+    Ok(*head)
+}
+
+fn read<T: Deserializable>(buf: &mut &[u8]) -> Result<T, Violation> {
+    T::deserialize(buf).map_err(|error| malformed(error.to_string()))
+}
+
+fn skip_digest(buf: &mut &[u8]) -> Result<(), Violation> {
+    let nodes: u16 = read(buf)?;
+    for _ in 0..nodes {
+        let _: ChitchatId = read(buf)?;
+        // heartbeat, last GC version, max version
+        for _ in 0..3 {
+            let _: u64 = read(buf)?;
+        }
+    }
+    Ok(())
+}
+
+/// Inflates the delta's block stream, bounded by [`MAX_INFLATED_BYTES`].
+fn inflate(buf: &mut &[u8]) -> Result<Vec<u8>, Violation> {
+    let mut inflated = Vec::new();
+    let mut block = vec![0u8; usize::from(u16::MAX)];
+    loop {
+        let [kind] = take::<1>(buf)?;
+        if kind == BLOCK_END {
+            return Ok(inflated);
+        }
+        let len = usize::from(u16::from_le_bytes(take::<2>(buf)?));
+        let body = buf
+            .get(..len)
+            .ok_or_else(|| malformed("delta block ends early"))?;
+        *buf = &buf[len..];
+        let plain = match kind {
+            BLOCK_COMPRESSED => {
+                let n = zstd::bulk::decompress_to_buffer(body, &mut block[..])
+                    .map_err(|error| malformed(format!("delta block: {error}")))?;
+                &block[..n]
+            }
+            BLOCK_RAW => body,
+            other => return Err(malformed(format!("unknown delta block type {other}"))),
+        };
+        if inflated.len() + plain.len() > MAX_INFLATED_BYTES {
+            return Err(Violation::Inflated);
+        }
+        inflated.extend_from_slice(plain);
+    }
+}
+
+/// One node's part of a delta, as far as the checks need it.
+struct NodePart {
+    id: ChitchatId,
+    max_version: u64,
+    /// The highest key version, with its key.
+    top_key: Option<(String, u64)>,
+}
+
+impl NodePart {
+    fn verdict(self, receiver: &ChitchatId) -> Result<(), Violation> {
+        // Chitchat asserts, after applying, that the node's max version is at least
+        // every key version it applied (state.rs, `NodeState::apply_delta`).
+        if let Some((key, key_version)) = self.top_key
+            && key_version > self.max_version
+        {
+            return Err(Violation::VersionAboveMax {
+                node: self.id.node_id.to_string(),
+                key,
+                key_version,
+                max_version: self.max_version,
+            });
+        }
+        // A node's own state is the newest there is: chitchat never sends it back to
+        // its owner (a restart takes a new generation, hence a new id). Applied, it
+        // would let a peer set the owner's versions, and the owner's next write
+        // (`max_version + 1`, then `assert!(version > max_version)`) would panic.
+        if self.id == *receiver {
+            return Err(Violation::AboutReceiver {
+                max_version: self.max_version,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn check_delta(buf: &mut &[u8], receiver: &ChitchatId) -> Result<(), Violation> {
+    let inflated = inflate(buf)?;
+    let mut ops = &inflated[..];
+    let mut current: Option<NodePart> = None;
+    while !ops.is_empty() {
+        let [op] = take::<1>(&mut ops)?;
+        match op {
+            OP_NODE => {
+                if let Some(done) = current.take() {
+                    done.verdict(receiver)?;
+                }
+                let id: ChitchatId = read(&mut ops)?;
+                let _last_gc_version: u64 = read(&mut ops)?;
+                let _from_version_excluded: u64 = read(&mut ops)?;
+                current = Some(NodePart {
+                    id,
+                    max_version: 0,
+                    top_key: None,
+                });
+            }
+            OP_KEY_VALUE => {
+                let key: String = read(&mut ops)?;
+                let _value: String = read(&mut ops)?;
+                let version: u64 = read(&mut ops)?;
+                let [_status] = take::<1>(&mut ops)?;
+                let part = current
+                    .as_mut()
+                    .ok_or_else(|| malformed("key-value before any node"))?;
+                // Mirrors chitchat's decoder: a key-value raises the max version.
+                part.max_version = part.max_version.max(version);
+                if part.top_key.as_ref().is_none_or(|(_, top)| version > *top) {
+                    part.top_key = Some((key, version));
+                }
+            }
+            OP_SET_MAX_VERSION => {
+                let max_version: u64 = read(&mut ops)?;
+                let part = current
+                    .as_mut()
+                    .ok_or_else(|| malformed("max version before any node"))?;
+                // Chitchat's decoder overwrites, it does not take the maximum: this is
+                // the op that can lower the max version below the keys already read.
+                part.max_version = max_version;
+            }
+            other => return Err(malformed(format!("unknown delta op {other}"))),
+        }
+    }
+    match current {
+        Some(last) => last.verdict(receiver),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chitchat::{ChitchatMessage, Serializable};
+
+    fn node(name: &str) -> ChitchatId {
+        ChitchatId::new(name, 1, "127.0.0.2:7000".parse().unwrap())
+    }
+
+    /// Delta ops in chitchat's wire form.
+    enum Op {
+        Node(ChitchatId),
+        Kv(&'static str, u64),
+        SetMax(u64),
+    }
+
+    fn ops_bytes(ops: &[Op]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for op in ops {
+            match op {
+                Op::Node(id) => {
+                    out.push(OP_NODE);
+                    id.serialize(&mut out);
+                    0u64.serialize(&mut out);
+                    0u64.serialize(&mut out);
+                }
+                Op::Kv(key, version) => {
+                    out.push(OP_KEY_VALUE);
+                    key.to_string().serialize(&mut out);
+                    "v".to_string().serialize(&mut out);
+                    version.serialize(&mut out);
+                    out.push(0);
+                }
+                Op::SetMax(max) => {
+                    out.push(OP_SET_MAX_VERSION);
+                    max.serialize(&mut out);
+                }
+            }
+        }
+        out
+    }
+
+    fn header(kind: u8) -> Vec<u8> {
+        let mut out = MAGIC.to_le_bytes().to_vec();
+        out.extend([PROTOCOL_V0, kind]);
+        out
+    }
+
+    fn blocks(plain: &[u8], compress: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        if !plain.is_empty() {
+            let body = if compress {
+                zstd::bulk::compress(plain, 0).unwrap()
+            } else {
+                plain.to_vec()
+            };
+            out.push(if compress {
+                BLOCK_COMPRESSED
+            } else {
+                BLOCK_RAW
+            });
+            (body.len() as u16).serialize(&mut out);
+            out.extend(body);
+        }
+        out.push(BLOCK_END);
+        out
+    }
+
+    fn ack(ops: &[Op], compress: bool) -> Vec<u8> {
+        let mut out = header(TYPE_ACK);
+        out.extend(blocks(&ops_bytes(ops), compress));
+        out
+    }
+
+    /// Every crafted message must be one chitchat's own decoder accepts: the point is
+    /// what passes its decoder and then trips its state.
+    fn decodes(bytes: &[u8]) -> ChitchatMessage {
+        ChitchatMessage::deserialize(&mut &bytes[..]).expect("chitchat decodes it")
+    }
+
+    #[test]
+    fn a_key_above_a_lowered_max_version_is_refused() {
+        for compress in [false, true] {
+            let bytes = ack(
+                &[Op::Node(node("a")), Op::Kv("k", 10), Op::SetMax(3)],
+                compress,
+            );
+            decodes(&bytes);
+            let violation = check(&bytes, &node("me")).unwrap_err();
+            assert_eq!(violation.reason(), "version_above_max");
+            assert!(violation.to_string().contains("\"k\" at version 10"));
+        }
+    }
+
+    #[test]
+    fn a_key_above_max_after_a_lowering_and_another_key_is_refused() {
+        let bytes = ack(
+            &[
+                Op::Node(node("a")),
+                Op::Kv("k", 10),
+                Op::SetMax(1),
+                Op::Kv("j", 5),
+            ],
+            false,
+        );
+        decodes(&bytes);
+        assert_eq!(
+            check(&bytes, &node("me")).unwrap_err().reason(),
+            "version_above_max"
+        );
+    }
+
+    #[test]
+    fn only_the_offending_node_matters() {
+        let bytes = ack(
+            &[
+                Op::Node(node("a")),
+                Op::Kv("k", 2),
+                Op::Node(node("b")),
+                Op::Kv("k", 7),
+                Op::SetMax(6),
+            ],
+            false,
+        );
+        decodes(&bytes);
+        let violation = check(&bytes, &node("me")).unwrap_err();
+        assert!(violation.to_string().contains("\"b\""), "{violation}");
+    }
+
+    #[test]
+    fn deltas_chitchat_writes_pass() {
+        let cases: [&[Op]; 4] = [
+            &[],
+            &[Op::Node(node("a")), Op::Kv("k", 1), Op::Kv("l", 4)],
+            // An emptied (garbage-collected) node state carries only its max version.
+            &[Op::Node(node("a")), Op::SetMax(9)],
+            &[Op::Node(node("a")), Op::Node(node("b")), Op::Kv("k", 3)],
+        ];
+        for ops in cases {
+            for compress in [false, true] {
+                let bytes = ack(ops, compress);
+                decodes(&bytes);
+                assert_eq!(check(&bytes, &node("me")), Ok(()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_delta_about_the_receiver_is_refused() {
+        let me = node("me");
+        let bytes = ack(&[Op::Node(me.clone()), Op::Kv("k", u64::MAX)], false);
+        decodes(&bytes);
+        assert_eq!(
+            check(&bytes, &me).unwrap_err().reason(),
+            "delta_about_receiver"
+        );
+        // An earlier generation of the same node is another node to chitchat.
+        let earlier = ChitchatId::new("me", 0, me.gossip_advertise_addr);
+        let bytes = ack(&[Op::Node(earlier), Op::Kv("k", 4)], false);
+        assert_eq!(check(&bytes, &me), Ok(()));
+    }
+
+    #[test]
+    fn a_syn_ack_is_checked_past_its_digest() {
+        let mut bytes = header(TYPE_SYN_ACK);
+        1u16.serialize(&mut bytes);
+        node("a").serialize(&mut bytes);
+        for v in [5u64, 0, 7] {
+            v.serialize(&mut bytes);
+        }
+        bytes.extend(blocks(
+            &ops_bytes(&[Op::Node(node("a")), Op::Kv("k", 8), Op::SetMax(2)]),
+            true,
+        ));
+        decodes(&bytes);
+        assert_eq!(
+            check(&bytes, &node("me")).unwrap_err().reason(),
+            "version_above_max"
+        );
+    }
+
+    #[test]
+    fn a_delta_that_inflates_too_far_is_refused() {
+        let plain = vec![OP_SET_MAX_VERSION; usize::from(u16::MAX)];
+        let compressed = zstd::bulk::compress(&plain, 19).unwrap();
+        let mut bytes = header(TYPE_ACK);
+        for _ in 0..(MAX_INFLATED_BYTES / plain.len() + 1) {
+            bytes.push(BLOCK_COMPRESSED);
+            (compressed.len() as u16).serialize(&mut bytes);
+            bytes.extend(&compressed);
+        }
+        bytes.push(BLOCK_END);
+        assert_eq!(check(&bytes, &node("me")), Err(Violation::Inflated));
+    }
+
+    #[test]
+    fn syn_and_bad_cluster_carry_nothing_to_check() {
+        let syn = crate::transport::frame::syn_for_tests("c");
+        let mut bytes = Vec::new();
+        syn.serialize(&mut bytes);
+        assert_eq!(check(&bytes, &node("me")), Ok(()));
+        assert_eq!(check(&header(TYPE_BAD_CLUSTER), &node("me")), Ok(()));
+    }
+
+    #[test]
+    fn truncations_are_malformed_not_panics() {
+        let bytes = ack(&[Op::Node(node("a")), Op::Kv("k", 3), Op::SetMax(3)], true);
+        for len in 0..bytes.len() {
+            let verdict = check(&bytes[..len], &node("me"));
+            assert!(
+                matches!(verdict, Err(Violation::Malformed(_))),
+                "{len}: {verdict:?}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_bytes_never_panic(tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let mut bytes = header(TYPE_ACK);
+            bytes.extend(tail);
+            let _ = check(&bytes, &node("me"));
+        }
+    }
+}
