@@ -3,12 +3,15 @@
 //! connection is closed instead of holding a task and a socket for good), and headers and
 //! bodies have a size limit. Each refusal counts in `domaind_http_requests_refused_total`
 //! with its reason, and the first of each reason is logged at warn (later ones at debug:
-//! a peer that floods us must not flood the log).
+//! a peer that floods us must not flood the log). A keep-alive connection left idle after
+//! an answer is closed by the same deadline without counting as a refusal.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -16,6 +19,7 @@ use axum::body::Body;
 use axum::http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -158,10 +162,13 @@ async fn connection(
     refusals: Arc<Refusals>,
     stop: CancellationToken,
 ) {
+    let stream = Watched::new(stream);
+    let progress = stream.progress.clone();
     let body_refusals = refusals.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let app = app.clone();
         let refusals = body_refusals.clone();
+        progress.request_read();
         async move {
             if announced_length(&request).is_some_and(|length| length > limits.max_body_bytes) {
                 refusals.record(Refusal::BodyTooLarge, server, peer);
@@ -177,6 +184,7 @@ async fn connection(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_header_size(limits.max_header_bytes);
+    let progress = stream.progress.clone();
     let served = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(served);
     let outcome = tokio::select! {
@@ -188,9 +196,97 @@ async fn connection(
     };
     if let Err(error) = outcome {
         match Refusal::of(&error) {
+            // A keep-alive connection nobody used since its last answer (a scraper's,
+            // between scrapes) is closed by the same deadline, and is no refusal.
+            Some(Refusal::HeaderTimeout) if progress.idle() => {
+                tracing::debug!(%server, %peer, "idle HTTP connection closed");
+            }
             Some(refusal) => refusals.record(refusal, server, peer),
             None => tracing::debug!(%server, %peer, %error, "HTTP connection ended with an error"),
         }
+    }
+}
+
+/// How far a connection got: bytes read in all, and how many of them had been read when
+/// the last request's headers were complete.
+#[derive(Debug, Default)]
+struct Progress {
+    read: AtomicU64,
+    at_last_request: AtomicU64,
+    requests: AtomicU64,
+}
+
+impl Progress {
+    fn request_read(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.at_last_request
+            .store(self.read.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// Answered at least once, and not a byte of another request since (a body read
+    /// after the headers also counts as a byte: such a connection is not called idle).
+    fn idle(&self) -> bool {
+        self.requests.load(Ordering::Relaxed) > 0
+            && self.read.load(Ordering::Relaxed) == self.at_last_request.load(Ordering::Relaxed)
+    }
+}
+
+/// A stream that tells [`Progress`] what it reads.
+struct Watched<S> {
+    inner: S,
+    progress: Arc<Progress>,
+}
+
+impl<S> Watched<S> {
+    fn new(inner: S) -> Self {
+        Self {
+            inner,
+            progress: Arc::default(),
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = (buf.filled().len() - before) as u64;
+        self.progress.read.fetch_add(read, Ordering::Relaxed);
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
