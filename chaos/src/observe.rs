@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use domaind_kube_api::crd::ComputeDomainStatus;
 use domaind_node::checkpoint::{CHECKPOINT_FILE, Decoded, decode};
 use domaind_node::imex::hosts;
-use domaind_node::run::NodeView;
+use domaind_node::run::{NodeView, RunInfo};
 
 /// A file as read at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,12 +224,15 @@ pub fn tls_reloads(metrics: &str) -> (u64, u64) {
 /// reported, not waited for.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A node's `/state`.
-pub async fn view(addr: SocketAddr) -> Result<NodeView, String> {
-    match tokio::time::timeout(PROBE_TIMEOUT, domaind_node::rack::node_view(addr)).await {
+/// A node's `/state`, from the listener its `run.json` names.
+pub async fn view(info: &RunInfo) -> Result<NodeView, String> {
+    match tokio::time::timeout(PROBE_TIMEOUT, domaind_node::rack::node_view(info)).await {
         Ok(Ok(view)) => Ok(view),
         Ok(Err(error)) => Err(format!("{error:#}")),
-        Err(_) => Err(format!("/state on {addr} took over {PROBE_TIMEOUT:?}")),
+        Err(_) => Err(format!(
+            "/state of {} took over {PROBE_TIMEOUT:?}",
+            info.node
+        )),
     }
 }
 

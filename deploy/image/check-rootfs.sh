@@ -200,7 +200,7 @@ started_run=$SECONDS
 # Not through in_image: `$!` must be the timeout's pid, which passes signals on.
 timeout 60 env -i PATH="$image_path" "$chroot_bin" --userspec=0:0 "$view" \
   /usr/local/bin/domaind run --node-name node-a --pod-ip 127.0.101.1 --gossip-port 0 \
-  --http-addr 127.0.101.1:0 --tls-dir /tmp/tls --state-dir /tmp/run-state \
+  --http-addr 127.0.101.1:0 --state-addr 127.0.101.1:0 --tls-dir /tmp/tls --state-dir /tmp/run-state \
   --backend local --local-dir /tmp/local --gpu-topology /tmp/topology.json \
   --kubelet-plugins-dir /tmp/plugins --kubelet-registry-dir /tmp/registry \
   --cdi-dir /tmp/cdi --proc-devices /tmp/devices --channel-nodes skip \

@@ -1,6 +1,7 @@
 //! The HTTP endpoints every long-running domaind process serves — `/metrics` for
 //! Prometheus, `/healthz` and `/readyz` for the kubelet's probes — shared by the node
-//! daemon and the controller, each adding its own routes and liveness check.
+//! daemon and the controller, each adding its own routes and liveness check. Served
+//! through [`http_guard`], whose limits a network peer cannot get around.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,8 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::future::BoxFuture;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+use crate::http_guard::{self, HttpLimits};
 
 /// What `/readyz` reports: set by the process as it starts and stops.
 #[derive(Debug, Default)]
@@ -76,24 +78,15 @@ pub fn router(
         })
 }
 
-/// Binds `addr` and serves `app` until `stop` is cancelled. Returns the bound address
-/// (the port may have been 0) and the server's task.
+/// Binds `addr` and serves `app` until `stop` is cancelled, under the default
+/// [`HttpLimits`]. Returns the bound address (the port may have been 0) and the server's
+/// task.
 pub async fn serve(
     addr: SocketAddr,
     app: Router,
     stop: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await;
-        if let Err(error) = served {
-            tracing::error!(%error, "the HTTP server stopped");
-        }
-    });
-    Ok((bound, task))
+    http_guard::serve(addr, app, HttpLimits::default(), stop).await
 }
 
 async fn render_metrics(State(shared): State<Shared>) -> String {

@@ -14,6 +14,7 @@ pub mod channel_config;
 pub mod client;
 pub mod crd;
 pub mod health;
+pub mod http_guard;
 pub mod metrics;
 pub mod names;
 

@@ -105,7 +105,7 @@ async fn prepare(
 }
 
 async fn view(rack: &LocalRack, node: usize) -> NodeView {
-    node_view(rack.node(node).info().expect("ready").http_addr)
+    node_view(rack.node(node).info().expect("ready"))
         .await
         .unwrap()
 }
@@ -221,6 +221,8 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
         assert_eq!(health.status(), ServingStatus::Serving);
         assert_eq!(get(&rack, i, "/healthz").await.0, 200);
         assert_eq!(get(&rack, i, "/readyz").await.0, 200);
+        // /state tells claims, domains and IMEX peers: never on the network-facing port.
+        assert_eq!(get(&rack, i, "/state").await.0, 404);
         let (code, metrics) = get(&rack, i, "/metrics").await;
         assert_eq!(code, 200);
         assert!(metrics.contains("domaind_prepare_total"), "{metrics}");

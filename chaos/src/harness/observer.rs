@@ -177,17 +177,17 @@ impl Harness {
         }
         let asks: Vec<_> = (0..count)
             .map(|i| {
-                let addr = (world.nodes[i].life == Life::Up)
-                    .then(|| self.rack.node(i).info().map(|info| info.http_addr))
+                let info = (world.nodes[i].life == Life::Up)
+                    .then(|| self.rack.node(i).info().cloned())
                     .flatten();
                 let metrics = self.metrics_for == Some(i);
                 async move {
-                    let Some(addr) = addr else {
+                    let Some(info) = info else {
                         return (None, None);
                     };
-                    let view = observe::view(addr).await;
+                    let view = observe::view(&info).await;
                     let reloads = if metrics {
-                        observe::reloads(addr).await.ok()
+                        observe::reloads(info.http_addr).await.ok()
                     } else {
                         None
                     };

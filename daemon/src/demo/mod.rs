@@ -97,6 +97,8 @@ struct NodeLine {
     ip: String,
     gossip_addr: String,
     http_addr: String,
+    /// Empty when the node serves no /state.
+    state_addr: String,
     dra_socket: PathBuf,
     registration_socket: PathBuf,
 }
@@ -323,6 +325,11 @@ fn node_lines(rack: &LocalRack) -> Vec<NodeLine> {
                 .info()
                 .map(|i| i.http_addr.to_string())
                 .unwrap_or_default(),
+            state_addr: n
+                .info()
+                .and_then(|i| i.state_addr)
+                .map(|addr| addr.to_string())
+                .unwrap_or_default(),
             dra_socket: n.dra_socket(),
             registration_socket: n.registration_socket(),
         })
@@ -350,7 +357,7 @@ fn print_how_to_poke(rack: &LocalRack, domain: &DemoDomain, json: bool) {
     println!(
         "\nThe rack keeps running. Poke it:\n\
          \x20 cat {status}\n\
-         \x20 curl -s http://{http}/state\n\
+         \x20 curl -s http://{state}/state\n\
          \x20 domaind kubelet-sim prepare --socket {socket} --claim {claim}:{ns}:{name}\n\
          \x20 kill -KILL <pid of a node> (see {root}/node-*/state/run.json)\n\
          Claims are files in {claims}; logs are {root}/node-*/domaind.log.\n\
@@ -359,7 +366,7 @@ fn print_how_to_poke(rack: &LocalRack, domain: &DemoDomain, json: bool) {
             .status_path(&domain.uid)
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
-        http = first.http_addr,
+        state = first.state_addr,
         socket = first.dra_socket.display(),
         claim = claim_uid(&first.name),
         ns = domain.namespace,

@@ -30,7 +30,7 @@ impl Snapshot {
         let mut views = Vec::new();
         for node in rack.nodes() {
             let view = match node.info() {
-                Some(info) => node_view(info.http_addr).await.ok(),
+                Some(info) => node_view(info).await.ok(),
                 None => None,
             };
             views.push((node.name().to_owned(), view));

@@ -175,6 +175,8 @@ impl RackNode {
             .arg("--proc-devices")
             .arg(&self.proc_devices)
             .arg("--http-addr")
+            .arg(format!("{}:0", self.ip))
+            .arg("--state-addr")
             .arg(format!("{}:0", self.ip));
         match args.local_dir {
             Some(dir) => command

@@ -14,7 +14,7 @@ use domaind_actors::model::ClaimRef;
 
 use crate::dra::client::KubeletClient;
 use crate::dra::{DraVersion, PreparedDevice};
-use crate::run::NodeView;
+use crate::run::{NodeView, RunInfo};
 
 /// How long one HTTP request may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,13 +40,16 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, Stri
         .with_context(|| format!("GET {path} on {addr}"))
 }
 
-/// A daemon's `/state`.
-pub async fn node_view(http_addr: SocketAddr) -> anyhow::Result<NodeView> {
-    let (status, body) = http_get(http_addr, "/state").await?;
+/// A daemon's `/state`, from the listener its `run.json` names.
+pub async fn node_view(info: &RunInfo) -> anyhow::Result<NodeView> {
+    let Some(addr) = info.state_addr else {
+        bail!("{} serves no /state (--state-addr off)", info.node);
+    };
+    let (status, body) = http_get(addr, "/state").await?;
     if status != 200 {
-        bail!("/state on {http_addr} answered {status}: {body}");
+        bail!("/state on {addr} answered {status}: {body}");
     }
-    serde_json::from_str(&body).with_context(|| format!("/state on {http_addr}"))
+    serde_json::from_str(&body).with_context(|| format!("/state on {addr}"))
 }
 
 /// What a prepare call for one claim answered.

@@ -18,9 +18,15 @@ pub struct RunArgs {
     #[command(flatten)]
     pub kube: KubeArgs,
 
-    /// /metrics, /healthz, /readyz and /state.
+    /// /metrics, /healthz and /readyz.
     #[command(flatten)]
     pub http: HttpArgs<NodeHttp>,
+
+    /// Where /state is served, or `off`. It tells anyone who can reach it the node's
+    /// claims, domains and IMEX peers, unauthenticated: keep it on loopback (the node
+    /// daemon runs in the host network, so --http-addr is reachable from the network).
+    #[arg(long, env = "DOMAIND_STATE_ADDR", default_value = DEFAULT_STATE_ADDR, value_parser = parse_state_addr)]
+    pub state_addr: StateAddr,
 
     /// This node's Kubernetes name: its gossip identity, which its certificate must carry.
     #[arg(long, env = "NODE_NAME")]
@@ -216,6 +222,22 @@ pub struct RunArgs {
     pub shutdown_timeout: Duration,
 }
 
+pub const DEFAULT_STATE_ADDR: &str = "127.0.0.1:9466";
+
+/// `--state-addr`: an address, or `None` for `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateAddr(pub Option<SocketAddr>);
+
+fn parse_state_addr(value: &str) -> Result<StateAddr, String> {
+    if value == "off" {
+        return Ok(StateAddr(None));
+    }
+    value
+        .parse()
+        .map(|addr| StateAddr(Some(addr)))
+        .map_err(|error| format!("{error}: expected IP:PORT or `off`"))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
     /// Claim files and status files in --local-dir.
@@ -258,5 +280,43 @@ impl From<Readiness> for ReadinessPolicy {
             Readiness::Local => ReadinessPolicy::Local,
             Readiness::Domain => ReadinessPolicy::Domain,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Run {
+        #[command(flatten)]
+        args: RunArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<RunArgs, clap::Error> {
+        let required = ["run", "--node-name", "node-a", "--pod-ip", "10.0.0.1"];
+        Run::try_parse_from(required.iter().chain(extra)).map(|run| run.args)
+    }
+
+    #[test]
+    fn state_is_served_on_loopback_by_default_and_never_on_the_http_address() {
+        let args = parse(&[]).unwrap();
+        let state = args.state_addr.0.expect("on by default");
+        assert!(state.ip().is_loopback(), "{state}");
+        assert_ne!(state, args.http.http_addr);
+        assert!(!args.http.http_addr.ip().is_loopback());
+    }
+
+    #[test]
+    fn state_can_be_moved_or_turned_off() {
+        let moved = parse(&["--state-addr", "127.0.115.1:0"]).unwrap();
+        assert_eq!(moved.state_addr.0, Some("127.0.115.1:0".parse().unwrap()));
+        assert_eq!(parse(&["--state-addr", "off"]).unwrap().state_addr.0, None);
+        let bad = parse(&["--state-addr", "loopback"])
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("expected IP:PORT or `off`"), "{bad}");
     }
 }

@@ -1,6 +1,9 @@
-//! `/metrics`, `/healthz`, `/readyz` and `/state`, for Prometheus, the kubelet's probes,
-//! and the demo and chaos harness. The first three are shared with the controller
-//! (`domaind_kube_api::health`); `/state` and the liveness check are the node's own.
+//! `/metrics`, `/healthz`, `/readyz` on `--http-addr`, for Prometheus and the kubelet's
+//! probes, and `/state` on its own listener (`--state-addr`, loopback by default), for
+//! the demo, the chaos harness and operators: `/state` tells the node's claims, domains
+//! and IMEX peers, and `--http-addr` is reachable from the network. The first three are
+//! shared with the controller (`domaind_kube_api::health`); `/state` and the liveness
+//! check are the node's own.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,8 +28,8 @@ use super::vitals::Vitals;
 /// How long the node actor may take to answer before the node is reported unhealthy.
 const LIVENESS_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Binds `addr` and serves until `stop` is cancelled. Returns the bound address (the
-/// port may have been 0) and the server's task.
+/// Binds `addr` and serves `/metrics`, `/healthz` and `/readyz` until `stop` is
+/// cancelled. Returns the bound address (the port may have been 0) and the server's task.
 pub async fn serve(
     addr: SocketAddr,
     metrics: PrometheusHandle,
@@ -56,8 +59,18 @@ pub async fn serve(
         .boxed()
     });
     let app =
-        domaind_kube_api::health::router(metrics, liveness, readiness, "starting or shutting down")
-            .merge(Router::new().route("/state", get(state)).with_state(node));
+        domaind_kube_api::health::router(metrics, liveness, readiness, "starting or shutting down");
+    domaind_kube_api::health::serve(addr, app, stop).await
+}
+
+/// Binds `addr` and serves `/state` until `stop` is cancelled, under the same limits as
+/// the other endpoints. Returns the bound address and the server's task.
+pub async fn serve_state(
+    addr: SocketAddr,
+    node: Addr<NodeActor>,
+    stop: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let app = Router::new().route("/state", get(state)).with_state(node);
     domaind_kube_api::health::serve(addr, app, stop).await
 }
 

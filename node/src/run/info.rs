@@ -15,6 +15,9 @@ pub struct RunInfo {
     pub node: String,
     pub gossip_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// `/state`'s listener; `None` when `--state-addr off`.
+    #[serde(default)]
+    pub state_addr: Option<SocketAddr>,
     pub dra_socket: PathBuf,
     pub registration_socket: PathBuf,
 }

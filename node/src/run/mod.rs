@@ -193,6 +193,15 @@ async fn serve(
     )
     .await
     .with_context(|| format!("cannot listen on {} (--http-addr)", args.http.http_addr))?;
+    let (state_addr, state_task) = match args.state_addr.0 {
+        Some(addr) => {
+            let (bound, task) = http::serve_state(addr, node_actor.clone(), stop_http.clone())
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--state-addr)"))?;
+            (Some(bound), Some(task))
+        }
+        None => (None, None),
+    };
 
     let plugin = Arc::new(PrepareService::new(
         node_actor.clone(),
@@ -236,6 +245,7 @@ async fn serve(
         node: node.to_string(),
         gossip_addr: gossip.gossip_addr(),
         http_addr,
+        state_addr,
         dra_socket: plugin_server.dra_socket().to_owned(),
         registration_socket: plugin_server.registration_socket().to_owned(),
     };
@@ -245,6 +255,7 @@ async fn serve(
     info!(
         gossip = %info.gossip_addr,
         http = %info.http_addr,
+        state = ?info.state_addr,
         dra_socket = %info.dra_socket.display(),
         registration_socket = %info.registration_socket.display(),
         "domaind ready"
@@ -287,6 +298,9 @@ async fn serve(
     RunInfo::remove(&args.state_dir);
     stop_http.cancel();
     let _ = http_task.await;
+    if let Some(task) = state_task {
+        let _ = task.await;
+    }
     // A panic during the stop is still a fault.
     outcome(fault.or_else(|| vitals.failure()))
 }
