@@ -17,7 +17,7 @@ use crate::cdi::{CdiWriter, ClaimChannels, ClaimUid};
 use crate::devices::ChannelDevices;
 use crate::dra::{ClaimFailure, NodePlugin, PreparedDevice};
 
-pub use domaind_kube_api::names::DOMAIN_CHANNEL;
+use domaind_kube_api::names::{CHANNEL_REQUEST, DOMAIN_CHANNEL};
 
 /// How a claim's channels reach its containers.
 #[derive(Debug, Clone)]
@@ -118,7 +118,7 @@ impl NodePlugin for PrepareService {
         let allocated = if prepared.devices.is_empty() {
             // Claims checkpointed before allocations were recorded.
             vec![AllocatedDevice {
-                request: domaind_kube_api::names::CHANNEL_REQUEST.into(),
+                request: CHANNEL_REQUEST.into(),
                 pool: self.node_name.clone(),
                 device: format!("channel-{DOMAIN_CHANNEL}"),
             }]

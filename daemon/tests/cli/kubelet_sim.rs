@@ -1,19 +1,8 @@
 //! `domaind kubelet-sim`, the binary's kubelet stand-in, against the real kubelet plugin
 //! servers over unix sockets with a fake node behind them.
 
-use std::time::Duration;
-
 use domaind_node::dra::RegistrationState;
-use domaind_node::dra::testing::{FakeNodePlugin, Op, claim, serve, short_dir};
-
-/// Bounds every wait, so that a broken server fails a test instead of hanging it.
-const LIMIT: Duration = Duration::from_secs(10);
-
-async fn within<F: std::future::Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(LIMIT, future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no answer within {LIMIT:?}"))
-}
+use domaind_node::dra::testing::{FakeNodePlugin, Op, claim, serve, short_dir, within};
 
 async fn kubelet_sim(args: &[&str]) -> (i32, serde_json::Value, String) {
     let out = within(

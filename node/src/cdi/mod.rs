@@ -19,7 +19,6 @@ mod spec;
 mod tests;
 mod writer;
 
-pub use domaind_kube_api::names::DEFAULT_DRIVER_NAME;
 pub use error::CdiError;
 pub use names::{CLASS, ClaimUid, Kind, check_device_name};
 pub use spec::{CDI_VERSION, ContainerEdits, Device, DeviceNode, DeviceType, Spec};

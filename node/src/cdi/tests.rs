@@ -2,6 +2,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 
 use domaind_actors::model::AllocationMode;
+use domaind_kube_api::names::DEFAULT_DRIVER_NAME;
 use serde_json::Value;
 use tempfile::TempDir;
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-pub use domaind_kube_api::names::DEFAULT_DRIVER_NAME;
+use domaind_kube_api::names::DEFAULT_DRIVER_NAME;
 /// The kubelet's default `--root-dir` is /var/lib/kubelet; plugins keep their sockets here.
 pub const DEFAULT_PLUGINS_DIR: &str = "/var/lib/kubelet/plugins";
 /// The directory the kubelet's plugin watcher watches for registration sockets.

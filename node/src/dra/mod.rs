@@ -23,8 +23,8 @@ mod version;
 pub use authority::{AUTHORITY_REWRITES_TOTAL, AuthorityError, BAD_FRAMES_TOTAL};
 pub use claims::{CLAIMS_TOTAL, REQUESTS_TOTAL};
 pub use config::{
-    DEFAULT_DRAIN_TIMEOUT, DEFAULT_DRIVER_NAME, DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR,
-    DriverName, DriverNameError, PluginServerConfig,
+    DEFAULT_DRAIN_TIMEOUT, DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, DriverName, DriverNameError,
+    PluginServerConfig,
 };
 pub use error::PluginServerError;
 pub use plugin::{ClaimFailure, NodePlugin, PreparedDevice};

@@ -18,8 +18,16 @@ use super::{
     RunningPluginServer,
 };
 
-/// How long `until_called` waits before failing the test.
-const PATIENCE: Duration = Duration::from_secs(10);
+/// How long a test waits for a server's answer (and `until_called` for a claim) before
+/// failing instead of hanging.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// `future`'s output, or a panic naming `what` after [`PATIENCE`].
+pub async fn within<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(PATIENCE, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within {PATIENCE:?}"))
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {

@@ -12,7 +12,7 @@ use tracing::warn;
 
 use super::{BAD_FILES, LocalDir, LocalError, read_json};
 
-pub use domaind_kube_api::names::CHANNEL_REQUEST;
+use domaind_kube_api::names::CHANNEL_REQUEST;
 
 /// A claim allocated to a node, as the local backend keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,7 +20,7 @@ mod status;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use claims::{CHANNEL_REQUEST, ClaimFile, ComputeDomainRef, LocalClaimSource};
+pub use claims::{ClaimFile, ComputeDomainRef, LocalClaimSource};
 pub use events::{LocalEvent, LocalEventSink};
 pub use stale::{LocalClaimExistence, LocalStaleClaimNotices};
 pub use status::LocalStatusSink;

@@ -8,7 +8,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use domaind_node::cdi::{CdiWriter, ClaimChannels, ClaimUid, DEFAULT_DRIVER_NAME};
+use domaind_kube_api::names::DEFAULT_DRIVER_NAME;
+use domaind_node::cdi::{CdiWriter, ClaimChannels, ClaimUid};
 use jsonschema::{Registry, Validator};
 use serde_json::{Value, json};
 

@@ -9,7 +9,9 @@ use bytes::{Buf, BufMut, Bytes};
 use domaind_kubelet_api::dra::v1;
 use domaind_kubelet_api::pluginregistration as reg;
 use domaind_node::dra::client::{self, ClaimAnswer, ClientError, KubeletClient};
-use domaind_node::dra::testing::{FakeNodePlugin, Op, claim, config, device_for, serve, short_dir};
+use domaind_node::dra::testing::{
+    FakeNodePlugin, Op, claim, config, device_for, serve, short_dir, within,
+};
 use domaind_node::dra::{DraVersion, KubeletPluginServer, PluginServerError, RegistrationState};
 use tonic::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -18,15 +20,6 @@ use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-
-/// Bounds every wait, so that a broken server fails a test instead of hanging it.
-const LIMIT: Duration = Duration::from_secs(10);
-
-async fn within<F: std::future::Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(LIMIT, future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no answer within {LIMIT:?}"))
-}
 
 fn call_status(error: ClientError) -> tonic::Status {
     match error {
