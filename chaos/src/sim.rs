@@ -17,6 +17,7 @@ use domaind_actors::{
     GetSnapshot, NodeActor, NodeConfig, NodeSnapshot, Ports, Prepare, PrepareError, Prepared,
     Shutdown, Unprepare,
 };
+use domaind_gossip::pki::{DevCa, NodeCertRequest};
 use domaind_gossip::transport::{FaultyTransport, NetworkFaults};
 use domaind_gossip::{
     ChannelTransport, GossipConfig, GossipNode, GossipTiming, NodeName, cluster_id_for_clique,
@@ -75,6 +76,9 @@ pub struct SimCluster {
     claims: FakeClaimSource,
     domains: BTreeMap<String, DomainRef>,
     nodes: BTreeMap<usize, SimNode>,
+    /// Signs every simulated node's certificate: gossip state is signed here as on
+    /// real nodes.
+    ca: DevCa,
     prepared: Arc<Mutex<BTreeMap<String, Result<Prepared, PrepareError>>>>,
     poll: Duration,
 }
@@ -109,6 +113,8 @@ impl SimCluster {
             claims: FakeClaimSource::default(),
             domains: BTreeMap::new(),
             nodes: BTreeMap::new(),
+            ca: DevCa::generate("domaind simulation CA", time::Duration::days(1))
+                .expect("a CA can be generated"),
             prepared: Arc::default(),
             poll: Duration::from_millis(200),
             config,
@@ -188,8 +194,16 @@ impl SimCluster {
         gossip_config.generation = generation;
         gossip_config.seeds = seeds;
         gossip_config.timing = self.config.timing.clone();
+        let node = NodeName::new(&name).expect("valid node name");
+        let credentials = self
+            .ca
+            .issue(&NodeCertRequest::new(node.clone(), time::Duration::days(1)))
+            .expect("a node certificate can be issued")
+            .credentials(&node)
+            .expect("its credentials load")
+            .fixed();
         let gossip = Arc::new(
-            GossipNode::start(gossip_config, &self.transport)
+            GossipNode::start(gossip_config, &self.transport, credentials)
                 .await
                 .expect("the in-memory address is free"),
         );

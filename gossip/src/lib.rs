@@ -11,6 +11,7 @@
 //! - [`tls::NodeTls`]: certificates from files, reloaded when they change.
 //! - [`transport::TlsTransport`]: chitchat's transport over mutual TLS.
 //! - [`transport::FaultyTransport`]: loss, delay and partitions for simulations.
+//! - [`signed`]: every value signed by its owner and checked by every receiver.
 //! - [`pki`]: a development CA and node certificates.
 
 pub mod config;
@@ -20,6 +21,7 @@ pub mod membership;
 pub mod metrics;
 mod node;
 pub mod pki;
+pub mod signed;
 pub mod tls;
 pub mod transport;
 
@@ -29,3 +31,4 @@ pub use eager::{EAGER_PUSHES, EagerGossip};
 pub use identity::{NodeName, NodeNameError};
 pub use membership::{GossipEvent, Member, Membership};
 pub use node::{GossipError, GossipNode};
+pub use signed::credentials::{CredentialsError, CredentialsWatch, StateCredentials};

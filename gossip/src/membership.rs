@@ -48,18 +48,20 @@ pub enum GossipEvent {
 
 /// Builds the membership from chitchat's live nodes. When a restarted node is briefly
 /// live under two generations, the newest one speaks for it: state of an old
-/// generation must not resurrect what the new one has dropped.
+/// generation must not resurrect what the new one has dropped. Only nodes whose state
+/// carries their signed certificate count: chitchat also lists ids it has only seen in
+/// digests, which anyone can write.
 pub fn membership_from(live: &BTreeMap<ChitchatId, NodeState>) -> Membership {
     let mut members = Membership::new();
     for (id, state) in live {
+        let Some(keys) = crate::signed::visible(state) else {
+            continue;
+        };
         let candidate = Member {
             node: id.node_id.to_string(),
             generation: id.generation_id,
             gossip_addr: id.gossip_advertise_addr,
-            keys: state
-                .key_values()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
+            keys,
         };
         match members.get(candidate.node.as_str()) {
             Some(existing) if existing.generation >= candidate.generation => {}
@@ -260,16 +262,59 @@ mod tests {
         assert_eq!(replay, after);
     }
 
+    /// A node state as the signed-state check lets it in: its certificate first. The
+    /// values here are not really signed: `membership_from` reads states already
+    /// checked, and trusts them.
+    fn certified(keys: &[(&str, &str)]) -> NodeState {
+        let mut state = NodeState::for_test();
+        state.set(crate::signed::CERT_KEY, "c2ln.certificate");
+        for (key, value) in keys {
+            state.set(*key, format!("c2ln.{value}"));
+        }
+        state
+    }
+
     #[test]
     fn newest_generation_speaks_for_a_node() {
         let mut live = BTreeMap::new();
         let old = ChitchatId::new("a", 1, "127.0.0.1:1".parse().unwrap());
         let new = ChitchatId::new("a", 2, "127.0.0.1:1".parse().unwrap());
-        live.insert(new, NodeState::for_test());
-        live.insert(old, NodeState::for_test());
+        live.insert(new, certified(&[]));
+        live.insert(old, certified(&[]));
         let members = membership_from(&live);
         assert_eq!(members.len(), 1);
         assert_eq!(members["a"].generation, 2);
+    }
+
+    #[test]
+    fn a_node_known_only_from_digests_is_no_member_and_shadows_nobody() {
+        let mut live = BTreeMap::new();
+        let real = ChitchatId::new("a", 1, "127.0.0.1:1".parse().unwrap());
+        // A later generation of `a`, and a node nobody runs, both seen in a forged
+        // digest: chitchat tracks them, with no state.
+        let forged = ChitchatId::new("a", 9, "127.0.0.66:1".parse().unwrap());
+        let ghost = ChitchatId::new("ghost", 1, "127.0.0.66:2".parse().unwrap());
+        live.insert(real, certified(&[("domain/x", "ad")]));
+        live.insert(forged, NodeState::for_test());
+        live.insert(ghost, NodeState::for_test());
+        let members = membership_from(&live);
+        assert_eq!(members.keys().collect::<Vec<_>>(), ["a"]);
+        assert_eq!(members["a"].generation, 1);
+        assert_eq!(members["a"].keys["domain/x"], "ad");
+        assert!(!members["a"].keys.contains_key(crate::signed::CERT_KEY));
+    }
+
+    #[test]
+    fn a_signed_deletion_hides_the_key() {
+        let mut state = certified(&[("domain/x", "ad"), ("status/x", "s")]);
+        state.set_with_ttl("status/x", "c2ln.");
+        let mut live = BTreeMap::new();
+        live.insert(
+            ChitchatId::new("a", 1, "127.0.0.1:1".parse().unwrap()),
+            state,
+        );
+        let members = membership_from(&live);
+        assert_eq!(members["a"].keys.keys().collect::<Vec<_>>(), ["domain/x"]);
     }
 
     fn arb_view() -> impl Strategy<Value = Membership> {

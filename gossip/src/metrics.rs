@@ -8,6 +8,13 @@ pub const CONNECTIONS_REFUSED: &str = "domaind_gossip_connections_refused_total"
 pub const FRAMES_REJECTED: &str = "domaind_gossip_frames_rejected_total";
 /// Well-formed frames not delivered because a queue was full or a peer unreachable.
 pub const FRAMES_DROPPED: &str = "domaind_gossip_frames_dropped_total";
+/// Node parts of incoming deltas not applied because their state is not signed by its
+/// owner, or would take back what this node holds (see `signed`); `stale` counts
+/// values older than those held, which chitchat ignores.
+pub const STATE_REFUSED: &str = "domaind_gossip_state_refused_total";
+/// Values this node signed and published (its own writes, and re-signing after a
+/// certificate rotation).
+pub const STATE_SIGNED: &str = "domaind_gossip_state_signed_total";
 pub const FRAMES_SENT: &str = "domaind_gossip_frames_sent_total";
 pub const FRAMES_RECEIVED: &str = "domaind_gossip_frames_received_total";
 pub const BYTES_SENT: &str = "domaind_gossip_bytes_sent_total";
@@ -79,4 +86,12 @@ pub(crate) fn connect_failed() {
 
 pub(crate) fn tls_reload(result: &'static str) {
     metrics::counter!(TLS_RELOADS, "result" => result).increment(1);
+}
+
+pub(crate) fn state_refused(reason: &'static str, count: usize) {
+    metrics::counter!(STATE_REFUSED, "reason" => reason).increment(count as u64);
+}
+
+pub(crate) fn state_signed(count: usize) {
+    metrics::counter!(STATE_SIGNED).increment(count as u64);
 }

@@ -9,14 +9,19 @@ use chitchat::transport::Transport;
 use chitchat::{ChitchatConfig, ChitchatHandle, ChitchatId, spawn_chitchat};
 use futures::Stream;
 use futures::StreamExt;
+use tokio::sync::Notify;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_stream::wrappers::WatchStream;
-use tracing::info;
+use tracing::{error, info};
 
 use crate::config::GossipConfig;
 use crate::eager::{EagerTask, LiveNodes};
 use crate::identity::NodeName;
 use crate::membership::{GossipEvent, Membership, event_stream, membership_from};
+use crate::metrics;
+use crate::signed::credentials::CredentialsWatch;
+use crate::signed::{SignedTransport, StateCheck, owner};
 use crate::tls::NodeTls;
 use crate::transport::{TlsTransport, TransportLimits};
 
@@ -48,8 +53,18 @@ pub struct GossipNode {
     /// Refreshed as soon as gossip learns something, not only once per round.
     live: watch::Receiver<LiveNodes>,
     eager: EagerTask,
+    /// What this node signs its values with; follows certificate rotations.
+    credentials: CredentialsWatch,
+    /// Signs everything again when the certificate rotates.
+    resigner: JoinHandle<()>,
     /// Set by `stop`: an end of the gossip task after it is expected, not news.
     stopping: Arc<AtomicBool>,
+}
+
+impl Drop for GossipNode {
+    fn drop(&mut self) {
+        self.resigner.abort();
+    }
 }
 
 impl std::fmt::Debug for GossipNode {
@@ -62,11 +77,21 @@ impl std::fmt::Debug for GossipNode {
 
 impl GossipNode {
     /// Starts gossip over any transport (the simulation's, for instance). The listen
-    /// address must be concrete: it is this node's address on that transport.
+    /// address must be concrete: it is this node's address on that transport. Every
+    /// value is signed with `credentials`, and every node's state received is checked
+    /// against their CA before chitchat applies it.
     pub async fn start(
         config: GossipConfig,
         transport: &dyn Transport,
+        credentials: CredentialsWatch,
     ) -> Result<Self, GossipError> {
+        let signer = credentials.borrow().node().clone();
+        if signer != config.node {
+            return Err(GossipError::WrongIdentity {
+                cert: signer,
+                configured: config.node,
+            });
+        }
         let chitchat_id = ChitchatId::new(
             config.node.as_str(),
             config.generation,
@@ -83,11 +108,36 @@ impl GossipNode {
             catchup_callback: None,
             extra_liveness_predicate: None,
         };
-        let handle = spawn_chitchat(chitchat_config, config.initial_keys.clone(), transport)
+        let check = StateCheck::new(config.cluster_id.clone(), credentials.clone());
+        let transport = SignedTransport::open(transport, config.listen_addr, check.clone())
             .await
             .map_err(GossipError::Start)?;
+        // No initial keys for chitchat: they are signed below, after the certificate,
+        // which must be this node's oldest value.
+        let handle = spawn_chitchat(chitchat_config, Vec::new(), &transport)
+            .await
+            .map_err(GossipError::Start)?;
+        check.attach(handle.chitchat());
+        let current = credentials.borrow().clone();
+        let initial_keys = config.initial_keys.clone();
+        handle
+            .with_chitchat(move |chitchat| {
+                let mut written = owner::publish_certificate(chitchat, &current)?;
+                for (key, value) in &initial_keys {
+                    written += usize::from(owner::publish(chitchat, &current, key, value)?);
+                }
+                metrics::state_signed(written);
+                Ok::<_, String>(())
+            })
+            .await
+            .map_err(|e| GossipError::Start(anyhow::anyhow!("signing this node's state: {e}")))?;
         let handle = Arc::new(handle);
         let (eager, live) = EagerTask::spawn(handle.clone(), config.timing.eager).await;
+        let resigner = tokio::spawn(resign_on_rotation(
+            handle.clone(),
+            credentials.clone(),
+            eager.own_news.clone(),
+        ));
         info!(
             node = %config.node,
             generation = config.generation,
@@ -102,6 +152,8 @@ impl GossipNode {
             handle,
             live,
             eager,
+            credentials,
+            resigner,
             stopping: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -119,6 +171,7 @@ impl GossipNode {
                 configured: config.node,
             });
         }
+        let credentials = tls.credentials();
         let mut transport = TlsTransport::new(tls, config.generation, limits);
         if let Some(advertise) = config.advertise_addr {
             transport = transport.with_advertise_addr(advertise);
@@ -136,7 +189,7 @@ impl GossipNode {
         if advertise.ip().is_unspecified() || advertise.port() == 0 {
             return Err(GossipError::Undialable(advertise));
         }
-        Self::start(config, &transport).await
+        Self::start(config, &transport, credentials).await
     }
 
     pub fn node(&self) -> &NodeName {
@@ -156,20 +209,37 @@ impl GossipNode {
     /// regular rounds repeat it to everyone.
     pub async fn set(&self, key: impl Into<String>, value: impl Into<String>) {
         let (key, value) = (key.into(), value.into());
-        self.handle
-            .with_chitchat(move |chitchat| {
-                chitchat.self_node_state().set(key.clone(), value.clone());
-            })
+        let credentials = self.credentials.borrow().clone();
+        let written = self
+            .handle
+            .with_chitchat(|chitchat| owner::publish(chitchat, &credentials, &key, &value))
             .await;
-        self.eager.own_news.notify_one();
+        self.wrote(&key, written);
     }
 
     /// Deletes a key of this node; peers see the deletion, not a timeout.
     pub async fn delete(&self, key: &str) {
-        self.handle
-            .with_chitchat(|chitchat| chitchat.self_node_state().delete(key))
+        let credentials = self.credentials.borrow().clone();
+        let written = self
+            .handle
+            .with_chitchat(|chitchat| owner::retract(chitchat, &credentials, key))
             .await;
-        self.eager.own_news.notify_one();
+        self.wrote(key, written);
+    }
+
+    fn wrote(&self, key: &str, written: Result<bool, String>) {
+        match written {
+            Ok(true) => {
+                metrics::state_signed(1);
+                self.eager.own_news.notify_one();
+            }
+            Ok(false) => {}
+            // A key that cannot sign is refused when the TLS files are loaded; this is
+            // a bug, and peers would refuse an unsigned value anyway.
+            Err(error) => {
+                error!(node = %self.node, key, %error, "cannot sign a gossip value; not published")
+            }
+        }
     }
 
     /// The live members (this node included), as of the newest news.
@@ -233,5 +303,32 @@ impl GossipNode {
     /// detectors.
     pub async fn shutdown(self) -> Result<(), GossipError> {
         self.stop().await
+    }
+}
+
+/// Publishes the new certificate and signs every value again with it, each time the
+/// credentials change, until they can no longer change.
+async fn resign_on_rotation(
+    handle: Arc<ChitchatHandle>,
+    mut credentials: CredentialsWatch,
+    own_news: Arc<Notify>,
+) {
+    while credentials.changed().await.is_ok() {
+        let current = credentials.borrow_and_update().clone();
+        let node = current.node().clone();
+        let written = handle
+            .with_chitchat(move |chitchat| owner::publish_certificate(chitchat, &current))
+            .await;
+        match written {
+            Ok(0) => {}
+            Ok(count) => {
+                metrics::state_signed(count);
+                info!(%node, values = count, "gossip state signed again with the rotated certificate");
+                own_news.notify_one();
+            }
+            Err(error) => {
+                error!(%node, %error, "cannot sign gossip state with the rotated certificate")
+            }
+        }
     }
 }

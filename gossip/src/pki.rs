@@ -13,6 +13,7 @@ use rcgen::{
 use time::{Duration, OffsetDateTime};
 
 use crate::identity::NodeName;
+use crate::signed::credentials::{CredentialsError, StateCredentials};
 use crate::tls::TlsPaths;
 
 pub const CA_CERT_FILE: &str = "ca.crt";
@@ -202,6 +203,11 @@ impl DevCa {
 }
 
 impl NodeCert {
+    /// The credentials this certificate signs gossip state with.
+    pub fn credentials(&self, node: &NodeName) -> Result<StateCredentials, CredentialsError> {
+        StateCredentials::from_pem(node, &self.cert_pem, &self.key_pem, &self.ca_cert_pem)
+    }
+
     /// Writes `tls.crt`, `tls.key` (mode 0600) and `ca.crt` into `dir`, each atomically,
     /// so a node watching the directory never reads half a rotation of one file.
     pub fn write(&self, dir: &Path) -> Result<TlsPaths, PkiError> {

@@ -34,6 +34,7 @@ async fn rack(transport: &ChannelTransport, eager: EagerGossip) -> (Vec<GossipNo
         ..GossipTiming::default()
     };
     let start = Instant::now();
+    let pki = common::Pki::new();
     let mut nodes = Vec::new();
     for i in 0..NODES {
         let mut config = GossipConfig::new(
@@ -45,7 +46,12 @@ async fn rack(transport: &ChannelTransport, eager: EagerGossip) -> (Vec<GossipNo
         if i > 0 {
             config.seeds = vec![addr(0).to_string()];
         }
-        nodes.push(GossipNode::start(config, transport).await.unwrap());
+        let credentials = pki.credentials(&node_name(i));
+        nodes.push(
+            GossipNode::start(config, transport, credentials)
+                .await
+                .unwrap(),
+        );
     }
     assert_eq!(
         Instant::now(),

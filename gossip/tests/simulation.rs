@@ -19,6 +19,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 struct Rack {
     faults: NetworkFaults,
     transport: FaultyTransport<ChannelTransport>,
+    pki: common::Pki,
     nodes: Vec<GossipNode>,
 }
 
@@ -37,6 +38,7 @@ impl Rack {
         let mut rack = Self {
             faults,
             transport,
+            pki: common::Pki::new(),
             nodes: Vec::new(),
         };
         for i in 0..size {
@@ -53,7 +55,10 @@ impl Rack {
         if i > 0 {
             config.seeds = vec![addr(0).to_string()];
         }
-        GossipNode::start(config, &self.transport).await.unwrap()
+        let credentials = self.pki.credentials(&node_name(i));
+        GossipNode::start(config, &self.transport, credentials)
+            .await
+            .unwrap()
     }
 
     fn all_see(&self, live: &[usize]) -> bool {

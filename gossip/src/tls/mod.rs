@@ -18,6 +18,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::identity::{IdentityError, NodeName, node_name_of};
+use crate::signed::credentials::StateCredentials;
 
 pub use reload::NodeTls;
 
@@ -125,6 +126,8 @@ pub struct TlsMaterial {
     node: NodeName,
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
+    /// The same certificate and key, for signing gossip state.
+    credentials: Arc<StateCredentials>,
 }
 
 impl TlsMaterial {
@@ -161,6 +164,8 @@ impl TlsMaterial {
                 .map_err(|e| TlsError::Config(format!("CA certificate: {e}")))?;
         }
         let roots = Arc::new(roots);
+        let credentials = StateCredentials::new(&node, chain[0].clone(), &key, roots.clone())
+            .map_err(|e| TlsError::Config(format!("gossip state signing: {e}")))?;
         let provider = crypto_provider();
         let config_error = |e: rustls::Error| TlsError::Config(e.to_string());
 
@@ -188,6 +193,7 @@ impl TlsMaterial {
             node,
             server: Arc::new(server),
             client: Arc::new(client),
+            credentials: Arc::new(credentials),
         })
     }
 
@@ -201,6 +207,10 @@ impl TlsMaterial {
 
     pub fn client_config(&self) -> Arc<ClientConfig> {
         self.client.clone()
+    }
+
+    pub fn credentials(&self) -> Arc<StateCredentials> {
+        self.credentials.clone()
     }
 }
 

@@ -6,11 +6,13 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{TlsError, TlsFiles, TlsMaterial, TlsPaths};
 use crate::identity::NodeName;
 use crate::metrics;
+use crate::signed::credentials::{CredentialsWatch, StateCredentials};
 
 /// A node's current TLS material, kept in step with its files.
 #[derive(Debug)]
@@ -19,6 +21,9 @@ pub struct NodeTls {
     node: NodeName,
     current: ArcSwap<TlsMaterial>,
     seen: Mutex<SeenFiles>,
+    /// The signing half of the current material, for gossip to re-sign its state
+    /// when it changes.
+    credentials: watch::Sender<Arc<StateCredentials>>,
 }
 
 /// The files behind the current material, and the last set refused, so that a broken
@@ -40,9 +45,11 @@ impl NodeTls {
     pub fn load(paths: TlsPaths, node: NodeName) -> Result<Arc<Self>, TlsError> {
         let files = TlsFiles::read(&paths)?;
         let material = TlsMaterial::build(&paths, &files, &node)?;
+        let (credentials, _) = watch::channel(material.credentials());
         Ok(Arc::new(Self {
             paths,
             node,
+            credentials,
             current: ArcSwap::from_pointee(material),
             seen: Mutex::new(SeenFiles {
                 loaded: files,
@@ -63,6 +70,11 @@ impl NodeTls {
         self.current.load_full()
     }
 
+    /// The gossip-signing credentials, following every rotation.
+    pub fn credentials(&self) -> CredentialsWatch {
+        self.credentials.subscribe()
+    }
+
     /// Re-reads the files; swaps in new material if they changed and are valid.
     /// Returns whether a new set was installed. A set refused before is not retried
     /// (nor reported again) until the files change once more.
@@ -74,6 +86,7 @@ impl NodeTls {
         }
         match TlsMaterial::build(&self.paths, &files, &self.node) {
             Ok(material) => {
+                self.credentials.send_replace(material.credentials());
                 self.current.store(Arc::new(material));
                 *seen = SeenFiles {
                     loaded: files,

@@ -11,27 +11,14 @@
 //! Pure: the bytes and the receiver's own id in, a verdict out. Chitchat keeps its
 //! message parts private, so the wire form is read here rather than the decoded value.
 
-use chitchat::{ChitchatId, Deserializable};
+use chitchat::ChitchatId;
+
+use super::wire::{self, KeyValue, NodeOp, NodePart};
 
 /// Chitchat builds a delta to fit a UDP datagram, measured before compression; a
 /// stream that inflates much beyond that was not written by chitchat, and reading it
 /// whole is what a compression bomb wants.
 pub const MAX_INFLATED_BYTES: usize = 256 * 1024;
-
-const MAGIC: u16 = 45_139;
-const PROTOCOL_V0: u8 = 0;
-const TYPE_SYN: u8 = 0;
-const TYPE_SYN_ACK: u8 = 1;
-const TYPE_ACK: u8 = 2;
-const TYPE_BAD_CLUSTER: u8 = 3;
-
-const BLOCK_END: u8 = 0;
-const BLOCK_COMPRESSED: u8 = 1;
-const BLOCK_RAW: u8 = 2;
-
-const OP_NODE: u8 = 0;
-const OP_KEY_VALUE: u8 = 1;
-const OP_SET_MAX_VERSION: u8 = 2;
 
 /// Why a message was refused before chitchat could apply it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,175 +55,65 @@ impl Violation {
 /// Checks one chitchat message (its wire form, without our frame header) addressed to
 /// `receiver`.
 pub fn check(message: &[u8], receiver: &ChitchatId) -> Result<(), Violation> {
-    let mut buf = message;
-    let magic = u16::from_le_bytes(take::<2>(&mut buf)?);
-    let [protocol] = take::<1>(&mut buf)?;
-    let [kind] = take::<1>(&mut buf)?;
-    if magic != MAGIC || protocol != PROTOCOL_V0 {
-        return Err(malformed("not a chitchat v0 message"));
-    }
-    match kind {
-        // A digest only reports heartbeats and versions; chitchat applies nothing from
-        // it that one of its assertions depends on.
-        TYPE_SYN | TYPE_BAD_CLUSTER => Ok(()),
-        TYPE_SYN_ACK => {
-            skip_digest(&mut buf)?;
-            check_delta(&mut buf, receiver)
-        }
-        TYPE_ACK => check_delta(&mut buf, receiver),
-        other => Err(malformed(format!("unknown message type {other}"))),
-    }
-}
-
-fn malformed(detail: impl Into<String>) -> Violation {
-    Violation::Malformed(detail.into())
-}
-
-fn take<const N: usize>(buf: &mut &[u8]) -> Result<[u8; N], Violation> {
-    let (head, rest) = buf
-        .split_first_chunk::<N>()
-        .ok_or_else(|| malformed("message ends early"))?;
-    *buf = rest;
-    Ok(*head)
-}
-
-fn read<T: Deserializable>(buf: &mut &[u8]) -> Result<T, Violation> {
-    T::deserialize(buf).map_err(|error| malformed(error.to_string()))
-}
-
-fn skip_digest(buf: &mut &[u8]) -> Result<(), Violation> {
-    let nodes: u16 = read(buf)?;
-    for _ in 0..nodes {
-        let _: ChitchatId = read(buf)?;
-        // heartbeat, last GC version, max version
-        for _ in 0..3 {
-            let _: u64 = read(buf)?;
-        }
+    // A digest only reports heartbeats and versions; chitchat applies nothing from it
+    // that one of its assertions depends on.
+    let Some(delta) = wire::split(message)?.delta else {
+        return Ok(());
+    };
+    for part in wire::parse_delta(delta)? {
+        verdict(&part, receiver)?;
     }
     Ok(())
 }
 
-/// Inflates the delta's block stream, bounded by [`MAX_INFLATED_BYTES`].
-fn inflate(buf: &mut &[u8]) -> Result<Vec<u8>, Violation> {
-    let mut inflated = Vec::new();
-    let mut block = vec![0u8; usize::from(u16::MAX)];
-    loop {
-        let [kind] = take::<1>(buf)?;
-        if kind == BLOCK_END {
-            return Ok(inflated);
-        }
-        let len = usize::from(u16::from_le_bytes(take::<2>(buf)?));
-        let body = buf
-            .get(..len)
-            .ok_or_else(|| malformed("delta block ends early"))?;
-        *buf = &buf[len..];
-        let plain = match kind {
-            BLOCK_COMPRESSED => {
-                let n = zstd::bulk::decompress_to_buffer(body, &mut block[..])
-                    .map_err(|error| malformed(format!("delta block: {error}")))?;
-                &block[..n]
-            }
-            BLOCK_RAW => body,
-            other => return Err(malformed(format!("unknown delta block type {other}"))),
-        };
-        if inflated.len() + plain.len() > MAX_INFLATED_BYTES {
-            return Err(Violation::Inflated);
-        }
-        inflated.extend_from_slice(plain);
-    }
-}
-
-/// One node's part of a delta, as far as the checks need it.
-struct NodePart {
-    id: ChitchatId,
-    max_version: u64,
-    /// The highest key version, with its key.
-    top_key: Option<(String, u64)>,
-}
-
-impl NodePart {
-    fn verdict(self, receiver: &ChitchatId) -> Result<(), Violation> {
-        // Chitchat asserts, after applying, that the node's max version is at least
-        // every key version it applied (state.rs, `NodeState::apply_delta`).
-        if let Some((key, key_version)) = self.top_key
-            && key_version > self.max_version
-        {
-            return Err(Violation::VersionAboveMax {
-                node: self.id.node_id.to_string(),
-                key,
-                key_version,
-                max_version: self.max_version,
-            });
-        }
-        // A node's own state is the newest there is: chitchat never sends it back to
-        // its owner (a restart takes a new generation, hence a new id). Applied, it
-        // would let a peer set the owner's versions, and the owner's next write
-        // (`max_version + 1`, then `assert!(version > max_version)`) would panic.
-        if self.id == *receiver {
-            return Err(Violation::AboutReceiver {
-                max_version: self.max_version,
-            });
-        }
-        Ok(())
-    }
-}
-
-fn check_delta(buf: &mut &[u8], receiver: &ChitchatId) -> Result<(), Violation> {
-    let inflated = inflate(buf)?;
-    let mut ops = &inflated[..];
-    let mut current: Option<NodePart> = None;
-    while !ops.is_empty() {
-        let [op] = take::<1>(&mut ops)?;
+fn verdict(part: &NodePart, receiver: &ChitchatId) -> Result<(), Violation> {
+    // Mirrors chitchat's decoder: a key-value raises the max version, a
+    // `SetMaxVersion` overwrites it (it does not take the maximum: this is the op that
+    // can lower the max version below the keys already read).
+    let mut max_version = 0;
+    let mut top_key: Option<&KeyValue> = None;
+    for op in &part.ops {
         match op {
-            OP_NODE => {
-                if let Some(done) = current.take() {
-                    done.verdict(receiver)?;
-                }
-                let id: ChitchatId = read(&mut ops)?;
-                let _last_gc_version: u64 = read(&mut ops)?;
-                let _from_version_excluded: u64 = read(&mut ops)?;
-                current = Some(NodePart {
-                    id,
-                    max_version: 0,
-                    top_key: None,
-                });
-            }
-            OP_KEY_VALUE => {
-                let key: String = read(&mut ops)?;
-                let _value: String = read(&mut ops)?;
-                let version: u64 = read(&mut ops)?;
-                let [_status] = take::<1>(&mut ops)?;
-                let part = current
-                    .as_mut()
-                    .ok_or_else(|| malformed("key-value before any node"))?;
-                // Mirrors chitchat's decoder: a key-value raises the max version.
-                part.max_version = part.max_version.max(version);
-                if part.top_key.as_ref().is_none_or(|(_, top)| version > *top) {
-                    part.top_key = Some((key, version));
+            NodeOp::KeyValue(kv) => {
+                max_version = max_version.max(kv.version);
+                if top_key.is_none_or(|top| kv.version > top.version) {
+                    top_key = Some(kv);
                 }
             }
-            OP_SET_MAX_VERSION => {
-                let max_version: u64 = read(&mut ops)?;
-                let part = current
-                    .as_mut()
-                    .ok_or_else(|| malformed("max version before any node"))?;
-                // Chitchat's decoder overwrites, it does not take the maximum: this is
-                // the op that can lower the max version below the keys already read.
-                part.max_version = max_version;
-            }
-            other => return Err(malformed(format!("unknown delta op {other}"))),
+            NodeOp::SetMaxVersion(max) => max_version = *max,
         }
     }
-    match current {
-        Some(last) => last.verdict(receiver),
-        None => Ok(()),
+    // Chitchat asserts, after applying, that the node's max version is at least every
+    // key version it applied (state.rs, `NodeState::apply_delta`).
+    if let Some(top) = top_key
+        && top.version > max_version
+    {
+        return Err(Violation::VersionAboveMax {
+            node: part.id.node_id.to_string(),
+            key: top.key.clone(),
+            key_version: top.version,
+            max_version,
+        });
     }
+    // A node's own state is the newest there is: chitchat never sends it back to its
+    // owner (a restart takes a new generation, hence a new id). Applied, it would let a
+    // peer set the owner's versions, and the owner's next write (`max_version + 1`,
+    // then `assert!(version > max_version)`) would panic.
+    if part.id == *receiver {
+        return Err(Violation::AboutReceiver { max_version });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chitchat::{ChitchatMessage, Serializable};
+    use crate::transport::wire::testing::header;
+    use crate::transport::wire::{
+        BLOCK_COMPRESSED, BLOCK_END, BLOCK_RAW, OP_KEY_VALUE, OP_NODE, OP_SET_MAX_VERSION,
+        TYPE_ACK, TYPE_BAD_CLUSTER, TYPE_SYN_ACK,
+    };
+    use chitchat::{ChitchatMessage, Deserializable, Serializable};
 
     fn node(name: &str) -> ChitchatId {
         ChitchatId::new(name, 1, "127.0.0.2:7000".parse().unwrap())
@@ -272,12 +149,6 @@ mod tests {
                 }
             }
         }
-        out
-    }
-
-    fn header(kind: u8) -> Vec<u8> {
-        let mut out = MAGIC.to_le_bytes().to_vec();
-        out.extend([PROTOCOL_V0, kind]);
         out
     }
 

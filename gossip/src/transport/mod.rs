@@ -2,12 +2,13 @@
 //! over any transport (chitchat's in-memory `ChannelTransport` in simulations).
 
 mod admission;
-mod episodes;
+pub(crate) mod episodes;
 pub mod fault;
 pub mod frame;
 pub mod guard;
 mod limits;
 mod tls;
+pub(crate) mod wire;
 
 pub use admission::{Admission, Admitted, Refusal};
 pub use fault::{FaultStats, FaultyTransport, NetworkFaults};

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chitchat::{ChitchatMessage, Deserializable, Serializable};
-use domaind_gossip::NodeName;
 use domaind_gossip::pki::{DevCa, NodeCert, NodeCertRequest};
 use domaind_gossip::tls::{NodeTls, TlsPaths};
+use domaind_gossip::{CredentialsWatch, NodeName};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tempfile::TempDir;
 
@@ -45,6 +45,11 @@ impl Pki {
                 not_after: now - time::Duration::days(1),
             })
             .unwrap()
+    }
+
+    /// Gossip-signing credentials for `node`, for nodes on the in-memory transport.
+    pub fn credentials(&self, node: &str) -> CredentialsWatch {
+        self.issue(node).credentials(&name(node)).unwrap().fixed()
     }
 
     pub fn node_dir(&self, node: &str) -> PathBuf {

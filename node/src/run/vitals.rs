@@ -109,13 +109,25 @@ mod tests {
     }
 
     async fn gossip_node() -> GossipNode {
+        use domaind_gossip::pki::{DevCa, NodeCertRequest};
         use domaind_gossip::{ChannelTransport, GossipConfig, NodeName, cluster_id_for_clique};
+        let node = NodeName::new("node-0").unwrap();
+        let ca = DevCa::generate("test CA", time::Duration::hours(1)).unwrap();
+        let credentials = ca
+            .issue(&NodeCertRequest::new(
+                node.clone(),
+                time::Duration::hours(1),
+            ))
+            .unwrap()
+            .credentials(&node)
+            .unwrap()
+            .fixed();
         let config = GossipConfig::new(
-            NodeName::new("node-0").unwrap(),
+            node,
             "127.0.114.1:7946".parse().unwrap(),
             cluster_id_for_clique("cluster-1.0"),
         );
-        GossipNode::start(config, &ChannelTransport::with_mtu(65_507))
+        GossipNode::start(config, &ChannelTransport::with_mtu(65_507), credentials)
             .await
             .unwrap()
     }
