@@ -85,6 +85,20 @@ impl GossipNode {
         transport: &dyn Transport,
         credentials: CredentialsWatch,
     ) -> Result<Self, GossipError> {
+        let check = StateCheck::new(config.cluster_id.clone(), credentials.clone());
+        let transport = SignedTransport::open(transport, config.listen_addr, check.clone())
+            .await
+            .map_err(GossipError::Start)?;
+        Self::start_checked(config, &transport, credentials, check).await
+    }
+
+    /// Starts gossip over a transport that runs `check` on what it receives.
+    async fn start_checked(
+        config: GossipConfig,
+        transport: &dyn Transport,
+        credentials: CredentialsWatch,
+        check: Arc<StateCheck>,
+    ) -> Result<Self, GossipError> {
         let signer = credentials.borrow().node().clone();
         if signer != config.node {
             return Err(GossipError::WrongIdentity {
@@ -108,13 +122,9 @@ impl GossipNode {
             catchup_callback: None,
             extra_liveness_predicate: None,
         };
-        let check = StateCheck::new(config.cluster_id.clone(), credentials.clone());
-        let transport = SignedTransport::open(transport, config.listen_addr, check.clone())
-            .await
-            .map_err(GossipError::Start)?;
         // No initial keys for chitchat: they are signed below, after the certificate,
         // which must be this node's oldest value.
-        let handle = spawn_chitchat(chitchat_config, Vec::new(), &transport)
+        let handle = spawn_chitchat(chitchat_config, Vec::new(), transport)
             .await
             .map_err(GossipError::Start)?;
         check.attach(handle.chitchat());
@@ -172,7 +182,9 @@ impl GossipNode {
             });
         }
         let credentials = tls.credentials();
-        let mut transport = TlsTransport::new(tls, config.generation, limits);
+        let check = StateCheck::new(config.cluster_id.clone(), credentials.clone());
+        let mut transport =
+            TlsTransport::new(tls, config.generation, limits).with_state_check(check.clone());
         if let Some(advertise) = config.advertise_addr {
             transport = transport.with_advertise_addr(advertise);
         }
@@ -189,7 +201,7 @@ impl GossipNode {
         if advertise.ip().is_unspecified() || advertise.port() == 0 {
             return Err(GossipError::Undialable(advertise));
         }
-        Self::start(config, &transport, credentials).await
+        Self::start_checked(config, &transport, credentials, check).await
     }
 
     pub fn node(&self) -> &NodeName {

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::credentials::{CredentialsWatch, StateCredentials};
-use super::verify::{CertCache, Checker, Held};
+use super::verify::{CertCache, Checker, Held, Refusal};
 use crate::metrics;
 use crate::transport::episodes::Episodes;
 use crate::transport::wire;
@@ -29,6 +29,14 @@ pub(crate) struct StateCheck {
     chitchat: OnceLock<Arc<tokio::sync::Mutex<Chitchat>>>,
     certs: Mutex<Certs>,
     episodes: Mutex<Episodes>,
+}
+
+impl std::fmt::Debug for StateCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateCheck")
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
 }
 
 struct Certs {
@@ -55,12 +63,11 @@ impl StateCheck {
         let _ = self.chitchat.set(chitchat);
     }
 
-    /// The message without the node parts that fail the checks.
-    pub(crate) async fn filter(
-        &self,
-        from: SocketAddr,
-        message: ChitchatMessage,
-    ) -> ChitchatMessage {
+    /// The message without the node parts that fail the checks. For messages built by
+    /// chitchat itself (the in-memory transport): re-encoding a delta decoded from
+    /// the wire can trip chitchat's length assertion, so the TLS transport checks the
+    /// bytes it received instead ([`StateCheck::filter_wire`]).
+    pub(crate) async fn filter(&self, from: SocketAddr, message: ChitchatMessage) -> ChitchatMessage {
         let carries_delta = match &message {
             ChitchatMessage::SynAck { delta, .. } | ChitchatMessage::Ack { delta } => {
                 delta.serialized_len() > 1
@@ -72,12 +79,20 @@ impl StateCheck {
         }
         let mut bytes = Vec::with_capacity(message.serialized_len());
         message.serialize(&mut bytes);
-        let Ok(split) = wire::split(&bytes) else {
-            return message;
-        };
-        let Some(Ok(parts)) = split.delta.map(wire::parse_delta) else {
-            return message;
-        };
+        match self.filter_wire(from, &bytes).await {
+            None => message,
+            Some(filtered) => filtered,
+        }
+    }
+
+    /// Checks a message in its wire form; `None` when it goes to chitchat as it is,
+    /// otherwise the message without the refused node parts.
+    pub(crate) async fn filter_wire(&self, from: SocketAddr, message: &[u8]) -> Option<ChitchatMessage> {
+        let split = wire::split(message).ok()?;
+        let parts = wire::parse_delta(split.delta?).ok()?;
+        if parts.is_empty() {
+            return None;
+        }
         let held: Vec<Option<Held>> = match self.chitchat.get() {
             Some(chitchat) => {
                 let chitchat = chitchat.lock().await;
@@ -117,40 +132,44 @@ impl StateCheck {
                     }
                     Err(refusal) => {
                         refused += 1;
-                        metrics::state_refused(refusal.reason(), 1);
-                        let fresh = self
-                            .episodes
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .note(&from.to_string(), refusal.reason(), Instant::now());
-                        if fresh {
-                            warn!(
-                                peer = %from,
-                                owner = %part.id.node_id,
-                                generation = part.id.generation_id,
-                                reason = refusal.reason(),
-                                "gossip state refused: {refusal}"
-                            );
-                        }
+                        self.report(from, &part, &refusal);
                     }
                 }
             }
         }
         if refused == 0 {
-            return message;
+            return None;
         }
         let mut rebuilt = split.head.to_vec();
         rebuilt.extend(wire::encode_delta(&kept));
-        match ChitchatMessage::deserialize(&mut &rebuilt[..]) {
-            Ok(filtered) => filtered,
-            Err(error) => {
-                // Our own encoding of parts chitchat decoded a moment ago: if chitchat
-                // cannot read it, nothing of the delta is let through.
-                warn!(%error, "cannot rebuild a checked delta; dropping all of it");
-                let mut head = split.head.to_vec();
-                head.extend(wire::encode_delta(&[]));
-                ChitchatMessage::deserialize(&mut &head[..]).unwrap_or(ChitchatMessage::BadCluster)
-            }
+        // Chitchat decoded these parts a moment ago, and `encode_delta` writes them in
+        // the form it reads; should that ever fail, nothing of the delta goes through.
+        let filtered = ChitchatMessage::deserialize(&mut &rebuilt[..])
+            .inspect_err(|error| warn!(%error, "cannot rebuild a checked delta; dropping all of it"))
+            .or_else(|_| {
+                let mut bare = split.head.to_vec();
+                bare.extend(wire::encode_delta(&[]));
+                ChitchatMessage::deserialize(&mut &bare[..])
+            })
+            .unwrap_or(ChitchatMessage::BadCluster);
+        Some(filtered)
+    }
+
+    fn report(&self, from: SocketAddr, part: &wire::NodePart, refusal: &Refusal) {
+        metrics::state_refused(refusal.reason(), 1);
+        let fresh = self
+            .episodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .note(&from.to_string(), refusal.reason(), Instant::now());
+        if fresh {
+            warn!(
+                peer = %from,
+                owner = %part.id.node_id,
+                generation = part.id.generation_id,
+                reason = refusal.reason(),
+                "gossip state refused (further refusals from this peer for this reason are counted, not logged, until it stops for a minute): {refusal}"
+            );
         }
     }
 }

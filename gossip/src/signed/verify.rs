@@ -315,3 +315,327 @@ fn verify(
         .then_some(())
         .ok_or_else(bad)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::NodeName;
+    use crate::pki::{DevCa, NodeCertRequest};
+    use crate::signed::envelope::{cert_payload, seal};
+    use crate::transport::wire::STATUS_SET;
+
+    const CLUSTER: &str = "domaind/clique/c1";
+
+    struct Fixture {
+        ca: DevCa,
+        owner: StateCredentials,
+        receiver: StateCredentials,
+        evil: StateCredentials,
+        foreign: StateCredentials,
+        expired: StateCredentials,
+        certs: CertCache,
+    }
+
+    fn credentials(ca: &DevCa, node: &str, valid: (time::Duration, time::Duration)) -> StateCredentials {
+        let node = NodeName::new(node).unwrap();
+        let now = time::OffsetDateTime::now_utc();
+        ca.issue(&NodeCertRequest {
+            node: node.clone(),
+            ips: Vec::new(),
+            not_before: now + valid.0,
+            not_after: now + valid.1,
+        })
+        .unwrap()
+        .credentials(&node)
+        .unwrap()
+    }
+
+    fn fixture() -> Fixture {
+        let ca = DevCa::generate("ours", time::Duration::days(1)).unwrap();
+        let theirs = DevCa::generate("theirs", time::Duration::days(1)).unwrap();
+        let day = (time::Duration::hours(-1), time::Duration::days(1));
+        Fixture {
+            owner: credentials(&ca, "node-a", day),
+            receiver: credentials(&ca, "node-b", day),
+            evil: credentials(&ca, "node-evil", day),
+            foreign: credentials(&theirs, "node-a", day),
+            expired: credentials(&ca, "node-a", (time::Duration::days(-2), time::Duration::days(-1))),
+            certs: CertCache::default(),
+            ca,
+        }
+    }
+
+    fn owner_id() -> ChitchatId {
+        ChitchatId::new("node-a", 5, "127.0.0.2:7946".parse().unwrap())
+    }
+
+    /// A value as `signer` would sign it for `owner`.
+    fn kv(signer: &StateCredentials, owner: &ChitchatId, key: &str, payload: &str, version: u64) -> KeyValue {
+        let message = Subject {
+            cluster: CLUSTER,
+            owner,
+            key,
+            deleted: false,
+            version,
+            payload,
+        }
+        .message();
+        let (scheme, signature) = signer.sign(&message).unwrap();
+        KeyValue {
+            key: key.into(),
+            value: seal(scheme, &signature, payload),
+            version,
+            status: STATUS_SET,
+        }
+    }
+
+    fn cert_kv(signer: &StateCredentials, owner: &ChitchatId, version: u64) -> KeyValue {
+        kv(signer, owner, CERT_KEY, &cert_payload(signer.cert()), version)
+    }
+
+    fn part(owner: ChitchatId, from: u64, kvs: Vec<KeyValue>) -> NodePart {
+        NodePart {
+            id: owner,
+            last_gc_version: 0,
+            from_version_excluded: from,
+            ops: kvs.into_iter().map(NodeOp::KeyValue).collect(),
+        }
+    }
+
+    fn check(f: &mut Fixture, part: &NodePart, held: Option<&Held>) -> Result<Passed, Refusal> {
+        Checker {
+            cluster: CLUSTER,
+            credentials: &f.receiver,
+            certs: &mut f.certs,
+            now: UnixTime::now(),
+        }
+        .check(part, held)
+    }
+
+    /// What a receiver holds after applying `kvs`.
+    fn held(kvs: &[KeyValue]) -> Held {
+        let mut held = Held::default();
+        for kv in kvs {
+            held.versions.insert(kv.key.clone(), kv.version);
+            if kv.key == CERT_KEY {
+                held.cert = Some(kv.value.clone());
+            }
+        }
+        held
+    }
+
+    fn honest_state(f: &Fixture) -> Vec<KeyValue> {
+        let id = owner_id();
+        vec![
+            cert_kv(&f.owner, &id, 1),
+            kv(&f.owner, &id, "domain/d1", "advertisement", 2),
+            kv(&f.owner, &id, "status/d1", "digest", 3),
+        ]
+    }
+
+    #[test]
+    fn an_honest_first_contact_and_its_next_news_pass() {
+        let mut f = fixture();
+        let state = honest_state(&f);
+        assert_eq!(check(&mut f, &part(owner_id(), 0, state.clone()), None), Ok(Passed::default()));
+        let news = kv(&f.owner, &owner_id(), "domain/d1", "moved", 4);
+        assert_eq!(
+            check(&mut f, &part(owner_id(), 3, vec![news]), Some(&held(&state))),
+            Ok(Passed::default())
+        );
+    }
+
+    #[test]
+    fn an_unsigned_value_is_refused() {
+        let mut f = fixture();
+        let mut state = honest_state(&f);
+        state[1].value = "plain advertisement".into();
+        let refusal = check(&mut f, &part(owner_id(), 0, state), None).unwrap_err();
+        assert_eq!(refusal.reason(), "unsigned");
+    }
+
+    #[test]
+    fn an_altered_value_is_refused() {
+        let mut f = fixture();
+        let mut state = honest_state(&f);
+        let sealed = envelope::open(&state[1].value).unwrap();
+        state[1].value = seal(sealed.scheme, &sealed.signature, "slot 0 is mine");
+        let refusal = check(&mut f, &part(owner_id(), 0, state), None).unwrap_err();
+        assert_eq!(refusal.reason(), "bad_signature");
+    }
+
+    #[test]
+    fn a_value_relabelled_with_another_version_key_or_deletion_is_refused() {
+        let mut f = fixture();
+        let state = honest_state(&f);
+        let base = held(&state);
+        let news = kv(&f.owner, &owner_id(), "domain/d1", "moved", 4);
+        let mut later = news.clone();
+        later.version = 9;
+        let mut other_key = news.clone();
+        other_key.key = "domain/d2".into();
+        let mut as_deletion = news.clone();
+        as_deletion.status = STATUS_DELETE_AFTER_TTL;
+        for forged in [later, other_key, as_deletion] {
+            let refusal = check(&mut f, &part(owner_id(), 3, vec![forged]), Some(&base)).unwrap_err();
+            assert_eq!(refusal.reason(), "bad_signature");
+        }
+    }
+
+    #[test]
+    fn a_node_moved_to_the_attackers_address_has_no_valid_value() {
+        let mut f = fixture();
+        let state = honest_state(&f);
+        let moved = ChitchatId::new("node-a", 5, "127.0.0.66:7946".parse().unwrap());
+        let refusal = check(&mut f, &part(moved, 0, state), None).unwrap_err();
+        assert_eq!(refusal.reason(), "bad_signature");
+    }
+
+    #[test]
+    fn a_ghost_or_a_forged_generation_cannot_be_signed_by_anyone_else() {
+        let mut f = fixture();
+        // The attacker signs state for a node that does not exist, and for a later
+        // generation of a real one, with its own (valid) certificate.
+        for id in [
+            ChitchatId::new("node-ghost", 1, "127.0.0.66:7946".parse().unwrap()),
+            ChitchatId::new("node-a", 6, "127.0.0.2:7946".parse().unwrap()),
+        ] {
+            let kvs = vec![cert_kv(&f.evil, &id, 1), kv(&f.evil, &id, "domain/d1", "joined_at_ms=1", 2)];
+            let refusal = check(&mut f, &part(id, 0, kvs), None).unwrap_err();
+            assert_eq!(refusal.reason(), "wrong_signer");
+        }
+    }
+
+    #[test]
+    fn a_certificate_of_another_ca_or_an_expired_one_is_refused() {
+        let mut f = fixture();
+        let id = owner_id();
+        let forged: Vec<Vec<KeyValue>> = [&f.foreign, &f.expired]
+            .into_iter()
+            .map(|signer| vec![cert_kv(signer, &id, 1), kv(signer, &id, "domain/d1", "ad", 2)])
+            .collect();
+        for kvs in forged {
+            let refusal = check(&mut f, &part(id.clone(), 0, kvs), None).unwrap_err();
+            assert_eq!(refusal.reason(), "untrusted_certificate");
+        }
+    }
+
+    #[test]
+    fn news_of_a_node_whose_certificate_is_unknown_is_refused() {
+        let mut f = fixture();
+        let news = kv(&f.owner, &owner_id(), "domain/d1", "ad", 4);
+        let refusal = check(&mut f, &part(owner_id(), 3, vec![news]), None).unwrap_err();
+        assert_eq!(refusal, Refusal::UnknownSigner);
+    }
+
+    #[test]
+    fn tombstones_and_bare_max_versions_are_refused() {
+        let mut f = fixture();
+        let state = honest_state(&f);
+        let tombstone = KeyValue {
+            key: "domain/d1".into(),
+            value: String::new(),
+            version: 4,
+            status: STATUS_DELETED,
+        };
+        let refusal = check(&mut f, &part(owner_id(), 3, vec![tombstone]), Some(&held(&state))).unwrap_err();
+        assert_eq!(refusal.reason(), "unsigned_tombstone");
+        let mut bare = part(owner_id(), 3, Vec::new());
+        bare.ops.push(NodeOp::SetMaxVersion(1_000_000));
+        let refusal = check(&mut f, &bare, Some(&held(&state))).unwrap_err();
+        assert_eq!(refusal.reason(), "unsigned_max_version");
+    }
+
+    #[test]
+    fn a_signed_deletion_passes() {
+        let mut f = fixture();
+        let state = honest_state(&f);
+        let message = Subject {
+            cluster: CLUSTER,
+            owner: &owner_id(),
+            key: "status/d1",
+            deleted: true,
+            version: 4,
+            payload: "",
+        }
+        .message();
+        let (scheme, signature) = f.owner.sign(&message).unwrap();
+        let deletion = KeyValue {
+            key: "status/d1".into(),
+            value: seal(scheme, &signature, ""),
+            version: 4,
+            status: STATUS_DELETE_AFTER_TTL,
+        };
+        assert!(check(&mut f, &part(owner_id(), 3, vec![deletion]), Some(&held(&state))).is_ok());
+    }
+
+    #[test]
+    fn a_state_from_nothing_must_open_with_the_certificate() {
+        let mut f = fixture();
+        let state = honest_state(&f);
+        let refusal = check(&mut f, &part(owner_id(), 0, state[1..].to_vec()), None).unwrap_err();
+        assert_eq!(refusal, Refusal::ResetWithoutCertificate);
+        let refusal = check(&mut f, &part(owner_id(), 0, Vec::new()), None).unwrap_err();
+        assert_eq!(refusal, Refusal::ResetWithoutCertificate);
+    }
+
+    #[test]
+    fn a_reset_cannot_take_back_what_is_held() {
+        let mut f = fixture();
+        let id = owner_id();
+        let old = honest_state(&f);
+        let newer = kv(&f.owner, &id, "status/d1", "digest 2", 4);
+        let mut holding = old.clone();
+        holding[2] = newer.clone();
+        let now_held = held(&holding);
+
+        // Replays the old status: older than held.
+        let mut replay = part(id.clone(), 0, old.clone());
+        replay.last_gc_version = 9;
+        assert_eq!(check(&mut f, &replay, Some(&now_held)).unwrap_err().reason(), "rollback");
+
+        // Leaves the status out, claiming it was collected: the claim is above every
+        // version it signs for.
+        let mut omit = part(id.clone(), 0, old[..2].to_vec());
+        omit.last_gc_version = 9;
+        assert_eq!(check(&mut f, &omit, Some(&now_held)).unwrap_err().reason(), "rollback");
+
+        // What an honest peer sends after collecting a deleted key: everything else,
+        // at least as new as what is held.
+        let gone = kv(&f.owner, &id, "gone", "x", 5);
+        let mut with_gone = holding.clone();
+        with_gone.push(gone);
+        let mut honest = part(id.clone(), 0, vec![old[0].clone(), old[1].clone(), newer.clone(), kv(&f.owner, &id, "later", "y", 7)]);
+        honest.last_gc_version = 6;
+        assert_eq!(check(&mut f, &honest, Some(&held(&with_gone))), Ok(Passed::default()));
+    }
+
+    #[test]
+    fn an_older_value_in_ordinary_news_is_counted_stale_and_left_to_chitchat() {
+        let mut f = fixture();
+        let id = owner_id();
+        let state = honest_state(&f);
+        let mut holding = state.clone();
+        holding[2] = kv(&f.owner, &id, "status/d1", "digest 2", 6);
+        let replay = part(id, 2, vec![state[2].clone()]);
+        assert_eq!(check(&mut f, &replay, Some(&held(&holding))), Ok(Passed { stale: 1 }));
+    }
+
+    #[test]
+    fn a_rotated_certificate_signs_what_follows_it() {
+        let mut f = fixture();
+        let id = owner_id();
+        let state = honest_state(&f);
+        let rotated = credentials(&f.ca, "node-a", (time::Duration::hours(-1), time::Duration::days(1)));
+        let rotation = vec![cert_kv(&rotated, &id, 4), kv(&rotated, &id, "domain/d1", "ad", 5)];
+        assert!(check(&mut f, &part(id.clone(), 3, rotation), Some(&held(&state))).is_ok());
+        // After the new certificate, the old key signs nothing.
+        let stale_key = vec![cert_kv(&rotated, &id, 4), kv(&f.owner, &id, "domain/d1", "ad", 5)];
+        let refusal = check(&mut f, &part(id.clone(), 3, stale_key), Some(&held(&state))).unwrap_err();
+        assert_eq!(refusal.reason(), "bad_signature");
+        // A rotation to a certificate of another CA is refused.
+        let foreign = vec![cert_kv(&f.foreign, &id, 4), kv(&f.foreign, &id, "domain/d1", "ad", 5)];
+        let refusal = check(&mut f, &part(id, 3, foreign), Some(&held(&state))).unwrap_err();
+        assert_eq!(refusal.reason(), "untrusted_certificate");
+    }
+}

@@ -39,6 +39,7 @@ use super::limits::TransportLimits;
 use super::{frame, guard};
 use crate::identity::{NodeName, node_name_of};
 use crate::metrics::{self, RefusedConnection};
+use crate::signed::StateCheck;
 use crate::tls::NodeTls;
 
 /// A TLS transport for one node: its certificate, its generation, its limits.
@@ -49,6 +50,7 @@ pub struct TlsTransport {
     advertise_addr: Option<SocketAddr>,
     limits: TransportLimits,
     prebound: Mutex<Option<TcpListener>>,
+    state: Option<Arc<StateCheck>>,
 }
 
 impl TlsTransport {
@@ -59,7 +61,14 @@ impl TlsTransport {
             advertise_addr: None,
             limits,
             prebound: Mutex::new(None),
+            state: None,
         }
+    }
+
+    /// Runs `check` on the wire form of every delta received, before chitchat.
+    pub(crate) fn with_state_check(mut self, check: Arc<StateCheck>) -> Self {
+        self.state = Some(check);
+        self
     }
 
     /// The address peers dial, when it is not the listen address (e.g. listening on
@@ -120,6 +129,7 @@ impl Transport for TlsTransport {
             sender: ChitchatId::new(self.tls.node().as_str(), self.generation, advertise),
             limits: self.limits.clone(),
             refusals: Mutex::new(Episodes::default()),
+            state: self.state.clone(),
         });
         info!(node = %self.tls.node(), listen = %local, advertise = %advertise, "gossip listening (mutual TLS)");
         Ok(Box::new(TlsSocket {
@@ -146,9 +156,14 @@ struct Shared {
     limits: TransportLimits,
     /// Refused frames, so that a peer that keeps sending them is logged once.
     refusals: Mutex<Episodes>,
+    /// Checks every node's state in a delta against its owner's signature.
+    state: Option<Arc<StateCheck>>,
 }
 
-type Inbound = (SocketAddr, ChitchatMessage);
+/// A message with its wire form, which the state check reads: re-encoding a decoded
+/// delta is not possible in general (chitchat asserts the encoding comes out the
+/// length it was read at).
+type Inbound = (SocketAddr, ChitchatMessage, Bytes);
 
 struct TlsSocket {
     shared: Arc<Shared>,
@@ -196,7 +211,14 @@ impl Socket for TlsSocket {
             tokio::select! {
                 received = self.inbound_rx.recv() => {
                     // We hold a sender ourselves, so the channel never closes.
-                    return received.context("gossip inbound channel closed");
+                    let (from, message, wire) = received.context("gossip inbound channel closed")?;
+                    let Some(state) = &self.shared.state else {
+                        return Ok((from, message));
+                    };
+                    return Ok(match state.filter_wire(from, &wire).await {
+                        Some(filtered) => (from, filtered),
+                        None => (from, message),
+                    });
                 }
                 accepted = self.listener.accept() => match accepted {
                     Ok((stream, peer)) => self.admit(stream, peer),
@@ -301,7 +323,7 @@ async fn serve_connection(
         };
         metrics::frame_received(body.len() + 4);
         match accept_frame(&body, &node, peer.ip(), &shared.sender) {
-            Ok((from, message)) => match inbound.try_send((from, message)) {
+            Ok(inbound_message) => match inbound.try_send(inbound_message) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     metrics::frame_dropped("inbound_queue_full")
@@ -366,8 +388,9 @@ fn accept_frame(
         reason: violation.reason(),
         detail: violation.to_string(),
     })?;
+    let wire = Bytes::copy_from_slice(message);
     let message = frame::decode_message(message).map_err(frame_error)?;
-    Ok((advertised, message))
+    Ok((advertised, message, wire))
 }
 
 fn report_read_error(peer: &SocketAddr, node: &NodeName, error: &io::Error, partial: bool) {
@@ -578,7 +601,7 @@ mod tests {
     #[test]
     fn frame_from_the_certified_node_is_delivered_to_its_advertised_address() {
         let node = NodeName::new("node-a").unwrap();
-        let (from, _) = accept_frame(
+        let (from, _, _) = accept_frame(
             &body("node-a", "127.0.0.2:7000"),
             &node,
             "127.0.0.2".parse().unwrap(),
