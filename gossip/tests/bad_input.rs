@@ -9,18 +9,16 @@ use std::time::Duration;
 
 use chitchat::transport::Transport;
 use chitchat::{ChitchatId, ChitchatMessage};
-use common::{Metrics, Pki, any_port, loopback, name, syn, within};
+use common::{Metrics, Pki, any_port, client_config, loopback, name, syn, tcp_from, within};
 use domaind_gossip::metrics::{CONNECTIONS_REFUSED, FRAMES_REJECTED};
-use domaind_gossip::pki::{DevCa, NodeCert, NodeCertRequest};
+use domaind_gossip::pki::{DevCa, NodeCertRequest};
 use domaind_gossip::transport::frame;
 use domaind_gossip::transport::{TlsTransport, TransportLimits};
 use domaind_gossip::{GossipConfig, GossipNode, cluster_id_for_clique};
-use rustls::client::WebPkiServerVerifier;
-use rustls::{ClientConfig, RootCertStore};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::ClientConfig;
+use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -62,37 +60,6 @@ async fn honest_peer_gets_through(pki: &Pki, listener: &mut Listener) {
         .await
         .unwrap();
     assert_eq!((from, message), (addr, syn("honest")));
-}
-
-fn client_config(trusted_ca: &str, identity: Option<&NodeCert>) -> Arc<ClientConfig> {
-    let provider = domaind_gossip::tls::crypto_provider();
-    let mut roots = RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(trusted_ca.as_bytes()).unwrap())
-        .unwrap();
-    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .unwrap();
-    let builder = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_webpki_verifier(verifier);
-    let config = match identity {
-        None => builder.with_no_client_auth(),
-        Some(cert) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from_pem_slice(cert.cert_pem.as_bytes()).unwrap()],
-                PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-    };
-    Arc::new(config)
-}
-
-async fn tcp_from(source: u8, to: SocketAddr) -> TcpStream {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind(any_port(source)).unwrap();
-    socket.connect(to).await.unwrap()
 }
 
 /// Connects and handshakes. With TLS 1.3 a client finishes before the server has

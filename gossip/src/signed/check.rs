@@ -67,7 +67,11 @@ impl StateCheck {
     /// chitchat itself (the in-memory transport): re-encoding a delta decoded from
     /// the wire can trip chitchat's length assertion, so the TLS transport checks the
     /// bytes it received instead ([`StateCheck::filter_wire`]).
-    pub(crate) async fn filter(&self, from: SocketAddr, message: ChitchatMessage) -> ChitchatMessage {
+    pub(crate) async fn filter(
+        &self,
+        from: SocketAddr,
+        message: ChitchatMessage,
+    ) -> ChitchatMessage {
         let carries_delta = match &message {
             ChitchatMessage::SynAck { delta, .. } | ChitchatMessage::Ack { delta } => {
                 delta.serialized_len() > 1
@@ -87,7 +91,11 @@ impl StateCheck {
 
     /// Checks a message in its wire form; `None` when it goes to chitchat as it is,
     /// otherwise the message without the refused node parts.
-    pub(crate) async fn filter_wire(&self, from: SocketAddr, message: &[u8]) -> Option<ChitchatMessage> {
+    pub(crate) async fn filter_wire(
+        &self,
+        from: SocketAddr,
+        message: &[u8],
+    ) -> Option<ChitchatMessage> {
         let split = wire::split(message).ok()?;
         let parts = wire::parse_delta(split.delta?).ok()?;
         if parts.is_empty() {
@@ -145,7 +153,9 @@ impl StateCheck {
         // Chitchat decoded these parts a moment ago, and `encode_delta` writes them in
         // the form it reads; should that ever fail, nothing of the delta goes through.
         let filtered = ChitchatMessage::deserialize(&mut &rebuilt[..])
-            .inspect_err(|error| warn!(%error, "cannot rebuild a checked delta; dropping all of it"))
+            .inspect_err(
+                |error| warn!(%error, "cannot rebuild a checked delta; dropping all of it"),
+            )
             .or_else(|_| {
                 let mut bare = split.head.to_vec();
                 bare.extend(wire::encode_delta(&[]));

@@ -133,12 +133,12 @@ impl StateCredentials {
         &self.node
     }
 
-    pub(crate) fn cert(&self) -> &CertificateDer<'static> {
+    pub fn cert(&self) -> &CertificateDer<'static> {
         &self.cert
     }
 
     /// Signs `message` with this node's key.
-    pub(crate) fn sign(&self, message: &[u8]) -> Result<(SignatureScheme, Vec<u8>), String> {
+    pub fn sign(&self, message: &[u8]) -> Result<(SignatureScheme, Vec<u8>), String> {
         let signer = self
             .key
             .choose_scheme(SCHEMES)

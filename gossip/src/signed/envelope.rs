@@ -27,14 +27,14 @@ pub const CERT_KEY: &str = "tls/cert";
 
 /// A value taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Sealed<'a> {
+pub struct Sealed<'a> {
     pub scheme: SignatureScheme,
     pub signature: Vec<u8>,
     pub payload: &'a str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum EnvelopeError {
+pub enum EnvelopeError {
     #[error("the value carries no signature")]
     NoSignature,
     #[error("the signature is not base64: {0}")]
@@ -45,7 +45,7 @@ pub(crate) enum EnvelopeError {
 
 /// What one signature covers.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Subject<'a> {
+pub struct Subject<'a> {
     pub cluster: &'a str,
     pub owner: &'a ChitchatId,
     pub key: &'a str,
@@ -56,7 +56,7 @@ pub(crate) struct Subject<'a> {
 
 impl Subject<'_> {
     /// The bytes signed.
-    pub(crate) fn message(&self) -> Vec<u8> {
+    pub fn message(&self) -> Vec<u8> {
         let addr = self.owner.gossip_advertise_addr.to_string();
         let mut out = Vec::with_capacity(
             CONTEXT.len() + 64 + self.cluster.len() + self.key.len() + self.payload.len(),
@@ -80,7 +80,7 @@ fn push_str(out: &mut Vec<u8>, s: &str) {
 }
 
 /// The stored value for `payload` under `signature`.
-pub(crate) fn seal(scheme: SignatureScheme, signature: &[u8], payload: &str) -> String {
+pub fn seal(scheme: SignatureScheme, signature: &[u8], payload: &str) -> String {
     let mut head = u16::from(scheme).to_be_bytes().to_vec();
     head.extend_from_slice(signature);
     let mut out = URL_SAFE_NO_PAD.encode(head);
@@ -90,7 +90,7 @@ pub(crate) fn seal(scheme: SignatureScheme, signature: &[u8], payload: &str) -> 
 }
 
 /// Takes a stored value apart; checks nothing but its shape.
-pub(crate) fn open(value: &str) -> Result<Sealed<'_>, EnvelopeError> {
+pub fn open(value: &str) -> Result<Sealed<'_>, EnvelopeError> {
     let (head, payload) = value
         .split_once(SEPARATOR)
         .ok_or(EnvelopeError::NoSignature)?;
@@ -112,16 +112,16 @@ pub(crate) fn open(value: &str) -> Result<Sealed<'_>, EnvelopeError> {
 
 /// The payload of a stored value, without checking it: for values already checked
 /// when they arrived, or written by this node.
-pub(crate) fn payload(value: &str) -> Option<&str> {
+pub fn payload(value: &str) -> Option<&str> {
     open(value).ok().map(|sealed| sealed.payload)
 }
 
 /// A certificate as a payload.
-pub(crate) fn cert_payload(der: &[u8]) -> String {
+pub fn cert_payload(der: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(der)
 }
 
-pub(crate) fn cert_from_payload(payload: &str) -> Option<Vec<u8>> {
+pub fn cert_from_payload(payload: &str) -> Option<Vec<u8>> {
     URL_SAFE_NO_PAD.decode(payload).ok()
 }
 

@@ -336,7 +336,11 @@ mod tests {
         certs: CertCache,
     }
 
-    fn credentials(ca: &DevCa, node: &str, valid: (time::Duration, time::Duration)) -> StateCredentials {
+    fn credentials(
+        ca: &DevCa,
+        node: &str,
+        valid: (time::Duration, time::Duration),
+    ) -> StateCredentials {
         let node = NodeName::new(node).unwrap();
         let now = time::OffsetDateTime::now_utc();
         ca.issue(&NodeCertRequest {
@@ -359,7 +363,11 @@ mod tests {
             receiver: credentials(&ca, "node-b", day),
             evil: credentials(&ca, "node-evil", day),
             foreign: credentials(&theirs, "node-a", day),
-            expired: credentials(&ca, "node-a", (time::Duration::days(-2), time::Duration::days(-1))),
+            expired: credentials(
+                &ca,
+                "node-a",
+                (time::Duration::days(-2), time::Duration::days(-1)),
+            ),
             certs: CertCache::default(),
             ca,
         }
@@ -370,7 +378,13 @@ mod tests {
     }
 
     /// A value as `signer` would sign it for `owner`.
-    fn kv(signer: &StateCredentials, owner: &ChitchatId, key: &str, payload: &str, version: u64) -> KeyValue {
+    fn kv(
+        signer: &StateCredentials,
+        owner: &ChitchatId,
+        key: &str,
+        payload: &str,
+        version: u64,
+    ) -> KeyValue {
         let message = Subject {
             cluster: CLUSTER,
             owner,
@@ -390,7 +404,13 @@ mod tests {
     }
 
     fn cert_kv(signer: &StateCredentials, owner: &ChitchatId, version: u64) -> KeyValue {
-        kv(signer, owner, CERT_KEY, &cert_payload(signer.cert()), version)
+        kv(
+            signer,
+            owner,
+            CERT_KEY,
+            &cert_payload(signer.cert()),
+            version,
+        )
     }
 
     fn part(owner: ChitchatId, from: u64, kvs: Vec<KeyValue>) -> NodePart {
@@ -437,10 +457,17 @@ mod tests {
     fn an_honest_first_contact_and_its_next_news_pass() {
         let mut f = fixture();
         let state = honest_state(&f);
-        assert_eq!(check(&mut f, &part(owner_id(), 0, state.clone()), None), Ok(Passed::default()));
+        assert_eq!(
+            check(&mut f, &part(owner_id(), 0, state.clone()), None),
+            Ok(Passed::default())
+        );
         let news = kv(&f.owner, &owner_id(), "domain/d1", "moved", 4);
         assert_eq!(
-            check(&mut f, &part(owner_id(), 3, vec![news]), Some(&held(&state))),
+            check(
+                &mut f,
+                &part(owner_id(), 3, vec![news]),
+                Some(&held(&state))
+            ),
             Ok(Passed::default())
         );
     }
@@ -477,7 +504,8 @@ mod tests {
         let mut as_deletion = news.clone();
         as_deletion.status = STATUS_DELETE_AFTER_TTL;
         for forged in [later, other_key, as_deletion] {
-            let refusal = check(&mut f, &part(owner_id(), 3, vec![forged]), Some(&base)).unwrap_err();
+            let refusal =
+                check(&mut f, &part(owner_id(), 3, vec![forged]), Some(&base)).unwrap_err();
             assert_eq!(refusal.reason(), "bad_signature");
         }
     }
@@ -500,7 +528,10 @@ mod tests {
             ChitchatId::new("node-ghost", 1, "127.0.0.66:7946".parse().unwrap()),
             ChitchatId::new("node-a", 6, "127.0.0.2:7946".parse().unwrap()),
         ] {
-            let kvs = vec![cert_kv(&f.evil, &id, 1), kv(&f.evil, &id, "domain/d1", "joined_at_ms=1", 2)];
+            let kvs = vec![
+                cert_kv(&f.evil, &id, 1),
+                kv(&f.evil, &id, "domain/d1", "joined_at_ms=1", 2),
+            ];
             let refusal = check(&mut f, &part(id, 0, kvs), None).unwrap_err();
             assert_eq!(refusal.reason(), "wrong_signer");
         }
@@ -512,7 +543,12 @@ mod tests {
         let id = owner_id();
         let forged: Vec<Vec<KeyValue>> = [&f.foreign, &f.expired]
             .into_iter()
-            .map(|signer| vec![cert_kv(signer, &id, 1), kv(signer, &id, "domain/d1", "ad", 2)])
+            .map(|signer| {
+                vec![
+                    cert_kv(signer, &id, 1),
+                    kv(signer, &id, "domain/d1", "ad", 2),
+                ]
+            })
             .collect();
         for kvs in forged {
             let refusal = check(&mut f, &part(id.clone(), 0, kvs), None).unwrap_err();
@@ -538,7 +574,12 @@ mod tests {
             version: 4,
             status: STATUS_DELETED,
         };
-        let refusal = check(&mut f, &part(owner_id(), 3, vec![tombstone]), Some(&held(&state))).unwrap_err();
+        let refusal = check(
+            &mut f,
+            &part(owner_id(), 3, vec![tombstone]),
+            Some(&held(&state)),
+        )
+        .unwrap_err();
         assert_eq!(refusal.reason(), "unsigned_tombstone");
         let mut bare = part(owner_id(), 3, Vec::new());
         bare.ops.push(NodeOp::SetMaxVersion(1_000_000));
@@ -566,7 +607,14 @@ mod tests {
             version: 4,
             status: STATUS_DELETE_AFTER_TTL,
         };
-        assert!(check(&mut f, &part(owner_id(), 3, vec![deletion]), Some(&held(&state))).is_ok());
+        assert!(
+            check(
+                &mut f,
+                &part(owner_id(), 3, vec![deletion]),
+                Some(&held(&state))
+            )
+            .is_ok()
+        );
     }
 
     #[test]
@@ -592,22 +640,42 @@ mod tests {
         // Replays the old status: older than held.
         let mut replay = part(id.clone(), 0, old.clone());
         replay.last_gc_version = 9;
-        assert_eq!(check(&mut f, &replay, Some(&now_held)).unwrap_err().reason(), "rollback");
+        assert_eq!(
+            check(&mut f, &replay, Some(&now_held))
+                .unwrap_err()
+                .reason(),
+            "rollback"
+        );
 
         // Leaves the status out, claiming it was collected: the claim is above every
         // version it signs for.
         let mut omit = part(id.clone(), 0, old[..2].to_vec());
         omit.last_gc_version = 9;
-        assert_eq!(check(&mut f, &omit, Some(&now_held)).unwrap_err().reason(), "rollback");
+        assert_eq!(
+            check(&mut f, &omit, Some(&now_held)).unwrap_err().reason(),
+            "rollback"
+        );
 
         // What an honest peer sends after collecting a deleted key: everything else,
         // at least as new as what is held.
         let gone = kv(&f.owner, &id, "gone", "x", 5);
         let mut with_gone = holding.clone();
         with_gone.push(gone);
-        let mut honest = part(id.clone(), 0, vec![old[0].clone(), old[1].clone(), newer.clone(), kv(&f.owner, &id, "later", "y", 7)]);
+        let mut honest = part(
+            id.clone(),
+            0,
+            vec![
+                old[0].clone(),
+                old[1].clone(),
+                newer.clone(),
+                kv(&f.owner, &id, "later", "y", 7),
+            ],
+        );
         honest.last_gc_version = 6;
-        assert_eq!(check(&mut f, &honest, Some(&held(&with_gone))), Ok(Passed::default()));
+        assert_eq!(
+            check(&mut f, &honest, Some(&held(&with_gone))),
+            Ok(Passed::default())
+        );
     }
 
     #[test]
@@ -618,7 +686,10 @@ mod tests {
         let mut holding = state.clone();
         holding[2] = kv(&f.owner, &id, "status/d1", "digest 2", 6);
         let replay = part(id, 2, vec![state[2].clone()]);
-        assert_eq!(check(&mut f, &replay, Some(&held(&holding))), Ok(Passed { stale: 1 }));
+        assert_eq!(
+            check(&mut f, &replay, Some(&held(&holding))),
+            Ok(Passed { stale: 1 })
+        );
     }
 
     #[test]
@@ -626,15 +697,29 @@ mod tests {
         let mut f = fixture();
         let id = owner_id();
         let state = honest_state(&f);
-        let rotated = credentials(&f.ca, "node-a", (time::Duration::hours(-1), time::Duration::days(1)));
-        let rotation = vec![cert_kv(&rotated, &id, 4), kv(&rotated, &id, "domain/d1", "ad", 5)];
+        let rotated = credentials(
+            &f.ca,
+            "node-a",
+            (time::Duration::hours(-1), time::Duration::days(1)),
+        );
+        let rotation = vec![
+            cert_kv(&rotated, &id, 4),
+            kv(&rotated, &id, "domain/d1", "ad", 5),
+        ];
         assert!(check(&mut f, &part(id.clone(), 3, rotation), Some(&held(&state))).is_ok());
         // After the new certificate, the old key signs nothing.
-        let stale_key = vec![cert_kv(&rotated, &id, 4), kv(&f.owner, &id, "domain/d1", "ad", 5)];
-        let refusal = check(&mut f, &part(id.clone(), 3, stale_key), Some(&held(&state))).unwrap_err();
+        let stale_key = vec![
+            cert_kv(&rotated, &id, 4),
+            kv(&f.owner, &id, "domain/d1", "ad", 5),
+        ];
+        let refusal =
+            check(&mut f, &part(id.clone(), 3, stale_key), Some(&held(&state))).unwrap_err();
         assert_eq!(refusal.reason(), "bad_signature");
         // A rotation to a certificate of another CA is refused.
-        let foreign = vec![cert_kv(&f.foreign, &id, 4), kv(&f.foreign, &id, "domain/d1", "ad", 5)];
+        let foreign = vec![
+            cert_kv(&f.foreign, &id, 4),
+            kv(&f.foreign, &id, "domain/d1", "ad", 5),
+        ];
         let refusal = check(&mut f, &part(id, 3, foreign), Some(&held(&state))).unwrap_err();
         assert_eq!(refusal.reason(), "untrusted_certificate");
     }

@@ -8,7 +8,7 @@ pub mod frame;
 pub mod guard;
 mod limits;
 mod tls;
-pub(crate) mod wire;
+pub mod wire;
 
 pub use admission::{Admission, Admitted, Refusal};
 pub use fault::{FaultStats, FaultyTransport, NetworkFaults};

@@ -19,30 +19,30 @@ use chitchat::{ChitchatId, Deserializable, Serializable};
 
 use super::guard::{MAX_INFLATED_BYTES, Violation};
 
-pub(crate) const MAGIC: u16 = 45_139;
-pub(crate) const PROTOCOL_V0: u8 = 0;
-pub(crate) const TYPE_SYN: u8 = 0;
-pub(crate) const TYPE_SYN_ACK: u8 = 1;
-pub(crate) const TYPE_ACK: u8 = 2;
-pub(crate) const TYPE_BAD_CLUSTER: u8 = 3;
+pub const MAGIC: u16 = 45_139;
+pub const PROTOCOL_V0: u8 = 0;
+pub const TYPE_SYN: u8 = 0;
+pub const TYPE_SYN_ACK: u8 = 1;
+pub const TYPE_ACK: u8 = 2;
+pub const TYPE_BAD_CLUSTER: u8 = 3;
 
-pub(crate) const BLOCK_END: u8 = 0;
-pub(crate) const BLOCK_COMPRESSED: u8 = 1;
-pub(crate) const BLOCK_RAW: u8 = 2;
+pub const BLOCK_END: u8 = 0;
+pub const BLOCK_COMPRESSED: u8 = 1;
+pub const BLOCK_RAW: u8 = 2;
 
-pub(crate) const OP_NODE: u8 = 0;
-pub(crate) const OP_KEY_VALUE: u8 = 1;
-pub(crate) const OP_SET_MAX_VERSION: u8 = 2;
+pub const OP_NODE: u8 = 0;
+pub const OP_KEY_VALUE: u8 = 1;
+pub const OP_SET_MAX_VERSION: u8 = 2;
 
 /// A key-value's status byte: set, deleted (a tombstone, value emptied), or set and
 /// to be deleted after the grace period.
-pub(crate) const STATUS_SET: u8 = 0;
-pub(crate) const STATUS_DELETED: u8 = 1;
-pub(crate) const STATUS_DELETE_AFTER_TTL: u8 = 2;
+pub const STATUS_SET: u8 = 0;
+pub const STATUS_DELETED: u8 = 1;
+pub const STATUS_DELETE_AFTER_TTL: u8 = 2;
 
 /// One key-value mutation of a delta.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeyValue {
+pub struct KeyValue {
     pub key: String,
     pub value: String,
     pub version: u64,
@@ -52,14 +52,14 @@ pub(crate) struct KeyValue {
 /// What follows a node header, in order: chitchat's decoder reads them in order, and
 /// a `SetMaxVersion` overwrites the max version the key-values before it raised.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum NodeOp {
+pub enum NodeOp {
     KeyValue(KeyValue),
     SetMaxVersion(u64),
 }
 
 /// One node's part of a delta.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct NodePart {
+pub struct NodePart {
     pub id: ChitchatId,
     pub last_gc_version: u64,
     pub from_version_excluded: u64,
@@ -67,7 +67,7 @@ pub(crate) struct NodePart {
 }
 
 impl NodePart {
-    pub(crate) fn key_values(&self) -> impl Iterator<Item = &KeyValue> {
+    pub fn key_values(&self) -> impl Iterator<Item = &KeyValue> {
         self.ops.iter().filter_map(|op| match op {
             NodeOp::KeyValue(kv) => Some(kv),
             NodeOp::SetMaxVersion(_) => None,
@@ -77,7 +77,7 @@ impl NodePart {
 
 /// A message split where its delta starts.
 #[derive(Debug)]
-pub(crate) struct Split<'a> {
+pub struct Split<'a> {
     /// Everything before the delta (header and, for a SynAck, the digest); the whole
     /// message when it carries no delta.
     pub head: &'a [u8],
@@ -85,7 +85,7 @@ pub(crate) struct Split<'a> {
     pub delta: Option<&'a [u8]>,
 }
 
-pub(crate) fn split(message: &[u8]) -> Result<Split<'_>, Violation> {
+pub fn split(message: &[u8]) -> Result<Split<'_>, Violation> {
     let mut buf = message;
     let magic = u16::from_le_bytes(take::<2>(&mut buf)?);
     let [protocol] = take::<1>(&mut buf)?;
@@ -115,7 +115,7 @@ pub(crate) fn split(message: &[u8]) -> Result<Split<'_>, Violation> {
 }
 
 /// Reads a delta's node parts. Every byte must belong to the delta.
-pub(crate) fn parse_delta(mut buf: &[u8]) -> Result<Vec<NodePart>, Violation> {
+pub fn parse_delta(mut buf: &[u8]) -> Result<Vec<NodePart>, Violation> {
     let inflated = inflate(&mut buf)?;
     if !buf.is_empty() {
         return Err(malformed(format!(
@@ -163,7 +163,7 @@ pub(crate) fn parse_delta(mut buf: &[u8]) -> Result<Vec<NodePart>, Violation> {
 
 /// Writes node parts as a delta chitchat decodes: raw blocks, since the message is
 /// handed over in memory and never travels again in this form.
-pub(crate) fn encode_delta(parts: &[NodePart]) -> Vec<u8> {
+pub fn encode_delta(parts: &[NodePart]) -> Vec<u8> {
     let mut plain = Vec::new();
     for part in parts {
         plain.push(OP_NODE);
@@ -196,7 +196,7 @@ pub(crate) fn encode_delta(parts: &[NodePart]) -> Vec<u8> {
     out
 }
 
-pub(crate) fn malformed(detail: impl Into<String>) -> Violation {
+pub fn malformed(detail: impl Into<String>) -> Violation {
     Violation::Malformed(detail.into())
 }
 
@@ -259,19 +259,19 @@ pub(crate) mod testing {
     //! Builders of raw messages, for tests that must craft what chitchat would not.
     use super::*;
 
-    pub(crate) fn header(kind: u8) -> Vec<u8> {
+    pub fn header(kind: u8) -> Vec<u8> {
         let mut out = MAGIC.to_le_bytes().to_vec();
         out.extend([PROTOCOL_V0, kind]);
         out
     }
 
-    pub(crate) fn ack(parts: &[NodePart]) -> Vec<u8> {
+    pub fn ack(parts: &[NodePart]) -> Vec<u8> {
         let mut out = header(TYPE_ACK);
         out.extend(encode_delta(parts));
         out
     }
 
-    pub(crate) fn compressed_block(plain: &[u8]) -> Vec<u8> {
+    pub fn compressed_block(plain: &[u8]) -> Vec<u8> {
         let body = zstd::bulk::compress(plain, 0).unwrap();
         let mut out = vec![BLOCK_COMPRESSED];
         (body.len() as u16).serialize(&mut out);

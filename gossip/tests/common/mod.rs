@@ -5,7 +5,13 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::{ClientConfig, RootCertStore};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::time::Duration;
+use tokio::net::{TcpSocket, TcpStream};
 
 use chitchat::{ChitchatMessage, Deserializable, Serializable};
 use domaind_gossip::pki::{DevCa, NodeCert, NodeCertRequest};
@@ -77,6 +83,40 @@ pub fn loopback(last_octet: u8) -> IpAddr {
 
 pub fn any_port(last_octet: u8) -> SocketAddr {
     SocketAddr::new(loopback(last_octet), 0)
+}
+
+/// A rustls client that trusts `trusted_ca` and presents `identity`, if any: a peer
+/// that writes frames by hand.
+pub fn client_config(trusted_ca: &str, identity: Option<&NodeCert>) -> Arc<ClientConfig> {
+    let provider = domaind_gossip::tls::crypto_provider();
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(trusted_ca.as_bytes()).unwrap())
+        .unwrap();
+    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .unwrap();
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_webpki_verifier(verifier);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some(cert) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(cert.cert_pem.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
+    Arc::new(config)
+}
+
+/// A TCP connection from 127.0.0.`source`.
+pub async fn tcp_from(source: u8, to: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(any_port(source)).unwrap();
+    socket.connect(to).await.unwrap()
 }
 
 /// A Syn with an empty digest, built from its wire form since chitchat keeps the
