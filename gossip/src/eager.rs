@@ -17,9 +17,8 @@
 //!   that can die out before reaching everyone; the regular rounds still repeat
 //!   everything to everyone.
 //!
-//! Heartbeats are not news, so an idle cluster sends nothing extra. Deletions of other
-//! nodes' keys raise no event in chitchat; they reach the view with the next round, as
-//! before.
+//! Heartbeats are not news, so an idle cluster sends nothing extra. A deletion is a
+//! signed value (see `signed`), so it raises chitchat's key event like any news.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

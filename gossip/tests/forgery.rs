@@ -337,12 +337,9 @@ async fn forged_state_is_refused_counted_and_changes_no_view() {
     ];
     for (reason, parts) in attacks {
         let before = metrics.counter(STATE_REFUSED, Some(("reason", reason)));
-        for target in 1..NODES.len() {
+        for (node, gossip) in NODES.iter().zip(&rack.nodes).skip(1) {
             attacker
-                .send_parts(
-                    (rack.nodes[target].gossip_addr(), NODES[target]),
-                    parts.clone(),
-                )
+                .send_parts((gossip.gossip_addr(), node), parts.clone())
                 .await;
         }
         common::wait_until(CLUSTER, &format!("{reason} to be counted twice"), || {
@@ -352,9 +349,9 @@ async fn forged_state_is_refused_counted_and_changes_no_view() {
         assert!(rack.views_are_honest("digest 2"), "after a {reason} attack");
     }
     // A ghost named only in digests: chitchat tracks it, domaind does not see it.
-    for target in 0..NODES.len() {
-        let target = (rack.nodes[target].gossip_addr(), NODES[target]);
-        attacker.send(target, &syn_naming(&[ghost.clone()])).await;
+    for (node, gossip) in NODES.iter().zip(&rack.nodes) {
+        let digest = syn_naming(std::slice::from_ref(&ghost));
+        attacker.send((gossip.gossip_addr(), node), &digest).await;
     }
 
     // Gossip lives on everywhere, and the views are still the honest ones.

@@ -149,7 +149,7 @@ impl StateCredentials {
 
     /// Whether `cert` is one the gossip handshake would accept now: it chains to our
     /// CA, is valid at `now`, and may authenticate a client.
-    pub(crate) fn trusts(&self, cert: &CertificateDer<'_>, now: UnixTime) -> Result<(), String> {
+    pub fn trusts(&self, cert: &CertificateDer<'_>, now: UnixTime) -> Result<(), String> {
         self.trust
             .verify_client_cert(cert, &[], now)
             .map(|_| ())

@@ -10,14 +10,14 @@
 //! - [`credentials`]: the certificate, key and CA a node signs and checks with.
 //! - [`envelope`]: a signed value's form, and what the signature covers.
 //! - `owner`: this node's writes, signed at the version chitchat gives them.
-//! - `verify`: the checks on one node's part of a delta (pure).
+//! - [`verify`]: the checks on one node's part of a delta (pure).
 //! - `check`: the transport that runs them on every message before chitchat.
 
 mod check;
 pub mod credentials;
 pub mod envelope;
 pub(crate) mod owner;
-mod verify;
+pub mod verify;
 
 use std::collections::BTreeMap;
 

@@ -76,7 +76,7 @@ impl Refusal {
 
 /// What this node holds of another node's state, as far as a check needs it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Held {
+pub struct Held {
     /// The stored (signed) value of the owner's certificate.
     pub cert: Option<String>,
     /// Every key held, deletions included, with its version.
@@ -84,7 +84,7 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    pub(crate) fn of(state: &NodeState) -> Self {
+    pub fn of(state: &NodeState) -> Self {
         let mut held = Self::default();
         for (key, value) in state.key_values_including_deleted() {
             held.versions.insert(key.to_owned(), value.version);
@@ -98,7 +98,7 @@ impl Held {
 
 /// What a part that passed brought along.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Passed {
+pub struct Passed {
     /// Values older than those held (ignored by chitchat).
     pub stale: usize,
 }
@@ -106,7 +106,7 @@ pub(crate) struct Passed {
 /// Certificates already checked against the CA, so that each value's check is one
 /// signature, not a chain. Cleared when the trust anchors change.
 #[derive(Debug, Default)]
-pub(crate) struct CertCache {
+pub struct CertCache {
     checked: HashMap<Vec<u8>, CheckedCert>,
 }
 
@@ -121,7 +121,7 @@ struct CheckedCert {
 const MAX_CACHED_CERTS: usize = 4096;
 
 impl CertCache {
-    pub(crate) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.checked.clear();
     }
 
@@ -171,7 +171,8 @@ impl CertCache {
 }
 
 /// Everything a check needs besides the part and what is held.
-pub(crate) struct Checker<'a> {
+#[derive(Debug)]
+pub struct Checker<'a> {
     pub cluster: &'a str,
     pub credentials: &'a StateCredentials,
     pub certs: &'a mut CertCache,
@@ -180,11 +181,7 @@ pub(crate) struct Checker<'a> {
 
 impl Checker<'_> {
     /// Checks one node's part of a delta against what this node holds of that node.
-    pub(crate) fn check(
-        &mut self,
-        part: &NodePart,
-        held: Option<&Held>,
-    ) -> Result<Passed, Refusal> {
+    pub fn check(&mut self, part: &NodePart, held: Option<&Held>) -> Result<Passed, Refusal> {
         if let Some(max_version) = part.ops.iter().find_map(|op| match op {
             NodeOp::SetMaxVersion(max) => Some(*max),
             NodeOp::KeyValue(_) => None,
