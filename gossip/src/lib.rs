@@ -16,6 +16,8 @@
 
 pub mod config;
 mod eager;
+#[cfg(feature = "forge")]
+pub mod forge;
 pub mod identity;
 pub mod membership;
 pub mod metrics;

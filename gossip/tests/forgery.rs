@@ -9,19 +9,13 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use chitchat::{ChitchatId, ChitchatMessage, Deserializable, Serializable};
-use common::{Metrics, Pki, any_port, client_config, loopback, name, syn, tcp_from};
+use chitchat::ChitchatId;
+use common::{Metrics, Pki, any_port, loopback, name};
+use domaind_gossip::forge::{Forger, forgeries};
 use domaind_gossip::metrics::STATE_REFUSED;
-use domaind_gossip::signed::CERT_KEY;
-use domaind_gossip::signed::envelope::{self, Subject, cert_payload, seal};
-use domaind_gossip::transport::wire::{
-    self, KeyValue, NodeOp, NodePart, STATUS_DELETED, STATUS_SET,
-};
-use domaind_gossip::transport::{TlsTransport, TransportLimits, frame};
-use domaind_gossip::{GossipConfig, GossipNode, StateCredentials, cluster_id_for_clique};
-use rustls_pki_types::ServerName;
-use tokio::io::AsyncWriteExt;
-use tokio_rustls::TlsConnector;
+use domaind_gossip::transport::TransportLimits;
+use domaind_gossip::transport::wire::NodePart;
+use domaind_gossip::{GossipConfig, GossipNode, cluster_id_for_clique};
 
 const CLUSTER: Duration = Duration::from_secs(30);
 const NODES: [&str; 3] = ["node-0", "node-1", "node-2"];
@@ -81,162 +75,40 @@ impl Rack {
                 })
         })
     }
-
-    fn id(&self, i: usize) -> ChitchatId {
-        ChitchatId::new(NODES[i], 1, self.nodes[i].gossip_addr())
-    }
 }
 
-/// The attacker: a node our CA certified, outside the clique.
-struct Attacker {
-    credentials: StateCredentials,
-    config: std::sync::Arc<rustls::ClientConfig>,
-    id: ChitchatId,
-}
-
-impl Attacker {
-    fn new(pki: &Pki) -> Self {
-        let cert = pki.issue("node-evil");
-        Self {
-            credentials: cert.credentials(&name("node-evil")).unwrap(),
-            config: client_config(pki.ca.cert_pem(), Some(&cert)),
-            id: ChitchatId::new("node-evil", 1, SocketAddr::new(loopback(54), 7946)),
-        }
-    }
-
-    /// Sends `message` (its wire form) to `target`, as the frame layer would.
-    async fn send(&self, target: (SocketAddr, &str), message: &[u8]) {
-        let (target, server) = target;
-        ChitchatMessage::deserialize(&mut &message[..]).expect("chitchat's decoder accepts it");
-        let mut body = vec![frame::FRAME_VERSION];
-        self.id.serialize(&mut body);
-        body.extend_from_slice(message);
-        let mut stream = TlsConnector::from(self.config.clone())
-            .connect(
-                ServerName::try_from(server.to_owned()).unwrap(),
-                tcp_from(54, target).await,
-            )
-            .await
-            .unwrap();
-        stream
-            .write_all(&frame::encode_with_prefix(&body))
-            .await
-            .unwrap();
-        stream.flush().await.unwrap();
-    }
-
-    async fn send_parts(&self, target: (SocketAddr, &str), parts: Vec<NodePart>) {
-        let mut message = ack_header();
-        message.extend(wire::encode_delta(&parts));
-        self.send(target, &message).await;
-    }
-
-    /// A value signed with the attacker's own key, as if `owner` had written it.
-    fn sign_as(&self, owner: &ChitchatId, key: &str, payload: &str, version: u64) -> KeyValue {
-        signed(&self.credentials, owner, key, payload, version)
-    }
-}
-
-fn signed(
-    credentials: &StateCredentials,
-    owner: &ChitchatId,
-    key: &str,
-    payload: &str,
-    version: u64,
-) -> KeyValue {
-    let cluster = cluster();
-    let message = Subject {
-        cluster: &cluster,
-        owner,
-        key,
-        deleted: false,
-        version,
-        payload,
-    }
-    .message();
-    let (scheme, signature) = credentials.sign(&message).unwrap();
-    KeyValue {
-        key: key.into(),
-        value: seal(scheme, &signature, payload),
-        version,
-        status: STATUS_SET,
-    }
-}
-
-fn ack_header() -> Vec<u8> {
-    let mut out = 45_139u16.to_le_bytes().to_vec();
-    out.extend([0u8, 2u8]);
-    out
-}
-
-/// A Syn whose digest claims heartbeats for `ids`: chitchat starts tracking every id
-/// a digest names.
-fn syn_naming(ids: &[ChitchatId]) -> Vec<u8> {
-    let mut out = 45_139u16.to_le_bytes().to_vec();
-    out.extend([0u8, 0u8]);
-    (ids.len() as u16).serialize(&mut out);
-    for id in ids {
-        id.serialize(&mut out);
-        for value in [1_000u64, 0, 0] {
-            value.serialize(&mut out);
-        }
-    }
-    cluster().serialize(&mut out);
-    out
-}
-
-fn part(id: ChitchatId, from: u64, kvs: Vec<KeyValue>) -> NodePart {
-    NodePart {
-        id,
-        last_gc_version: 0,
-        from_version_excluded: from,
-        ops: kvs.into_iter().map(NodeOp::KeyValue).collect(),
-    }
-}
-
-/// node-0's state as relayed: harvested by gossiping with a member like any peer would
-/// (a Syn with an empty digest is answered with everything).
-async fn harvest(rack: &Rack, attacker_pki: &Pki) -> NodePart {
-    let tls = attacker_pki.node_tls("node-evil");
-    let transport = TlsTransport::new(tls, 1, TransportLimits::default());
-    let addr = transport
-        .bind(SocketAddr::new(loopback(55), 0))
+/// node-0's state as node-1 relays it to anyone who gossips.
+async fn node_0_as_relayed(forger: &Forger, rack: &Rack) -> NodePart {
+    forger
+        .harvest(rack.nodes[1].gossip_addr(), CLUSTER)
         .await
-        .unwrap();
-    let mut socket = chitchat::transport::Transport::open(&transport, addr)
-        .await
-        .unwrap();
-    socket
-        .send(rack.nodes[1].gossip_addr(), syn(&cluster()))
-        .await
-        .unwrap();
-    let (_, reply) = common::within(CLUSTER, "node-1's answer", socket.recv())
-        .await
-        .unwrap();
-    let mut bytes = Vec::new();
-    reply.serialize(&mut bytes);
-    let split = wire::split(&bytes).unwrap();
-    wire::parse_delta(split.delta.unwrap())
         .unwrap()
         .into_iter()
         .find(|part| *part.id.node_id == *"node-0")
         .expect("node-1 relays node-0's state")
 }
 
-fn max_version(part: &NodePart) -> u64 {
-    part.key_values().map(|kv| kv.version).max().unwrap()
-}
-
 #[tokio::test]
 async fn forged_state_is_refused_counted_and_changes_no_view() {
     let metrics = Metrics::install();
     let rack = Rack::start().await;
-    let attacker = Attacker::new(&rack.pki);
-    let node_0 = rack.id(0);
+    let tls_dir = tempfile::tempdir().unwrap();
+    let forger = Forger::new(
+        cluster(),
+        &name("node-evil"),
+        &rack.pki.issue("node-evil"),
+        tls_dir.path(),
+        loopback(54),
+    )
+    .unwrap();
+    let other_ca = Pki::new();
+    let foreign = other_ca
+        .issue("node-0")
+        .credentials(&name("node-0"))
+        .unwrap();
 
-    // What node-0 really signed, with status "digest 1"; then node-0 moves on, so
-    // that this becomes an old value.
-    let old = harvest(&rack, &rack.pki).await;
+    // What node-0 really signed; then the rack moves on, so that it becomes old.
+    let earlier = node_0_as_relayed(&forger, &rack).await;
     for node in &rack.nodes {
         node.set("status/d", "digest 2").await;
     }
@@ -244,114 +116,45 @@ async fn forged_state_is_refused_counted_and_changes_no_view() {
         rack.views_are_honest("digest 2")
     })
     .await;
-    let current = max_version(&old) + 1;
-    let old_status = old
-        .key_values()
-        .find(|kv| kv.key == "status/d")
-        .unwrap()
-        .clone();
-    let advertisement = old
-        .key_values()
-        .find(|kv| kv.key == "domain/d")
-        .unwrap()
-        .clone();
+    let now = node_0_as_relayed(&forger, &rack).await;
 
-    let ghost = ChitchatId::new("node-ghost", 1, SocketAddr::new(loopback(54), 7946));
-    let moved = ChitchatId::new("node-0", 1, SocketAddr::new(loopback(54), 7946));
-    let other_ca = Pki::new();
-    let foreign = other_ca
-        .issue("node-0")
-        .credentials(&name("node-0"))
-        .unwrap();
-
-    // A ghost member that claims to be the most senior.
-    let ghost_state = vec![
-        attacker.sign_as(
-            &ghost,
-            CERT_KEY,
-            &cert_payload(attacker.credentials.cert()),
-            1,
-        ),
-        attacker.sign_as(&ghost, "domain/d", "joined_at_ms=1", 2),
-    ];
-    // node-0's advertisement rewritten (its signature kept) at a newer version.
-    let mut rewritten = advertisement.clone();
-    let sealed = envelope::open(&advertisement.value).unwrap();
-    rewritten.value = seal(sealed.scheme, &sealed.signature, "joined_at_ms=1 slot=0");
-    rewritten.version = current + 1;
-    // node-0 at the attacker's address, with node-0's genuine signatures.
-    let redirected = NodePart {
-        id: moved,
-        ..old.clone()
-    };
-    let tombstone = KeyValue {
-        key: "domain/d".into(),
-        value: String::new(),
-        version: current + 1,
-        status: STATUS_DELETED,
-    };
-    // node-0's real, older state, as a reset that would replace what is held.
-    let mut rollback = old.clone();
-    rollback.last_gc_version = current + 100;
-    // A certificate of another CA for node-0, signing a new advertisement.
-    let other_ca_state = vec![
-        signed(
-            &foreign,
-            &node_0,
-            CERT_KEY,
-            &cert_payload(foreign.cert()),
-            current + 1,
-        ),
-        signed(&foreign, &node_0, "domain/d", "joined_at_ms=1", current + 2),
-    ];
-    let mut bare_max = part(node_0.clone(), current, Vec::new());
-    bare_max
-        .ops
-        .push(NodeOp::SetMaxVersion(current + 1_000_000));
-
-    let attacks: Vec<(&str, Vec<NodePart>)> = vec![
-        ("wrong_signer", vec![part(ghost.clone(), 0, ghost_state)]),
-        (
+    let forged = forgeries(&forger, &now, Some(&earlier), &foreign);
+    let reasons: std::collections::BTreeSet<&str> = forged.iter().map(|f| f.reason).collect();
+    assert_eq!(
+        reasons.into_iter().collect::<Vec<_>>(),
+        [
             "bad_signature",
-            vec![part(node_0.clone(), current, vec![rewritten])],
-        ),
-        ("bad_signature", vec![redirected]),
-        (
-            "unsigned_tombstone",
-            vec![part(node_0.clone(), current, vec![tombstone])],
-        ),
-        ("rollback", vec![rollback]),
-        (
+            "rollback",
             "stale",
-            vec![part(
-                node_0.clone(),
-                old_status.version - 1,
-                vec![old_status.clone()],
-            )],
-        ),
-        (
+            "unsigned_max_version",
+            "unsigned_tombstone",
             "untrusted_certificate",
-            vec![part(node_0.clone(), current, other_ca_state)],
-        ),
-        ("unsigned_max_version", vec![bare_max]),
-    ];
-    for (reason, parts) in attacks {
-        let before = metrics.counter(STATE_REFUSED, Some(("reason", reason)));
+            "wrong_signer"
+        ]
+    );
+    for forgery in forged {
+        let before = metrics.counter(STATE_REFUSED, Some(("reason", forgery.reason)));
         for (node, gossip) in NODES.iter().zip(&rack.nodes).skip(1) {
-            attacker
-                .send_parts((gossip.gossip_addr(), node), parts.clone())
-                .await;
+            forger
+                .send_parts(gossip.gossip_addr(), node, &forgery.parts)
+                .await
+                .unwrap();
         }
-        common::wait_until(CLUSTER, &format!("{reason} to be counted twice"), || {
-            metrics.counter(STATE_REFUSED, Some(("reason", reason))) >= before + 2
-        })
+        common::wait_until(
+            CLUSTER,
+            &format!("{} to be counted twice", forgery.name),
+            || metrics.counter(STATE_REFUSED, Some(("reason", forgery.reason))) >= before + 2,
+        )
         .await;
-        assert!(rack.views_are_honest("digest 2"), "after a {reason} attack");
+        assert!(rack.views_are_honest("digest 2"), "after {}", forgery.name);
     }
     // A ghost named only in digests: chitchat tracks it, domaind does not see it.
+    let ghost = ChitchatId::new("node-ghost", 1, SocketAddr::new(loopback(54), 7946));
     for (node, gossip) in NODES.iter().zip(&rack.nodes) {
-        let digest = syn_naming(std::slice::from_ref(&ghost));
-        attacker.send((gossip.gossip_addr(), node), &digest).await;
+        forger
+            .send_digest_naming(gossip.gossip_addr(), node, std::slice::from_ref(&ghost))
+            .await
+            .unwrap();
     }
 
     // Gossip lives on everywhere, and the views are still the honest ones.

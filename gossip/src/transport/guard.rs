@@ -108,7 +108,7 @@ fn verdict(part: &NodePart, receiver: &ChitchatId) -> Result<(), Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::wire::testing::header;
+    use crate::transport::wire::header;
     use crate::transport::wire::{
         BLOCK_COMPRESSED, BLOCK_END, BLOCK_RAW, OP_KEY_VALUE, OP_NODE, OP_SET_MAX_VERSION,
         TYPE_ACK, TYPE_BAD_CLUSTER, TYPE_SYN_ACK,

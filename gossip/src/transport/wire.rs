@@ -114,6 +114,13 @@ pub fn split(message: &[u8]) -> Result<Split<'_>, Violation> {
     }
 }
 
+/// A message's first bytes: magic, protocol and kind.
+pub fn header(kind: u8) -> Vec<u8> {
+    let mut out = MAGIC.to_le_bytes().to_vec();
+    out.extend([PROTOCOL_V0, kind]);
+    out
+}
+
 /// Reads a delta's node parts. Every byte must belong to the delta.
 pub fn parse_delta(mut buf: &[u8]) -> Result<Vec<NodePart>, Violation> {
     let inflated = inflate(&mut buf)?;
