@@ -289,7 +289,7 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
-    use super::testing::*;
+    use super::testing::{ack, compressed_block};
     use super::*;
     use chitchat::ChitchatMessage;
 
