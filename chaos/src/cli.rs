@@ -29,6 +29,32 @@ pub enum Command {
     /// run (binaries missing, no rack), 130 when interrupted (SIGINT or SIGTERM: the
     /// rack, its network faults and its files are removed first).
     Run(RunArgs),
+
+    /// Try to forge a running rack's gossip with a certificate of its CA.
+    ///
+    /// For a rack left by `domaind demo --keep` (its root is the parent of the
+    /// `local_dir` it prints): a node outside the rack, certified by the rack's CA,
+    /// sends every node forged state about the others (a ghost member, rewritten,
+    /// moved and deleted values, a rollback, another CA's certificate, a bare max
+    /// version, ghosts in digests). Prints what was sent and what the rack refused.
+    /// Exit codes: 0 when every forgery was refused and counted and no node's domains,
+    /// slots, IMEX peers or health changed; 1 otherwise; 2 when it could not run.
+    Forge(ForgeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ForgeArgs {
+    /// The rack's root directory (holds `ca/` and `node-*/state/run.json`).
+    #[arg(long, value_name = "DIR")]
+    pub rack: PathBuf,
+
+    /// The rack's NVLink clique [default: the one a local rack simulates].
+    #[arg(long)]
+    pub clique: Option<String>,
+
+    /// The forger's loopback address [default: .250 of the rack's /24].
+    #[arg(long)]
+    pub ip: Option<std::net::IpAddr>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -16,6 +16,7 @@
 
 pub mod checks;
 pub mod cli;
+pub mod forge;
 pub mod harness;
 pub mod invariants;
 pub mod netfault;

@@ -8,7 +8,10 @@ use tokio::signal::unix::{SignalKind, signal};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Run(args) = cli.command;
+    let args = match cli.command {
+        Command::Run(args) => args,
+        Command::Forge(args) => return forge(args),
+    };
     let config = match args.config() {
         Ok(config) => config,
         Err(error) => {
@@ -68,5 +71,57 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+fn forge(args: domaind_chaos::cli::ForgeArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("domaind-chaos: cannot start the runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = runtime.block_on(async {
+        let nodes = domaind_chaos::forge::rack_nodes(&args.rack)?;
+        let clique = args
+            .clique
+            .clone()
+            .unwrap_or_else(|| domaind_node::gpu::Topology::simulated_clique(1).0);
+        let ip = match args.ip {
+            Some(ip) => ip,
+            None => match nodes[0].gossip_addr.ip() {
+                std::net::IpAddr::V4(v4) => {
+                    let [a, b, c, _] = v4.octets();
+                    std::net::IpAddr::from([a, b, c, 250])
+                }
+                other => other,
+            },
+        };
+        let cluster = domaind_gossip::cluster_id_for_clique(&clique);
+        domaind_chaos::forge::forge_rack(&args.rack, &cluster, ip).await
+    });
+    match outcome {
+        Ok(report) => {
+            print!("{}", report.table());
+            for problem in &report.problems {
+                println!("PROBLEM: {problem}");
+            }
+            if report.ok() {
+                println!(
+                    "the rack held: every forgery refused and counted, no view changed, every node healthy"
+                );
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(error) => {
+            eprintln!("domaind-chaos: {error:#}");
+            ExitCode::from(2)
+        }
     }
 }

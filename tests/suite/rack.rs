@@ -443,3 +443,62 @@ async fn a_claim_deleted_while_the_daemon_was_down_is_released_at_start() {
     prepare(&rack, 0, &claim_ref("second"), DraVersion::V1).await;
     assert_eq!(rack.stop(0, LIMIT).unwrap(), Some(0));
 }
+
+/// The "done when": forged gossip from a certificate of the rack's CA, for a
+/// node outside it, leaves a formed domain as it was (`domaind-chaos forge`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_gossip_leaves_a_formed_domain_ready_and_its_slots_and_peers_unchanged() {
+    let (tmp, rack) = rack(3, 44, true);
+    let names: Vec<String> = rack.nodes().iter().map(|n| n.name().to_owned()).collect();
+    for name in &names {
+        rack.local()
+            .write_claim(&claim_file(&format!("f-{name}"), CD_UID, "training", 3))
+            .unwrap();
+    }
+    let calls = (0..3).map(|i| {
+        let claim = claim_ref(&format!("f-{}", names[i]));
+        let rack = &rack;
+        async move { prepare(rack, i, &claim, DraVersion::V1).await }
+    });
+    futures::future::join_all(calls).await;
+    wait_until("every node sees the domain Ready 3/3", || async {
+        let mut views = Vec::new();
+        for i in 0..3 {
+            views.push(view(&rack, i).await);
+        }
+        let done = views.iter().all(|v| {
+            v.domains.len() == 1
+                && v.domains[0].phase == domaind_actors::model::Phase::Ready
+                && v.domains[0].ready == 3
+                && v.domains[0].peers.len() == 3
+        });
+        (done, views)
+    })
+    .await;
+
+    let cluster =
+        domaind_gossip::cluster_id_for_clique(&domaind_node::gpu::Topology::simulated_clique(1).0);
+    let report = domaind_chaos::forge::forge_rack(
+        tmp.path(),
+        &cluster,
+        std::net::IpAddr::from([127, 0, 44, 250]),
+    )
+    .await
+    .unwrap();
+    println!("{}", report.table());
+    assert!(report.ok(), "{:#?}", report.problems);
+    for reason in [
+        "wrong_signer",
+        "bad_signature",
+        "unsigned_tombstone",
+        "rollback",
+        "untrusted_certificate",
+        "unsigned_max_version",
+    ] {
+        assert!(
+            report.refused.get(reason).copied().unwrap_or(0) > 0,
+            "{reason}: {:?}",
+            report.refused
+        );
+    }
+}
