@@ -171,6 +171,44 @@ def grants(role: dict[str, Any], group: str, resource: str, verb: str) -> bool:
     )
 
 
+def can_i(namespace: str, service_account: str, verb: str, what: str) -> bool:
+    """`kubectl auth can-i` as the ServiceAccount (the API server's own answer)."""
+    user = f"system:serviceaccount:{namespace}:{service_account}"
+    out = kubectl(["auth", "can-i", verb, what, "-n", namespace, f"--as={user}"], check=False)
+    return out.stdout.strip() == "yes"
+
+
+def expect_ca_key_private(objects: dict[ObjectId, dict[str, Any]], namespace: str) -> None:
+    """tls.mode csr (the default): the controller may read the gossip CA Secret and sign
+    for our signer; no node daemon may read the Secret, and nodes may only ask."""
+    node = one(objects, "ServiceAccount", "-node")["metadata"]["name"]
+    controller = one(objects, "ServiceAccount", "-controller")["metadata"]["name"]
+    secret = "secret/domaind-gossip-ca"
+    signer = "signers.certificates.k8s.io/domaind.github.io/gossip-node"
+    wanted = [
+        (controller, "get", secret, True),
+        (controller, "sign", signer, True),
+        (controller, "approve", signer, True),
+        (node, "get", secret, False),
+        (node, "list", "secrets", False),
+        (node, "sign", signer, False),
+        (node, "approve", signer, False),
+        (node, "create", "certificatesigningrequests.certificates.k8s.io", True),
+    ]
+    wrong = [
+        f"{sa} {verb} {what}: {'no' if allowed else 'yes'}"
+        for sa, verb, what, allowed in wanted
+        if can_i(namespace, sa, verb, what) != allowed
+    ]
+    if wrong:
+        raise E2EError(f"the gossip CA's RBAC is not as the chart means it: {wrong}")
+    log(
+        "tls.mode csr: the controller may read the gossip CA Secret and sign for "
+        "domaind.github.io/gossip-node; node daemons may not read Secrets, approve or "
+        "sign, only create CSRs (kubectl auth can-i)"
+    )
+
+
 def by_label(kinds: str, selector: str, namespace: str | None) -> list[str]:
     where = ["-n", namespace] if namespace else []
     found = items(["get", kinds, *where, "-l", selector])
@@ -304,6 +342,7 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         ds = one(live1, "DaemonSet", "-node")
         ds_uid = ds["metadata"]["uid"]
         expect_pods_admitted(ds, one(live1, "Deployment", "-controller"), release.namespace)
+        expect_ca_key_private(live1, release.namespace)
 
         # 2. upgrade
         rel2 = timed("upgrade", release.upgrade, UPGRADE_VALUES)
