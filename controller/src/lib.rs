@@ -245,7 +245,10 @@ async fn lead(client: Client, args: &ControllerArgs, identity: &str, term: Cance
 }
 
 /// The signer's settings, when `--node-service-account` asks for one.
-fn signer_settings(args: &ControllerArgs, default_namespace: &str) -> Option<signer::SignerSettings> {
+fn signer_settings(
+    args: &ControllerArgs,
+    default_namespace: &str,
+) -> Option<signer::SignerSettings> {
     let service_account = args.node_service_account.as_deref()?;
     let namespace = args
         .gossip_ca_namespace

@@ -101,7 +101,10 @@ async fn load_or_make(
     timeout: Duration,
 ) -> Result<GossipCa, BundleError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
-    let what = format!("cannot read Secret {}/{}", settings.namespace, settings.secret);
+    let what = format!(
+        "cannot read Secret {}/{}",
+        settings.namespace, settings.secret
+    );
     match bounded(what, timeout, secrets.get(&settings.secret)).await {
         Ok(secret) => from_secret(settings, &secret),
         Err(error) if error.is_not_found() => make(&secrets, settings, timeout).await,
@@ -120,7 +123,8 @@ async fn make(
         name: settings.secret.clone(),
         source,
     };
-    let ca = GossipCa::generate(GENERATED_CA_LIFETIME, OffsetDateTime::now_utc()).map_err(ca_error)?;
+    let ca =
+        GossipCa::generate(GENERATED_CA_LIFETIME, OffsetDateTime::now_utc()).map_err(ca_error)?;
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {
             "name": settings.secret,
@@ -132,19 +136,37 @@ async fn make(
     .expect("a Secret");
     let secret = Secret {
         data: Some(BTreeMap::from([
-            ("tls.crt".to_string(), ByteString(ca.cert_pem().as_bytes().to_vec())),
-            ("tls.key".to_string(), ByteString(ca.key_pem().as_bytes().to_vec())),
+            (
+                "tls.crt".to_string(),
+                ByteString(ca.cert_pem().as_bytes().to_vec()),
+            ),
+            (
+                "tls.key".to_string(),
+                ByteString(ca.key_pem().as_bytes().to_vec()),
+            ),
         ])),
         ..secret
     };
-    let what = format!("cannot create Secret {}/{}", settings.namespace, settings.secret);
-    match bounded(what, timeout, secrets.create(&PostParams::default(), &secret)).await {
+    let what = format!(
+        "cannot create Secret {}/{}",
+        settings.namespace, settings.secret
+    );
+    match bounded(
+        what,
+        timeout,
+        secrets.create(&PostParams::default(), &secret),
+    )
+    .await
+    {
         Ok(_) => {
             info!(secret = %settings.secret, namespace = %settings.namespace, "made a gossip CA: no Secret held one");
             Ok(ca)
         }
         Err(error) if error.code() == Some(409) => {
-            let what = format!("cannot read Secret {}/{}", settings.namespace, settings.secret);
+            let what = format!(
+                "cannot read Secret {}/{}",
+                settings.namespace, settings.secret
+            );
             let secret = bounded(what, timeout, secrets.get(&settings.secret)).await?;
             from_secret(settings, &secret)
         }
@@ -191,8 +213,16 @@ async fn publish(
         },
         "data": {GOSSIP_CA_BUNDLE_KEY: ca.cert_pem()},
     });
-    let what = format!("cannot apply ConfigMap {}/{}", settings.namespace, settings.config_map);
+    let what = format!(
+        "cannot apply ConfigMap {}/{}",
+        settings.namespace, settings.config_map
+    );
     let params = PatchParams::apply(CONTROLLER_FIELD_MANAGER).force();
-    bounded(what, timeout, config_maps.patch(&settings.config_map, &params, &Patch::Apply(&body))).await?;
+    bounded(
+        what,
+        timeout,
+        config_maps.patch(&settings.config_map, &params, &Patch::Apply(&body)),
+    )
+    .await?;
     Ok(())
 }

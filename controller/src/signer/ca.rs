@@ -160,16 +160,28 @@ mod tests {
         let now = OffsetDateTime::now_utc();
         let ca = GossipCa::generate(Duration::from_secs(365 * 86400), now).unwrap();
         let key = KeyPair::generate().unwrap();
-        let pem = ca.sign(&grant(&key, Duration::from_secs(3600)), now).unwrap();
+        let pem = ca
+            .sign(&grant(&key, Duration::from_secs(3600)), now)
+            .unwrap();
         let der = parse(&pem);
         let (_, cert) = X509Certificate::from_der(&der).unwrap();
         let ca_der = parse(ca.cert_pem());
         let (_, ca_cert) = X509Certificate::from_der(&ca_der).unwrap();
         cert.verify_signature(Some(ca_cert.public_key())).unwrap();
-        assert_eq!(cert.public_key().subject_public_key.data.as_ref(), key.der_bytes());
+        assert_eq!(
+            cert.public_key().subject_public_key.data.as_ref(),
+            key.der_bytes()
+        );
         let sans = cert.subject_alternative_name().unwrap().unwrap();
-        assert_eq!(sans.value.general_names, vec![GeneralName::DNSName("node-a")]);
-        let cn: Vec<_> = cert.subject().iter_common_name().map(|c| c.as_str().unwrap()).collect();
+        assert_eq!(
+            sans.value.general_names,
+            vec![GeneralName::DNSName("node-a")]
+        );
+        let cn: Vec<_> = cert
+            .subject()
+            .iter_common_name()
+            .map(|c| c.as_str().unwrap())
+            .collect();
         assert_eq!(cn, ["node-a"]);
         let eku = cert.extended_key_usage().unwrap().unwrap().value;
         assert!(eku.server_auth && eku.client_auth && !eku.any && !eku.code_signing);
@@ -185,7 +197,9 @@ mod tests {
         let now = OffsetDateTime::now_utc();
         let ca = GossipCa::generate(Duration::from_secs(600), now).unwrap();
         let key = KeyPair::generate().unwrap();
-        let pem = ca.sign(&grant(&key, Duration::from_secs(86400)), now).unwrap();
+        let pem = ca
+            .sign(&grant(&key, Duration::from_secs(86400)), now)
+            .unwrap();
         let der = parse(&pem);
         let (_, cert) = X509Certificate::from_der(&der).unwrap();
         assert_eq!(

@@ -38,7 +38,9 @@ pub use rules::{Grant, Policy, Refusal, Request, Rule, decide};
 pub use stage::{Stage, stage};
 
 use crate::backoff::Failures;
-use domaind_kube_api::names::{CONTROLLER_FIELD_MANAGER, GOSSIP_SIGNER, NODE_NAME_EXTRA, csr_reason};
+use domaind_kube_api::names::{
+    CONTROLLER_FIELD_MANAGER, GOSSIP_SIGNER, NODE_NAME_EXTRA, csr_reason,
+};
 use domaind_kube_api::{ApiError, bounded};
 
 /// What the signer needs besides the API client.
@@ -67,7 +69,12 @@ struct Context {
 }
 
 /// Signs until `term`: first the CA (loaded or made, published), then the CSRs.
-pub async fn run(client: Client, settings: SignerSettings, instance: &str, term: CancellationToken) {
+pub async fn run(
+    client: Client,
+    settings: SignerSettings,
+    instance: &str,
+    term: CancellationToken,
+) {
     let Some(ca) = bundle::ensure(&client, &settings.bundle, settings.api_timeout, &term).await
     else {
         return;
@@ -145,7 +152,11 @@ async fn reconcile(
     result
 }
 
-fn error_policy(csr: Arc<CertificateSigningRequest>, error: &SignError, ctx: Arc<Context>) -> Action {
+fn error_policy(
+    csr: Arc<CertificateSigningRequest>,
+    error: &SignError,
+    ctx: Arc<Context>,
+) -> Action {
     let retry_in = ctx.failures.failed(&csr.name_any());
     ::metrics::counter!(crate::metrics::CSR_ERRORS).increment(1);
     warn!(csr = %csr.name_any(), %error, ?retry_in, "cannot act on a CSR; retrying");
@@ -174,7 +185,15 @@ async fn look_at(csr: &CertificateSigningRequest, ctx: &Context) -> Result<Actio
     match (stage(csr), decision) {
         (Stage::Done, _) => Ok(Action::await_change()),
         (Stage::Undecided, Err(refusal)) => {
-            let written = write_condition(ctx, csr, "approval", "Denied", refusal.rule.reason(), &refusal.message).await?;
+            let written = write_condition(
+                ctx,
+                csr,
+                "approval",
+                "Denied",
+                refusal.rule.reason(),
+                &refusal.message,
+            )
+            .await?;
             if written.is_some() {
                 count("denied", refusal.rule.reason());
                 warn!(csr = %name, reason = refusal.rule.reason(), message = %refusal.message, "denied a node certificate request");
@@ -185,7 +204,15 @@ async fn look_at(csr: &CertificateSigningRequest, ctx: &Context) -> Result<Actio
         (Stage::Approved, Err(refusal)) => {
             // Approved by someone else, against our rules: never signed.
             let message = format!("approved, but refused by the signer: {}", refusal.message);
-            let written = write_condition(ctx, csr, "status", "Failed", csr_reason::REFUSED_AFTER_APPROVAL, &message).await?;
+            let written = write_condition(
+                ctx,
+                csr,
+                "status",
+                "Failed",
+                csr_reason::REFUSED_AFTER_APPROVAL,
+                &message,
+            )
+            .await?;
             if written.is_some() {
                 count("failed", refusal.rule.reason());
                 warn!(csr = %name, reason = refusal.rule.reason(), %message, "refused to sign an approved request");
@@ -195,7 +222,16 @@ async fn look_at(csr: &CertificateSigningRequest, ctx: &Context) -> Result<Actio
         }
         (Stage::Undecided, Ok(grant)) => {
             let message = format!("a gossip certificate for node {}", grant.node);
-            match write_condition(ctx, csr, "approval", "Approved", csr_reason::APPROVED, &message).await? {
+            match write_condition(
+                ctx,
+                csr,
+                "approval",
+                "Approved",
+                csr_reason::APPROVED,
+                &message,
+            )
+            .await?
+            {
                 Some(approved) => sign(ctx, &approved, &grant).await,
                 None => Ok(Action::await_change()),
             }
@@ -206,14 +242,23 @@ async fn look_at(csr: &CertificateSigningRequest, ctx: &Context) -> Result<Actio
 
 /// Puts the certificate in `status.certificate`; a conflict means someone else wrote
 /// first, and the watch brings what they wrote.
-async fn sign(ctx: &Context, csr: &CertificateSigningRequest, grant: &Grant) -> Result<Action, SignError> {
+async fn sign(
+    ctx: &Context,
+    csr: &CertificateSigningRequest,
+    grant: &Grant,
+) -> Result<Action, SignError> {
     let name = csr.name_any();
     let pem = current_ca(ctx)
         .sign(grant, OffsetDateTime::now_utc())
-        .map_err(|source| SignError::Ca { csr: name.clone(), source })?;
+        .map_err(|source| SignError::Ca {
+            csr: name.clone(),
+            source,
+        })?;
     let mut signed = csr.clone();
-    signed.status.get_or_insert_with(Default::default).certificate =
-        Some(k8s_openapi::ByteString(pem.into_bytes()));
+    signed
+        .status
+        .get_or_insert_with(Default::default)
+        .certificate = Some(k8s_openapi::ByteString(pem.into_bytes()));
     let api: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
     let written = tolerate_conflict(
         bounded(
@@ -281,7 +326,13 @@ fn count(decision: &'static str, reason: &str) {
 }
 
 /// A Warning event on the CSR; losing one is logged, never retried.
-async fn warn_event(ctx: &Context, csr: &CertificateSigningRequest, reason: &str, action: &str, message: &str) {
+async fn warn_event(
+    ctx: &Context,
+    csr: &CertificateSigningRequest,
+    reason: &str,
+    action: &str,
+    message: &str,
+) {
     let event = Event {
         type_: EventType::Warning,
         reason: reason.into(),

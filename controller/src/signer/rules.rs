@@ -135,7 +135,10 @@ pub fn decide(policy: &Policy, request: &Request<'_>) -> Result<Grant, Refusal> 
     let parsed = CertificateSigningRequestParams::from_der(&der.as_slice().into())
         .map_err(|error| refuse(Rule::BadRequest, format!("spec.request: {error}")))?;
     if let IsCa::Ca(_) = parsed.params.is_ca {
-        return Err(refuse(Rule::BadRequest, "the request asks for a CA certificate"));
+        return Err(refuse(
+            Rule::BadRequest,
+            "the request asks for a CA certificate",
+        ));
     }
     if parsed.public_key.algorithm() != &rcgen::PKCS_ECDSA_P256_SHA256 {
         return Err(refuse(
@@ -165,23 +168,35 @@ fn check_usages(usages: &[String]) -> Result<(), Refusal> {
     } else {
         Err(refuse(
             Rule::BadUsages,
-            format!("usages {usages:?}; gossip node certificates have exactly {GOSSIP_CERT_USAGES:?}"),
+            format!(
+                "usages {usages:?}; gossip node certificates have exactly {GOSSIP_CERT_USAGES:?}"
+            ),
         ))
     }
 }
 
 /// The DER of the one `CERTIFICATE REQUEST` block.
 fn csr_der(pem: &str) -> Result<Vec<u8>, Refusal> {
-    let (rest, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes())
-        .map_err(|error| refuse(Rule::BadRequest, format!("spec.request is not PEM: {error}")))?;
+    let (rest, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|error| {
+        refuse(
+            Rule::BadRequest,
+            format!("spec.request is not PEM: {error}"),
+        )
+    })?;
     if block.label != "CERTIFICATE REQUEST" {
         return Err(refuse(
             Rule::BadRequest,
-            format!("spec.request holds a {:?} block, not a CERTIFICATE REQUEST", block.label),
+            format!(
+                "spec.request holds a {:?} block, not a CERTIFICATE REQUEST",
+                block.label
+            ),
         ));
     }
     if !String::from_utf8_lossy(rest).trim().is_empty() {
-        return Err(refuse(Rule::BadRequest, "spec.request holds more than one PEM block"));
+        return Err(refuse(
+            Rule::BadRequest,
+            "spec.request holds more than one PEM block",
+        ));
     }
     Ok(block.contents)
 }
@@ -206,7 +221,11 @@ fn check_key(der: &[u8]) -> Result<(), Refusal> {
     }
 }
 
-fn check_names(parsed: &CertificateSigningRequestParams, der: &[u8], node: &str) -> Result<(), Refusal> {
+fn check_names(
+    parsed: &CertificateSigningRequestParams,
+    der: &[u8],
+    node: &str,
+) -> Result<(), Refusal> {
     match parsed.params.subject_alt_names.as_slice() {
         [SanType::DnsName(name)] if name.as_str() == node => {}
         [SanType::DnsName(name)] => {
@@ -235,7 +254,9 @@ fn check_names(parsed: &CertificateSigningRequestParams, der: &[u8], node: &str)
         if cn != node {
             return Err(refuse(
                 Rule::NameMismatch,
-                format!("the request's common name is {cn:?} but the requester runs on node {node:?}"),
+                format!(
+                    "the request's common name is {cn:?} but the requester runs on node {node:?}"
+                ),
             ));
         }
     }

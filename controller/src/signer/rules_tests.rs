@@ -14,7 +14,10 @@ fn policy() -> Policy {
 }
 
 fn usages() -> Vec<String> {
-    GOSSIP_CERT_USAGES.iter().map(|u| (*u).to_string()).collect()
+    GOSSIP_CERT_USAGES
+        .iter()
+        .map(|u| (*u).to_string())
+        .collect()
 }
 
 /// A CSR as the node daemon makes it: CN and one DNS SAN, both `name`.
@@ -40,11 +43,17 @@ fn pem_of(label: &str, der: &[u8]) -> String {
         .chunks(64)
         .map(|c| std::str::from_utf8(c).unwrap())
         .collect();
-    format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
+    format!(
+        "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+        lines.join("\n")
+    )
 }
 
 fn der_of(pem: &str) -> Vec<u8> {
-    x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap().1.contents
+    x509_parser::pem::parse_x509_pem(pem.as_bytes())
+        .unwrap()
+        .1
+        .contents
 }
 
 struct Ask {
@@ -150,9 +159,24 @@ fn usages_other_than_gossips_are_refused() {
     for usages in [
         vec!["digital signature", "server auth"],
         vec!["digital signature", "client auth"],
-        vec!["digital signature", "key encipherment", "server auth", "client auth"],
-        vec!["digital signature", "server auth", "client auth", "code signing"],
-        vec!["digital signature", "server auth", "client auth", "cert sign"],
+        vec![
+            "digital signature",
+            "key encipherment",
+            "server auth",
+            "client auth",
+        ],
+        vec![
+            "digital signature",
+            "server auth",
+            "client auth",
+            "code signing",
+        ],
+        vec![
+            "digital signature",
+            "server auth",
+            "client auth",
+            "cert sign",
+        ],
         vec![],
     ] {
         let mut ask = good();
@@ -189,7 +213,10 @@ fn what_is_not_one_valid_csr_is_a_bad_request() {
         usages: &usages(),
         expiration_seconds: None,
     };
-    assert_eq!(decide(&policy(), &invalid_utf8).unwrap_err().rule, Rule::BadRequest);
+    assert_eq!(
+        decide(&policy(), &invalid_utf8).unwrap_err().rule,
+        Rule::BadRequest
+    );
 }
 
 #[test]
@@ -230,16 +257,20 @@ fn names_other_than_exactly_the_requesters_node_are_refused() {
     let key = KeyPair::generate().unwrap();
     let other_node = csr_for("node-b", &key);
     let two_names = csr_with(&key, |p| {
-        p.subject_alt_names.push(SanType::DnsName("node-b".try_into().unwrap()));
+        p.subject_alt_names
+            .push(SanType::DnsName("node-b".try_into().unwrap()));
     });
     let with_ip = csr_with(&key, |p| {
-        p.subject_alt_names.push(SanType::IpAddress([10, 0, 0, 1].into()));
+        p.subject_alt_names
+            .push(SanType::IpAddress([10, 0, 0, 1].into()));
     });
     let with_uri = csr_with(&key, |p| {
-        p.subject_alt_names.push(SanType::URI("spiffe://x/node-a".try_into().unwrap()));
+        p.subject_alt_names
+            .push(SanType::URI("spiffe://x/node-a".try_into().unwrap()));
     });
     let with_email = csr_with(&key, |p| {
-        p.subject_alt_names.push(SanType::Rfc822Name("a@node-a".try_into().unwrap()));
+        p.subject_alt_names
+            .push(SanType::Rfc822Name("a@node-a".try_into().unwrap()));
     });
     let ip_only = csr_with(&key, |p| {
         p.subject_alt_names = vec![SanType::IpAddress([10, 0, 0, 1].into())];
@@ -249,11 +280,18 @@ fn names_other_than_exactly_the_requesters_node_are_refused() {
         p.distinguished_name = rcgen::DistinguishedName::new();
         p.distinguished_name.push(DnType::CommonName, "node-b");
     });
-    for pem in [other_node, two_names, with_ip, with_uri, with_email, ip_only, none, other_cn] {
+    for pem in [
+        other_node, two_names, with_ip, with_uri, with_email, ip_only, none, other_cn,
+    ] {
         assert_eq!(Ask::good(pem.clone()).denied(), Rule::NameMismatch, "{pem}");
     }
-    let no_cn = csr_with(&key, |p| p.distinguished_name = rcgen::DistinguishedName::new());
-    assert!(Ask::good(no_cn).decide().is_ok(), "a common name is optional");
+    let no_cn = csr_with(&key, |p| {
+        p.distinguished_name = rcgen::DistinguishedName::new()
+    });
+    assert!(
+        Ask::good(no_cn).decide().is_ok(),
+        "a common name is optional"
+    );
 }
 
 #[test]

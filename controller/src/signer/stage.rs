@@ -65,22 +65,37 @@ mod tests {
 
     #[test]
     fn an_issued_certificate_is_never_issued_again() {
-        assert_eq!(stage(&with(&[("Approved", "True")], Some(b"PEM"))), Stage::Done);
+        assert_eq!(
+            stage(&with(&[("Approved", "True")], Some(b"PEM"))),
+            Stage::Done
+        );
         assert_eq!(stage(&with(&[], Some(b"PEM"))), Stage::Done);
     }
 
     #[test]
     fn a_decision_is_never_taken_twice() {
         assert_eq!(stage(&with(&[("Denied", "True")], None)), Stage::Done);
-        assert_eq!(stage(&with(&[("Approved", "True"), ("Failed", "True")], None)), Stage::Done);
+        assert_eq!(
+            stage(&with(&[("Approved", "True"), ("Failed", "True")], None)),
+            Stage::Done
+        );
         assert_eq!(stage(&with(&[("Approved", "True")], None)), Stage::Approved);
-        assert_eq!(stage(&with(&[("Approved", "True")], Some(b""))), Stage::Approved);
+        assert_eq!(
+            stage(&with(&[("Approved", "True")], Some(b""))),
+            Stage::Approved
+        );
     }
 
     #[test]
     fn a_new_request_is_undecided() {
-        assert_eq!(stage(&CertificateSigningRequest::default()), Stage::Undecided);
+        assert_eq!(
+            stage(&CertificateSigningRequest::default()),
+            Stage::Undecided
+        );
         assert_eq!(stage(&with(&[], None)), Stage::Undecided);
-        assert_eq!(stage(&with(&[("Approved", "False")], None)), Stage::Undecided);
+        assert_eq!(
+            stage(&with(&[("Approved", "False")], None)),
+            Stage::Undecided
+        );
     }
 }

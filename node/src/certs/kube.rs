@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use kube::runtime::wait::await_condition;
@@ -58,7 +60,12 @@ pub fn csr_object(node: &str, csr_pem: &str, lifetime: Duration) -> CertificateS
         spec: CertificateSigningRequestSpec {
             request: k8s_openapi::ByteString(csr_pem.as_bytes().to_vec()),
             signer_name: GOSSIP_SIGNER.into(),
-            usages: Some(GOSSIP_CERT_USAGES.iter().map(|u| (*u).to_string()).collect()),
+            usages: Some(
+                GOSSIP_CERT_USAGES
+                    .iter()
+                    .map(|u| (*u).to_string())
+                    .collect(),
+            ),
             expiration_seconds: Some(i32::try_from(seconds).unwrap_or(i32::MAX)),
             ..CertificateSigningRequestSpec::default()
         },
@@ -70,7 +77,9 @@ pub fn csr_object(node: &str, csr_pem: &str, lifetime: Duration) -> CertificateS
 pub fn answer_of(csr: &CertificateSigningRequest) -> Option<Answer> {
     let status = csr.status.as_ref()?;
     if let Some(cert) = status.certificate.as_ref().filter(|c| !c.0.is_empty()) {
-        return Some(Answer::Issued(String::from_utf8_lossy(&cert.0).into_owned()));
+        return Some(Answer::Issued(
+            String::from_utf8_lossy(&cert.0).into_owned(),
+        ));
     }
     status
         .conditions
@@ -85,18 +94,28 @@ pub fn answer_of(csr: &CertificateSigningRequest) -> Option<Answer> {
 
 #[async_trait]
 impl Signer for KubeSigner {
-    async fn request(&self, node: &str, csr_pem: &str, lifetime: Duration) -> Result<Answer, String> {
+    async fn request(
+        &self,
+        node: &str,
+        csr_pem: &str,
+        lifetime: Duration,
+    ) -> Result<Answer, String> {
         let created = bounded(
             "cannot create a CertificateSigningRequest",
             self.api_timeout,
-            self.api.create(&PostParams::default(), &csr_object(node, csr_pem, lifetime)),
+            self.api
+                .create(&PostParams::default(), &csr_object(node, csr_pem, lifetime)),
         )
         .await
         .map_err(|e| e.to_string())?;
         let name = created.name_any();
-        let answered = await_condition(self.api.clone(), &name, |csr: Option<&CertificateSigningRequest>| {
-            csr.is_some_and(|csr| answer_of(csr).is_some())
-        });
+        let answered = await_condition(
+            self.api.clone(),
+            &name,
+            |csr: Option<&CertificateSigningRequest>| {
+                csr.is_some_and(|csr| answer_of(csr).is_some())
+            },
+        );
         match tokio::time::timeout(self.answer_timeout, answered).await {
             Ok(Ok(Some(csr))) => answer_of(&csr).ok_or_else(|| format!("CSR {name} has no answer")),
             Ok(Ok(None)) => Err(format!("CSR {name} was deleted before the signer answered")),
@@ -123,7 +142,10 @@ mod tests {
         assert_eq!(csr.spec.signer_name, GOSSIP_SIGNER);
         assert_eq!(csr.spec.expiration_seconds, Some(600));
         assert_eq!(csr.spec.usages.unwrap(), GOSSIP_CERT_USAGES);
-        assert_eq!(csr.metadata.generate_name.as_deref(), Some("domaind-gossip-node-a-"));
+        assert_eq!(
+            csr.metadata.generate_name.as_deref(),
+            Some("domaind-gossip-node-a-")
+        );
         let day = csr_object("node-a", "PEM", Duration::from_secs(86400));
         assert_eq!(day.spec.expiration_seconds, Some(86400));
     }

@@ -175,7 +175,11 @@ impl CertClient {
 
     /// Asks until a certificate is issued, backing off after each failure. The files
     /// are replaced only by a certificate that checks out.
-    async fn obtain(&mut self, current: Option<Validity>, stop: &CancellationToken) -> Option<Validity> {
+    async fn obtain(
+        &mut self,
+        current: Option<Validity>,
+        stop: &CancellationToken,
+    ) -> Option<Validity> {
         loop {
             let attempt = tokio::select! {
                 result = self.attempt() => result,
@@ -183,7 +187,8 @@ impl CertClient {
             };
             match attempt {
                 Ok(validity) => {
-                    ::metrics::counter!(CERT_REQUESTS, "outcome" => "issued", "reason" => "").increment(1);
+                    ::metrics::counter!(CERT_REQUESTS, "outcome" => "issued", "reason" => "")
+                        .increment(1);
                     self.backoff.succeed();
                     self.state.send_replace(CertState::Valid {
                         not_after: validity.not_after,
@@ -206,8 +211,9 @@ impl CertClient {
                         warn!(node = %self.node, %failure, ?retry_in, "no gossip certificate issued; retrying");
                     }
                     if current.is_none() || expired {
-                        self.state
-                            .send_replace(CertState::Waiting(format!("no gossip certificate: {failure}")));
+                        self.state.send_replace(CertState::Waiting(format!(
+                            "no gossip certificate: {failure}"
+                        )));
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(retry_in) => {}
@@ -219,7 +225,8 @@ impl CertClient {
     }
 
     async fn attempt(&self) -> Result<Validity, Failure> {
-        let key = KeyPair::generate().map_err(|e| Failure::Error(format!("cannot make a key: {e}")))?;
+        let key =
+            KeyPair::generate().map_err(|e| Failure::Error(format!("cannot make a key: {e}")))?;
         let csr = request_for(&self.node, &key).map_err(Failure::Error)?;
         let answer = self
             .signer
@@ -235,8 +242,12 @@ impl CertClient {
         // The key first: the loader refuses a certificate without its key, and takes
         // the pair at its next look once both are in place.
         let write = |name: &str, bytes: &[u8], mode| {
-            atomic_file::replace(&self.dir, name, bytes, mode)
-                .map_err(|e| Failure::Error(format!("cannot write {}: {e}", self.dir.join(name).display())))
+            atomic_file::replace(&self.dir, name, bytes, mode).map_err(|e| {
+                Failure::Error(format!(
+                    "cannot write {}: {e}",
+                    self.dir.join(name).display()
+                ))
+            })
         };
         write(KEY_FILE, key.serialize_pem().as_bytes(), 0o600)?;
         write(CERT_FILE, pem.as_bytes(), 0o644)?;

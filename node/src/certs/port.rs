@@ -19,6 +19,10 @@ pub enum Answer {
 pub trait Signer: Send + Sync {
     /// Submits `csr_pem` for `node`, asking for `lifetime`, and waits for the answer.
     /// `Err` is anything else (the API server, a timeout), worth a retry.
-    async fn request(&self, node: &str, csr_pem: &str, lifetime: Duration)
-    -> Result<Answer, String>;
+    async fn request(
+        &self,
+        node: &str,
+        csr_pem: &str,
+        lifetime: Duration,
+    ) -> Result<Answer, String>;
 }

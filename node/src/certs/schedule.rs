@@ -6,7 +6,9 @@ use std::time::{Duration, SystemTime};
 
 /// The instant two thirds of the way from `not_before` to `not_after`.
 pub fn renew_at(not_before: SystemTime, not_after: SystemTime) -> SystemTime {
-    let lifetime = not_after.duration_since(not_before).unwrap_or(Duration::ZERO);
+    let lifetime = not_after
+        .duration_since(not_before)
+        .unwrap_or(Duration::ZERO);
     not_before + lifetime * 2 / 3
 }
 
@@ -35,8 +37,14 @@ mod tests {
     #[test]
     fn a_certificate_past_its_renewal_or_upside_down_is_renewed_at_once() {
         let start = SystemTime::UNIX_EPOCH + HOUR * 1000;
-        assert_eq!(renew_in(start + HOUR * 17, start, start + HOUR * 24), Duration::ZERO);
-        assert_eq!(renew_in(start + HOUR * 30, start, start + HOUR * 24), Duration::ZERO);
+        assert_eq!(
+            renew_in(start + HOUR * 17, start, start + HOUR * 24),
+            Duration::ZERO
+        );
+        assert_eq!(
+            renew_in(start + HOUR * 30, start, start + HOUR * 24),
+            Duration::ZERO
+        );
         assert_eq!(renew_at(start, start - HOUR), start);
     }
 

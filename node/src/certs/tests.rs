@@ -5,9 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use rcgen::{
-    BasicConstraints, CertificateSigningRequestParams, IsCa, Issuer, KeyUsagePurpose,
-};
+use rcgen::{BasicConstraints, CertificateSigningRequestParams, IsCa, Issuer, KeyUsagePurpose};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
@@ -50,10 +48,20 @@ impl FakeSigner {
 
 #[async_trait]
 impl Signer for FakeSigner {
-    async fn request(&self, node: &str, csr_pem: &str, lifetime: Duration) -> Result<Answer, String> {
+    async fn request(
+        &self,
+        node: &str,
+        csr_pem: &str,
+        lifetime: Duration,
+    ) -> Result<Answer, String> {
         assert_eq!(lifetime, LIFETIME);
         self.asked.send(Instant::now()).unwrap();
-        let next = self.script.lock().unwrap().pop_front().unwrap_or(Next::Issue);
+        let next = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Next::Issue);
         match next {
             Next::Issue => Ok(Answer::Issued(self.sign(csr_pem, node))),
             Next::IssueWhenReleased => {
@@ -127,11 +135,20 @@ async fn renews_at_two_thirds_with_a_new_key_and_keeps_the_old_until_the_new_is_
     let stop = CancellationToken::new();
     let first = client.first(&stop).await.unwrap();
     assert_eq!(rig.asked.recv().await.unwrap(), start);
-    assert_eq!(first.not_after.duration_since(first.not_before).unwrap(), LIFETIME);
-    assert!(matches!(*state.borrow_and_update(), CertState::Valid { .. }));
+    assert_eq!(
+        first.not_after.duration_since(first.not_before).unwrap(),
+        LIFETIME
+    );
+    assert!(matches!(
+        *state.borrow_and_update(),
+        CertState::Valid { .. }
+    ));
     let old = rig.files();
     let mode = std::fs::metadata(rig.dir.path().join(KEY_FILE)).unwrap();
-    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o600);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
 
     let renewing = tokio::spawn(client.renew(first, stop.clone()));
     let asked_again = rig.asked.recv().await.unwrap();
@@ -172,7 +189,11 @@ async fn a_denial_or_an_error_is_retried_with_backoff_and_shown_until_a_certific
     let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
     assert_eq!(
         gaps,
-        [Duration::from_secs(2), Duration::from_secs(4), Duration::from_secs(8)]
+        [
+            Duration::from_secs(2),
+            Duration::from_secs(4),
+            Duration::from_secs(8)
+        ]
     );
     let (_client, validity) = waiting.await.unwrap();
     assert!(validity.is_some());
@@ -183,7 +204,9 @@ async fn a_denial_or_an_error_is_retried_with_backoff_and_shown_until_a_certific
 async fn readiness_says_why_there_is_no_certificate_yet() {
     let mut rig = rig(&[Next::Deny]);
     let (mut client, mut state) = rig.client();
-    assert!(matches!(&*state.borrow(), CertState::Waiting(why) if why.contains("no gossip certificate yet")));
+    assert!(
+        matches!(&*state.borrow(), CertState::Waiting(why) if why.contains("no gossip certificate yet"))
+    );
     let stop = CancellationToken::new();
     let task = {
         let stop = stop.clone();
@@ -195,7 +218,10 @@ async fn readiness_says_why_there_is_no_certificate_yet() {
         CertState::Waiting(why) => why.clone(),
         other => panic!("{other:?}"),
     };
-    assert!(why.contains("NameMismatch") && why.contains("names another node"), "{why}");
+    assert!(
+        why.contains("NameMismatch") && why.contains("names another node"),
+        "{why}"
+    );
     stop.cancel();
     assert_eq!(task.await.unwrap(), None);
     assert!(!rig.dir.path().join(CERT_FILE).exists());
@@ -208,13 +234,22 @@ async fn a_certificate_for_another_node_is_never_written() {
     let (mut client, _state) = rig.client();
     let validity = client.first(&CancellationToken::new()).await.unwrap();
     rig.asked.recv().await.unwrap();
-    assert_eq!(rig.asked.recv().await.unwrap() - start, Duration::from_secs(2));
+    assert_eq!(
+        rig.asked.recv().await.unwrap() - start,
+        Duration::from_secs(2)
+    );
     let (_, cert) = rig.files();
-    assert_eq!(check(&cert, "node-a", &der_key(&rig), (rig.clock)()).unwrap(), validity);
+    assert_eq!(
+        check(&cert, "node-a", &der_key(&rig), (rig.clock)()).unwrap(),
+        validity
+    );
 }
 
 fn der_key(rig: &Rig) -> Vec<u8> {
-    KeyPair::from_pem(&rig.files().0).unwrap().public_key_raw().to_vec()
+    KeyPair::from_pem(&rig.files().0)
+        .unwrap()
+        .public_key_raw()
+        .to_vec()
 }
 
 #[tokio::test(start_paused = true)]
@@ -237,7 +272,10 @@ async fn a_certificate_a_previous_run_left_is_used_until_it_is_due() {
     let (mut late, _) = rig.client();
     let renewed = late.first(&CancellationToken::new()).await.unwrap();
     assert_ne!(renewed, first);
-    assert_eq!(rig.asked.recv().await.unwrap() - start, HOUR * 2 + Duration::from_secs(1));
+    assert_eq!(
+        rig.asked.recv().await.unwrap() - start,
+        HOUR * 2 + Duration::from_secs(1)
+    );
 }
 
 #[test]
@@ -249,9 +287,21 @@ fn only_a_live_certificate_for_this_node_and_key_passes() {
     let mine = rig.signer.sign(&csr, "node-a");
     assert!(check(&mine, "node-a", key.public_key_raw(), now).is_ok());
     let other_node = rig.signer.sign(&csr, "node-b");
-    assert!(check(&other_node, "node-a", key.public_key_raw(), now).unwrap_err().contains("names"));
+    assert!(
+        check(&other_node, "node-a", key.public_key_raw(), now)
+            .unwrap_err()
+            .contains("names")
+    );
     let other_key = KeyPair::generate().unwrap();
-    assert!(check(&mine, "node-a", other_key.public_key_raw(), now).unwrap_err().contains("key"));
-    assert!(check(&mine, "node-a", key.public_key_raw(), now + LIFETIME).unwrap_err().contains("expired"));
+    assert!(
+        check(&mine, "node-a", other_key.public_key_raw(), now)
+            .unwrap_err()
+            .contains("key")
+    );
+    assert!(
+        check(&mine, "node-a", key.public_key_raw(), now + LIFETIME)
+            .unwrap_err()
+            .contains("expired")
+    );
     assert!(check("garbage", "node-a", key.public_key_raw(), now).is_err());
 }

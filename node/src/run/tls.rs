@@ -70,7 +70,12 @@ pub async fn prepare(
     let alive: Liveness = Arc::new(|| async { Ok(()) }.boxed());
     let (addr, http) = health::serve(
         args.http.http_addr,
-        health::router(metrics.clone(), alive, readiness.clone(), "no gossip certificate yet"),
+        health::router(
+            metrics.clone(),
+            alive,
+            readiness.clone(),
+            "no gossip certificate yet",
+        ),
         stop_http.clone(),
     )
     .await
