@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use rcgen::{CertificateSigningRequestParams, IsCa, PublicKey, PublicKeyData as _, SanType};
+use rcgen::{CertificateSigningRequestParams, IsCa, PublicKey, SanType};
 use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::oid_registry::{OID_EC_P256, OID_KEY_TYPE_EC_PUBLIC_KEY};
 use x509_parser::prelude::FromDer as _;

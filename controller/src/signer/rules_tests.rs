@@ -2,7 +2,7 @@
 //! granted exactly what the rules allow.
 
 use proptest::prelude::*;
-use rcgen::{CertificateParams, DnType, KeyPair, SanType};
+use rcgen::{CertificateParams, DnType, KeyPair, PublicKeyData as _, SanType};
 
 use super::*;
 

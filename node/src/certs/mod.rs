@@ -144,14 +144,14 @@ impl CertClient {
     /// for renewal, else a new one. `None` if stopped first.
     pub async fn first(&mut self, stop: &CancellationToken) -> Option<Validity> {
         let now = (self.clock)();
-        if let Some(validity) = on_disk(&self.dir, &self.node, now) {
-            if schedule::renew_at(validity.not_before, validity.not_after) > now {
-                info!(node = %self.node, dir = %self.dir.display(), "using the gossip certificate a previous run was issued");
-                self.state.send_replace(CertState::Valid {
-                    not_after: validity.not_after,
-                });
-                return Some(validity);
-            }
+        if let Some(validity) = on_disk(&self.dir, &self.node, now)
+            && schedule::renew_at(validity.not_before, validity.not_after) > now
+        {
+            info!(node = %self.node, dir = %self.dir.display(), "using the gossip certificate a previous run was issued");
+            self.state.send_replace(CertState::Valid {
+                not_after: validity.not_after,
+            });
+            return Some(validity);
         }
         self.obtain(None, stop).await
     }
