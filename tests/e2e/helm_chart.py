@@ -171,41 +171,67 @@ def grants(role: dict[str, Any], group: str, resource: str, verb: str) -> bool:
     )
 
 
-def can_i(namespace: str, service_account: str, verb: str, what: str) -> bool:
-    """`kubectl auth can-i` as the ServiceAccount (the API server's own answer)."""
-    user = f"system:serviceaccount:{namespace}:{service_account}"
-    out = kubectl(["auth", "can-i", verb, what, "-n", namespace, f"--as={user}"], check=False)
-    return out.stdout.strip() == "yes"
+def allowed(namespace: str, service_account: str, verb: str, group: str, resource: str,
+            name: str = "", where: str = "") -> bool:
+    """The API server's own answer (a SubjectAccessReview) for the ServiceAccount: one
+    that names the object exactly, as `kubectl auth can-i` cannot for a signer name
+    with a slash."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{namespace}:{service_account}",
+            "groups": [
+                "system:serviceaccounts",
+                f"system:serviceaccounts:{namespace}",
+                "system:authenticated",
+            ],
+            "resourceAttributes": {
+                "group": group,
+                "resource": resource,
+                "verb": verb,
+                "name": name,
+                "namespace": where,
+            },
+        },
+    }
+    done = kubectl(["create", "-f", "-", "-o", "json"], stdin=json.dumps(review))
+    return bool(json.loads(done.stdout).get("status", {}).get("allowed", False))
 
 
 def expect_ca_key_private(objects: dict[ObjectId, dict[str, Any]], namespace: str) -> None:
     """tls.mode csr (the default): the controller may read the gossip CA Secret and sign
-    for our signer; no node daemon may read the Secret, and nodes may only ask."""
+    for our signer; no node daemon may read the Secret, approve or sign: it may only ask."""
     node = one(objects, "ServiceAccount", "-node")["metadata"]["name"]
     controller = one(objects, "ServiceAccount", "-controller")["metadata"]["name"]
-    secret = "secret/domaind-gossip-ca"
-    signer = "signers.certificates.k8s.io/domaind.github.io/gossip-node"
+    secret = ("", "secrets", "domaind-gossip-ca", namespace)
+    signer = ("certificates.k8s.io", "signers", "domaind.github.io/gossip-node", "")
+    other_signer = ("certificates.k8s.io", "signers", "kubernetes.io/kube-apiserver-client", "")
+    csrs = ("certificates.k8s.io", "certificatesigningrequests", "", "")
     wanted = [
         (controller, "get", secret, True),
-        (controller, "sign", signer, True),
         (controller, "approve", signer, True),
+        (controller, "sign", signer, True),
+        (controller, "approve", other_signer, False),
+        (controller, "sign", other_signer, False),
         (node, "get", secret, False),
-        (node, "list", "secrets", False),
-        (node, "sign", signer, False),
+        (node, "list", ("", "secrets", "", namespace), False),
         (node, "approve", signer, False),
-        (node, "create", "certificatesigningrequests.certificates.k8s.io", True),
+        (node, "sign", signer, False),
+        (node, "create", csrs, True),
+        (node, "update", ("certificates.k8s.io", "certificatesigningrequests", "", ""), False),
     ]
     wrong = [
-        f"{sa} {verb} {what}: {'no' if allowed else 'yes'}"
-        for sa, verb, what, allowed in wanted
-        if can_i(namespace, sa, verb, what) != allowed
+        f"{sa} {verb} {what}: {'no' if want else 'yes'}"
+        for sa, verb, what, want in wanted
+        if allowed(namespace, sa, verb, *what) != want
     ]
     if wrong:
         raise E2EError(f"the gossip CA's RBAC is not as the chart means it: {wrong}")
     log(
-        "tls.mode csr: the controller may read the gossip CA Secret and sign for "
-        "domaind.github.io/gossip-node; node daemons may not read Secrets, approve or "
-        "sign, only create CSRs (kubectl auth can-i)"
+        "tls.mode csr: the controller may read the gossip CA Secret and approve and sign "
+        "for domaind.github.io/gossip-node only; node daemons may not read Secrets, "
+        "approve or sign, only create CSRs (SubjectAccessReviews)"
     )
 
 
