@@ -9,13 +9,16 @@
 //!   the controller publishes in its ConfigMap (gossip's own loader checks both);
 //! - a CSR naming another node is denied `NameMismatch`, with a Warning event;
 //! - a token not bound to a pod is denied `NotBoundToNode`;
-//! - another ServiceAccount's pod on the node is denied `NotNodeDaemon`.
+//! - another ServiceAccount's pod on the node is denied `NotNodeDaemon`;
+//! - a `domaind run --tls-mode csr` with the pod-bound token waits (with `/readyz`
+//!   saying why) until the signer runs, then gets its certificate and is ready.
 //!
 //! In CI (`DOMAIND_E2E_CONTROLLER_KUBECONFIG`, `DOMAIND_E2E_NODE_KUBECONFIG`) the
 //! controller runs with the chart's RBAC and the node daemon's ServiceAccount is the
 //! chart's; otherwise the test makes a ServiceAccount and the CSR rule itself.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +29,7 @@ use domaind_kube_api::names::{
 };
 use domaind_node::certs::kube::{KubeSigner, csr_object};
 use domaind_node::certs::{self, CertClient};
+use domaind_node::rack::{LocalRack, RackSpec, short_temp_dir};
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
@@ -217,30 +221,6 @@ async fn nodes_get_certificates_for_their_own_node_only() {
         .await
         .unwrap();
 
-    // The signer, with --leader-elect=false: another test's controller may hold the
-    // chart's Lease.
-    let args: Vec<String> = [
-        "--leader-elect=false",
-        "--node-service-account",
-        &setup.node_sa,
-        "--node-service-account-namespace",
-        ns,
-        "--gossip-ca-namespace",
-        ns,
-        "--node-cert-lifetime",
-        "2h",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
-    let controller = spawn_controller_with(
-        &domaind_e2e::binaries().domaind,
-        &args,
-        controller_kubeconfig,
-        tmp.path(),
-        "controller",
-    );
-
     // A node, and the node daemon's pod on it.
     let node = format!("c-node-{pid}");
     let node_object: Node = serde_json::from_value(json!({"metadata": {"name": node}})).unwrap();
@@ -267,6 +247,83 @@ async fn nodes_get_certificates_for_their_own_node_only() {
         extra.get(NODE_NAME_EXTRA),
         Some(&vec![node.clone()]),
         "the pod-bound token names the node: {extra:?}"
+    );
+
+    // (e, first half) A node daemon in csr mode with that token, before any signer
+    // runs: it waits, /healthz answers and /readyz says why it is not ready.
+    let bundle_file = tmp.path().join("bundle").join("ca.crt");
+    let kubeconfig = tmp.path().join("bound.kubeconfig");
+    write_token_kubeconfig(
+        &kubeconfig,
+        &token(&admin, ns, &setup.node_sa, Some(&daemon_pod)).await,
+    );
+    let rack_root = short_temp_dir("cert").unwrap();
+    let mut spec = RackSpec::self_contained(
+        1,
+        domaind_e2e::binaries().domaind.clone(),
+        rack_root.path().join("rack"),
+    );
+    spec.names = Some(vec![node.clone()]);
+    spec.ips = Some(vec![IpAddr::from([127, 0, 121, 1])]);
+    spec.env = vec![
+        ("KUBECONFIG".into(), kubeconfig.display().to_string()),
+        ("NO_COLOR".into(), "1".into()),
+    ];
+    spec.extra_args = [
+        "--tls-mode",
+        "csr",
+        "--tls-ca-file",
+        &bundle_file.display().to_string(),
+        "--csr-lifetime",
+        "1h",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let mut rack = LocalRack::create(spec).unwrap();
+    // The rack's own development certificate is not what this daemon may use.
+    let daemon_tls = rack.node(0).dir().join("tls");
+    std::fs::remove_file(daemon_tls.join("tls.crt")).unwrap();
+    std::fs::remove_file(daemon_tls.join("tls.key")).unwrap();
+    rack.start(0).unwrap();
+    let log = rack.node(0).log_path();
+    let interim = wait_for("the daemon serves /readyz while it waits", || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let addr = text
+            .lines()
+            .find(|l| l.contains("waiting for this node's gossip certificate"))
+            .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("http=")))
+            .map(str::to_string);
+        (addr.is_some(), addr.unwrap_or(text))
+    })
+    .await;
+    let (code, body) = http_get(&interim, "/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("no gossip certificate"), "{body}");
+    assert_eq!(http_get(&interim, "/healthz").0, 200);
+
+    // The signer, with --leader-elect=false: another test's controller may hold the
+    // chart's Lease.
+    let args: Vec<String> = [
+        "--leader-elect=false",
+        "--node-service-account",
+        &setup.node_sa,
+        "--node-service-account-namespace",
+        ns,
+        "--gossip-ca-namespace",
+        ns,
+        "--node-cert-lifetime",
+        "2h",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let controller = spawn_controller_with(
+        &domaind_e2e::binaries().domaind,
+        &args,
+        controller_kubeconfig,
+        tmp.path(),
+        "controller",
     );
 
     // (a) The node's CSR client gets a certificate for its node.
@@ -362,6 +419,21 @@ async fn nodes_get_certificates_for_their_own_node_only() {
         "NotNodeDaemon"
     );
 
+    // (e, second half) The daemon got its certificate once the signer ran, and gossips
+    // with it: ready, its files name its node and chain to the published CA.
+    std::fs::create_dir_all(bundle_file.parent().unwrap()).unwrap();
+    std::fs::write(&bundle_file, &bundle).unwrap();
+    let info = tokio::task::block_in_place(|| rack.wait_ready(0, LIMIT)).unwrap();
+    let daemon_paths = TlsPaths {
+        ca_cert: bundle_file.clone(),
+        cert: daemon_tls.join("tls.crt"),
+        key: daemon_tls.join("tls.key"),
+    };
+    NodeTls::load(daemon_paths, NodeName::new(&node).unwrap()).unwrap();
+    let (code, body) = http_get(&info.http_addr.to_string(), "/readyz");
+    assert_eq!(code, 200, "{body}");
+    drop(rack);
+
     drop(controller);
     cleanup(&admin, &setup, &node, pid, &[&daemon_pod, &other_pod]).await;
 }
@@ -395,4 +467,42 @@ async fn cleanup(admin: &Client, setup: &Setup, node: &str, pid: u32, pods: &[&P
             .delete(&format!("c-other-{pid}"), &gone)
             .await;
     }
+}
+
+/// A kubeconfig for `KUBECONFIG`'s API server that authenticates with `token` alone.
+fn write_token_kubeconfig(path: &std::path::Path, token: &str) {
+    let admin = Kubeconfig::read().unwrap();
+    let cluster = admin.clusters.first().expect("KUBECONFIG names a cluster");
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [serde_json::to_value(cluster).unwrap()],
+        "users": [{"name": "bound", "user": {"token": token}}],
+        "contexts": [{"name": "bound", "context": {"cluster": cluster.name, "user": "bound"}}],
+        "current-context": "bound",
+    });
+    std::fs::write(path, serde_json::to_vec(&config).unwrap()).unwrap();
+}
+
+/// One plain HTTP/1.0 GET: the status code and the body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (code, body)
 }
