@@ -180,47 +180,14 @@ fn request_of(csr: &CertificateSigningRequest) -> Request<'_> {
 }
 
 async fn look_at(csr: &CertificateSigningRequest, ctx: &Context) -> Result<Action, SignError> {
+    let stage = stage(csr);
+    if stage == Stage::Done {
+        return Ok(Action::await_change());
+    }
     let name = csr.name_any();
-    let decision = decide(&ctx.settings.policy, &request_of(csr));
-    match (stage(csr), decision) {
-        (Stage::Done, _) => Ok(Action::await_change()),
-        (Stage::Undecided, Err(refusal)) => {
-            let written = write_condition(
-                ctx,
-                csr,
-                "approval",
-                "Denied",
-                refusal.rule.reason(),
-                &refusal.message,
-            )
-            .await?;
-            if written.is_some() {
-                count("denied", refusal.rule.reason());
-                warn!(csr = %name, reason = refusal.rule.reason(), message = %refusal.message, "denied a node certificate request");
-                warn_event(ctx, csr, refusal.rule.reason(), "Deny", &refusal.message).await;
-            }
-            Ok(Action::await_change())
-        }
-        (Stage::Approved, Err(refusal)) => {
-            // Approved by someone else, against our rules: never signed.
-            let message = format!("approved, but refused by the signer: {}", refusal.message);
-            let written = write_condition(
-                ctx,
-                csr,
-                "status",
-                "Failed",
-                csr_reason::REFUSED_AFTER_APPROVAL,
-                &message,
-            )
-            .await?;
-            if written.is_some() {
-                count("failed", refusal.rule.reason());
-                warn!(csr = %name, reason = refusal.rule.reason(), %message, "refused to sign an approved request");
-                warn_event(ctx, csr, refusal.rule.reason(), "Sign", &message).await;
-            }
-            Ok(Action::await_change())
-        }
-        (Stage::Undecided, Ok(grant)) => {
+    match (stage, decide(&ctx.settings.policy, &request_of(csr))) {
+        (Stage::Approved, Ok(grant)) => sign(ctx, csr, &grant).await,
+        (_, Ok(grant)) => {
             let message = format!("a gossip certificate for node {}", grant.node);
             match write_condition(
                 ctx,
@@ -236,7 +203,32 @@ async fn look_at(csr: &CertificateSigningRequest, ctx: &Context) -> Result<Actio
                 None => Ok(Action::await_change()),
             }
         }
-        (Stage::Approved, Ok(grant)) => sign(ctx, csr, &grant).await,
+        (Stage::Approved, Err(refusal)) => {
+            // Approved by someone else, against our rules: never signed.
+            let message = format!("approved, but refused by the signer: {}", refusal.message);
+            let reason = csr_reason::REFUSED_AFTER_APPROVAL;
+            if write_condition(ctx, csr, "status", "Failed", reason, &message)
+                .await?
+                .is_some()
+            {
+                count("failed", refusal.rule.reason());
+                warn!(csr = %name, reason = refusal.rule.reason(), %message, "refused to sign an approved request");
+                warn_event(ctx, csr, refusal.rule.reason(), "Sign", &message).await;
+            }
+            Ok(Action::await_change())
+        }
+        (_, Err(refusal)) => {
+            let reason = refusal.rule.reason();
+            if write_condition(ctx, csr, "approval", "Denied", reason, &refusal.message)
+                .await?
+                .is_some()
+            {
+                count("denied", reason);
+                warn!(csr = %name, reason, message = %refusal.message, "denied a node certificate request");
+                warn_event(ctx, csr, reason, "Deny", &refusal.message).await;
+            }
+            Ok(Action::await_change())
+        }
     }
 }
 
@@ -346,3 +338,6 @@ async fn warn_event(
         warn!(csr = %csr.name_any(), %error, "cannot record the CSR's event");
     }
 }
+
+#[cfg(test)]
+mod tests;
