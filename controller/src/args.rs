@@ -8,7 +8,9 @@ use clap::{ArgAction, Args};
 use crate::leader::Timing;
 use crate::reconcile;
 use domaind_kube_api::args::{ControllerHttp, HttpArgs, KubeArgs};
-use domaind_kube_api::names::{CLIQUE_LABEL, DEFAULT_CHANNEL_DEVICE_CLASS};
+use domaind_kube_api::names::{
+    CLIQUE_LABEL, DEFAULT_CHANNEL_DEVICE_CLASS, GOSSIP_CA_BUNDLE, GOSSIP_CA_SECRET,
+};
 
 #[derive(Debug, Clone, Args)]
 pub struct ControllerArgs {
@@ -86,6 +88,45 @@ pub struct ControllerArgs {
     /// Lease is released so that the other replica takes over at once.
     #[arg(long, env = "DOMAIND_SHUTDOWN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_timeout: Duration,
+
+    /// The node daemons' ServiceAccount: sign the gossip node certificates it requests
+    /// (CertificateSigningRequests of signerName domaind.github.io/gossip-node). Unset:
+    /// no signer runs.
+    #[arg(long, env = "DOMAIND_NODE_SERVICE_ACCOUNT")]
+    pub node_service_account: Option<String>,
+
+    /// The node daemons' ServiceAccount's namespace. Default: --gossip-ca-namespace's.
+    #[arg(long, env = "DOMAIND_NODE_SERVICE_ACCOUNT_NAMESPACE")]
+    pub node_service_account_namespace: Option<String>,
+
+    /// The Secret (type kubernetes.io/tls) holding the gossip CA the signer signs with;
+    /// made if missing. Only the controller should be able to read it.
+    #[arg(long, env = "DOMAIND_GOSSIP_CA_SECRET", default_value = GOSSIP_CA_SECRET)]
+    pub gossip_ca_secret: String,
+
+    /// The ConfigMap the signer keeps equal to the CA's certificate (key ca.crt), for
+    /// the nodes to mount.
+    #[arg(long, env = "DOMAIND_GOSSIP_CA_BUNDLE", default_value = GOSSIP_CA_BUNDLE)]
+    pub gossip_ca_bundle: String,
+
+    /// The namespace of the CA Secret and its bundle. Default: the pod's own namespace in
+    /// a cluster, or the kubeconfig context's namespace.
+    #[arg(long, env = "DOMAIND_GOSSIP_CA_NAMESPACE")]
+    pub gossip_ca_namespace: Option<String>,
+
+    /// How long a node certificate is valid: the lifetime of one whose request names
+    /// none, and the most a request may ask for. Nodes renew at two thirds of it.
+    #[arg(long, env = "DOMAIND_NODE_CERT_LIFETIME", default_value = "24h", value_parser = parse_lifetime)]
+    pub node_cert_lifetime: Duration,
+}
+
+/// At least the 10 minutes the API server allows `expirationSeconds` to ask for.
+fn parse_lifetime(value: &str) -> Result<Duration, String> {
+    let lifetime = humantime::parse_duration(value).map_err(|e| e.to_string())?;
+    if lifetime < Duration::from_secs(600) {
+        return Err("a node certificate lives at least 10m".into());
+    }
+    Ok(lifetime)
 }
 
 impl ControllerArgs {

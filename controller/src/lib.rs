@@ -14,6 +14,7 @@
 //! | `backoff` | retries after errors |
 //! | `leader` | Lease-based leader election |
 //! | `rack` | rack mode |
+//! | `signer` | gossip node certificates: the CSR signer and the CA bundle |
 //! | `args` | flags |
 
 mod args;
@@ -25,6 +26,7 @@ mod membership;
 mod metrics;
 pub mod rack;
 mod reconcile;
+pub mod signer;
 mod template;
 
 #[cfg(test)]
@@ -209,6 +211,10 @@ async fn lead(client: Client, args: &ControllerArgs, identity: &str, term: Cance
             term.clone(),
         ))
     });
+    let signer = signer_settings(args, client.default_namespace()).map(|settings| {
+        let (client, identity, term) = (client.clone(), identity.to_string(), term.clone());
+        tokio::spawn(async move { signer::run(client, settings, &identity, term).await })
+    });
     let shutdown_timeout = args.shutdown_timeout;
     let run = controller
         .run(reconcile, error_policy, ctx)
@@ -233,6 +239,35 @@ async fn lead(client: Client, args: &ControllerArgs, identity: &str, term: Cance
     if let Some(rack) = rack {
         let _ = rack.await;
     }
+    if let Some(signer) = signer {
+        let _ = signer.await;
+    }
+}
+
+/// The signer's settings, when `--node-service-account` asks for one.
+fn signer_settings(
+    args: &ControllerArgs,
+    default_namespace: &str,
+) -> Option<signer::SignerSettings> {
+    let service_account = args.node_service_account.as_deref()?;
+    let namespace = args
+        .gossip_ca_namespace
+        .clone()
+        .unwrap_or_else(|| default_namespace.to_string());
+    let sa_namespace = args
+        .node_service_account_namespace
+        .clone()
+        .unwrap_or_else(|| namespace.clone());
+    Some(signer::SignerSettings {
+        policy: signer::Policy::new(&sa_namespace, service_account, args.node_cert_lifetime),
+        bundle: signer::BundleSettings {
+            namespace,
+            secret: args.gossip_ca_secret.clone(),
+            config_map: args.gossip_ca_bundle.clone(),
+            resync: Duration::from_secs(60),
+        },
+        api_timeout: args.kube.kube_api_timeout,
+    })
 }
 
 /// Alive while the elector's loop turns (a slow API server is not a reason to restart;

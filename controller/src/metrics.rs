@@ -12,3 +12,10 @@ pub const LEADER: &str = "domaind_controller_leader";
 pub const LEADERSHIP_ACQUIRED: &str = "domaind_controller_leadership_acquired_total";
 pub const LEASE_ERRORS: &str = "domaind_controller_lease_errors_total";
 pub const RACK_DOMAINS_CREATED: &str = "domaind_controller_rack_domains_created_total";
+/// The signer's decisions: `decision` approved, denied or failed (approved by someone
+/// else against our rules); `reason` the rule.
+pub const CSR_DECISIONS: &str = "domaind_controller_csr_decisions_total";
+/// CSRs the signer could not act on (API errors), retried with backoff.
+pub const CSR_ERRORS: &str = "domaind_controller_csr_errors_total";
+/// Failures to load the gossip CA or publish its bundle.
+pub const CA_BUNDLE_ERRORS: &str = "domaind_controller_ca_bundle_errors_total";

@@ -55,3 +55,40 @@ pub mod reason {
     pub const WAITING_FOR_MEMBERS: &str = "WaitingForMembers";
     pub const DOMAIN_CREATED: &str = "DomainCreated";
 }
+
+/// The signerName of gossip node certificates: the controller signs the
+/// CertificateSigningRequests that name it, the node daemons ask under it. Under the
+/// GitHub organisation's domain, which is ours; `kubernetes.io/` is Kubernetes' own.
+pub const GOSSIP_SIGNER: &str = "domaind.github.io/gossip-node";
+
+/// The usages a gossip node certificate is requested and issued with, in the API's
+/// spelling: ECDSA keys sign (no key encipherment, an RSA key-transport usage), and
+/// every node is both the TLS client and the server of its peers.
+pub const GOSSIP_CERT_USAGES: [&str; 3] = ["digital signature", "server auth", "client auth"];
+
+/// The `spec.extra` key the API server fills with the node a pod-bound ServiceAccount
+/// token's pod runs on. A token not bound to a pod has none.
+pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+
+/// The ConfigMap the controller keeps equal to the gossip CA's certificate, and its key;
+/// the node daemons mount it. Never the key.
+pub const GOSSIP_CA_BUNDLE: &str = "domaind-gossip-ca-bundle";
+pub const GOSSIP_CA_BUNDLE_KEY: &str = "ca.crt";
+
+/// The controller's default Secret (type `kubernetes.io/tls`) holding the gossip CA.
+pub const GOSSIP_CA_SECRET: &str = "domaind-gossip-ca";
+
+/// Why the controller denies a node's CertificateSigningRequest: one reason per rule,
+/// in the CSR's `Denied` condition, its Warning event and the decisions metric.
+pub mod csr_reason {
+    pub const NOT_NODE_DAEMON: &str = "NotNodeDaemon";
+    pub const NOT_BOUND_TO_NODE: &str = "NotBoundToNode";
+    pub const BAD_REQUEST: &str = "BadRequest";
+    pub const BAD_KEY: &str = "BadKey";
+    pub const NAME_MISMATCH: &str = "NameMismatch";
+    pub const BAD_USAGES: &str = "BadUsages";
+    /// The reason of the `Approved` condition.
+    pub const APPROVED: &str = "NodeCertificateApproved";
+    /// Someone else approved a CSR our rules refuse: it gets `Failed`, never a certificate.
+    pub const REFUSED_AFTER_APPROVAL: &str = "RefusedAfterApproval";
+}

@@ -8,6 +8,7 @@
 
 mod atomic_file;
 pub mod cdi;
+pub mod certs;
 pub mod checkpoint;
 pub mod contract;
 pub mod devices;

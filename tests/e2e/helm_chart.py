@@ -171,6 +171,70 @@ def grants(role: dict[str, Any], group: str, resource: str, verb: str) -> bool:
     )
 
 
+def allowed(namespace: str, service_account: str, verb: str, group: str, resource: str,
+            name: str = "", where: str = "") -> bool:
+    """The API server's own answer (a SubjectAccessReview) for the ServiceAccount: one
+    that names the object exactly, as `kubectl auth can-i` cannot for a signer name
+    with a slash."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{namespace}:{service_account}",
+            "groups": [
+                "system:serviceaccounts",
+                f"system:serviceaccounts:{namespace}",
+                "system:authenticated",
+            ],
+            "resourceAttributes": {
+                "group": group,
+                "resource": resource,
+                "verb": verb,
+                "name": name,
+                "namespace": where,
+            },
+        },
+    }
+    done = kubectl(["create", "-f", "-", "-o", "json"], stdin=json.dumps(review))
+    return bool(json.loads(done.stdout).get("status", {}).get("allowed", False))
+
+
+def expect_ca_key_private(objects: dict[ObjectId, dict[str, Any]], namespace: str) -> None:
+    """tls.mode csr (the default): the controller may read the gossip CA Secret and sign
+    for our signer; no node daemon may read the Secret, approve or sign: it may only ask."""
+    node = one(objects, "ServiceAccount", "-node")["metadata"]["name"]
+    controller = one(objects, "ServiceAccount", "-controller")["metadata"]["name"]
+    secret = ("", "secrets", "domaind-gossip-ca", namespace)
+    signer = ("certificates.k8s.io", "signers", "domaind.github.io/gossip-node", "")
+    other_signer = ("certificates.k8s.io", "signers", "kubernetes.io/kube-apiserver-client", "")
+    csrs = ("certificates.k8s.io", "certificatesigningrequests", "", "")
+    wanted = [
+        (controller, "get", secret, True),
+        (controller, "approve", signer, True),
+        (controller, "sign", signer, True),
+        (controller, "approve", other_signer, False),
+        (controller, "sign", other_signer, False),
+        (node, "get", secret, False),
+        (node, "list", ("", "secrets", "", namespace), False),
+        (node, "approve", signer, False),
+        (node, "sign", signer, False),
+        (node, "create", csrs, True),
+        (node, "update", ("certificates.k8s.io", "certificatesigningrequests", "", ""), False),
+    ]
+    wrong = [
+        f"{sa} {verb} {what}: {'no' if want else 'yes'}"
+        for sa, verb, what, want in wanted
+        if allowed(namespace, sa, verb, *what) != want
+    ]
+    if wrong:
+        raise E2EError(f"the gossip CA's RBAC is not as the chart means it: {wrong}")
+    log(
+        "tls.mode csr: the controller may read the gossip CA Secret and approve and sign "
+        "for domaind.github.io/gossip-node only; node daemons may not read Secrets, "
+        "approve or sign, only create CSRs (SubjectAccessReviews)"
+    )
+
+
 def by_label(kinds: str, selector: str, namespace: str | None) -> list[str]:
     where = ["-n", namespace] if namespace else []
     found = items(["get", kinds, *where, "-l", selector])
@@ -304,6 +368,7 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         ds = one(live1, "DaemonSet", "-node")
         ds_uid = ds["metadata"]["uid"]
         expect_pods_admitted(ds, one(live1, "Deployment", "-controller"), release.namespace)
+        expect_ca_key_private(live1, release.namespace)
 
         # 2. upgrade
         rel2 = timed("upgrade", release.upgrade, UPGRADE_VALUES)

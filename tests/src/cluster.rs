@@ -232,6 +232,26 @@ pub fn spawn_controller(
         .unwrap()
 }
 
+/// A `domaind controller` with `args` (after `controller --http-addr 127.0.0.1:0`),
+/// logging to `log_dir/<name>.log` and `.err`.
+pub fn spawn_controller_with(
+    domaind: &std::path::Path,
+    args: &[String],
+    kubeconfig: Vec<(String, String)>,
+    log_dir: &std::path::Path,
+    name: &str,
+) -> Controller {
+    std::process::Command::new(domaind)
+        .args(["controller", "--http-addr", "127.0.0.1:0"])
+        .args(args)
+        .envs(kubeconfig)
+        .stdout(std::fs::File::create(log_dir.join(format!("{name}.log"))).unwrap())
+        .stderr(std::fs::File::create(log_dir.join(format!("{name}.err"))).unwrap())
+        .spawn()
+        .map(Controller)
+        .unwrap()
+}
+
 /// A namespace of the test's own.
 pub async fn create_namespace(client: &Client, name: &str) {
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())

@@ -4,7 +4,9 @@
 //! - `kube`: the node daemons and the controller against the real API server.
 //! - `kubelet`: the same with real kubelets, NVIDIA's blog workload and a node loss.
 //! - `formation`: the formation benchmark on real Kubernetes (ignored; run by hand).
+//! - `certs`: gossip node certificates through the CSR signer on the real API server.
 
+mod certs;
 mod formation;
 mod kube;
 mod kubelet;

@@ -57,9 +57,31 @@ pub struct RunArgs {
     pub gossip_push_fanout: usize,
 
     /// Directory with this node's gossip TLS files: ca.crt, tls.crt and tls.key (as a
-    /// cert-manager Secret mounts them). Reloaded when they change.
+    /// cert-manager Secret mounts them). Reloaded when they change. With --tls-mode csr
+    /// the daemon writes tls.key (0600) and tls.crt here itself.
     #[arg(long, env = "DOMAIND_TLS_DIR", default_value = "/etc/domaind/tls")]
     pub tls_dir: PathBuf,
+
+    /// Where the node's certificate comes from: `files` (--tls-dir, put there by
+    /// someone else) or `csr` (asked of the cluster's signer, the controller, through a
+    /// CertificateSigningRequest, and renewed at two thirds of its life; needs the
+    /// Kubernetes API and a ServiceAccount token bound to this node's pod).
+    #[arg(long, env = "DOMAIND_TLS_MODE", value_enum, default_value_t = TlsMode::Files)]
+    pub tls_mode: TlsMode,
+
+    /// The CA certificate peers' certificates must chain to. Default: ca.crt in
+    /// --tls-dir. With --tls-mode csr, the controller's CA bundle ConfigMap mounted as a
+    /// file; reloaded when it changes.
+    #[arg(long, env = "DOMAIND_TLS_CA_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+
+    /// --tls-mode csr: the lifetime each request asks for (the signer may give less).
+    #[arg(long, env = "DOMAIND_CSR_LIFETIME", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub csr_lifetime: Duration,
+
+    /// --tls-mode csr: how long to wait for the signer's answer before asking again.
+    #[arg(long, env = "DOMAIND_CSR_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub csr_timeout: Duration,
 
     /// The kubelet's plugins directory: the DRA socket is <dir>/<driver>/dra.sock.
     #[arg(
@@ -244,6 +266,14 @@ pub enum Backend {
     Local,
     /// The Kubernetes API server.
     Kube,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TlsMode {
+    /// tls.crt and tls.key from --tls-dir, as someone else put them there.
+    Files,
+    /// Asked of the cluster's signer and renewed by the daemon.
+    Csr,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

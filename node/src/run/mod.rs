@@ -12,6 +12,7 @@ mod args;
 mod http;
 mod info;
 mod state;
+mod tls;
 mod vitals;
 
 use std::net::SocketAddr;
@@ -24,7 +25,7 @@ use anyhow::Context as _;
 use domaind_actors::model::CliqueId;
 use domaind_actors::ports::SystemClock;
 use domaind_actors::{Depart, NodeActor, NodeConfig, Ports};
-use domaind_gossip::tls::{NodeTls, TlsPaths};
+use domaind_gossip::tls::NodeTls;
 use domaind_gossip::transport::TransportLimits;
 use domaind_gossip::{EagerGossip, GossipConfig, GossipNode, cluster_id_for_clique};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -32,7 +33,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs, SlicesOnExit};
+pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs, SlicesOnExit, TlsMode};
 pub use info::RunInfo;
 pub use state::{DomainView, ImexView, NodeView};
 pub use vitals::Vitals;
@@ -86,10 +87,15 @@ async fn serve(
     let node = args.node_name.clone();
     info!(node = %node, ip = %args.pod_ip, backend = ?args.backend, "domaind starting");
 
-    let tls = NodeTls::load(TlsPaths::in_dir(&args.tls_dir), node.clone()).with_context(|| {
+    let stop_certs = CancellationToken::new();
+    let gossip_tls = tls::prepare(&args, &metrics, &stop_certs).await?;
+    let paths = gossip_tls.paths.clone();
+    let tls = NodeTls::load(paths.clone(), node.clone()).with_context(|| {
         format!(
-            "cannot load gossip TLS files for node {node} from {} (ca.crt, tls.crt, tls.key)",
-            args.tls_dir.display()
+            "cannot load gossip TLS files for node {node}: {}, {}, {}",
+            paths.ca_cert.display(),
+            paths.cert.display(),
+            paths.key.display()
         )
     })?;
     let _reloader = tls.spawn_reloader(TLS_RELOAD_INTERVAL);
@@ -296,6 +302,10 @@ async fn serve(
         error!(timeout = ?args.shutdown_timeout, "graceful stop timed out; exiting anyway");
     }
     RunInfo::remove(&args.state_dir);
+    stop_certs.cancel();
+    if let Some(renewal) = gossip_tls.renewal {
+        let _ = renewal.await;
+    }
     stop_http.cancel();
     let _ = http_task.await;
     if let Some(task) = state_task {

@@ -1,0 +1,307 @@
+//! The client against a fake signer, in paused time: the wall clock is derived from
+//! tokio's, so "two thirds of the lifetime" is exact.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use rcgen::{BasicConstraints, CertificateSigningRequestParams, IsCa, Issuer, KeyUsagePurpose};
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+
+use super::*;
+
+const HOUR: Duration = Duration::from_secs(3600);
+const LIFETIME: Duration = Duration::from_secs(3 * 3600);
+
+/// What the fake signer does with the next request.
+#[derive(Debug, Clone, Copy)]
+enum Next {
+    Issue,
+    /// Issue once `release` is notified.
+    IssueWhenReleased,
+    Deny,
+    /// Issue a certificate for another node.
+    IssueForOtherNode,
+    Fail,
+}
+
+/// A signer that signs what it is told to, with the test's clock, and says when asked.
+struct FakeSigner {
+    issuer: Issuer<'static, KeyPair>,
+    clock: Clock,
+    script: Mutex<VecDeque<Next>>,
+    asked: mpsc::UnboundedSender<Instant>,
+    release: Notify,
+}
+
+impl FakeSigner {
+    fn sign(&self, csr_pem: &str, node: &str) -> String {
+        let mut csr = CertificateSigningRequestParams::from_pem(csr_pem).unwrap();
+        csr.params.subject_alt_names = vec![rcgen::SanType::DnsName(node.try_into().unwrap())];
+        let now = time::OffsetDateTime::from((self.clock)());
+        csr.params.not_before = now;
+        csr.params.not_after = now + LIFETIME;
+        csr.signed_by(&self.issuer).unwrap().pem()
+    }
+}
+
+#[async_trait]
+impl Signer for FakeSigner {
+    async fn request(
+        &self,
+        node: &str,
+        csr_pem: &str,
+        lifetime: Duration,
+    ) -> Result<Answer, String> {
+        assert_eq!(lifetime, LIFETIME);
+        self.asked.send(Instant::now()).unwrap();
+        let next = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Next::Issue);
+        match next {
+            Next::Issue => Ok(Answer::Issued(self.sign(csr_pem, node))),
+            Next::IssueWhenReleased => {
+                self.release.notified().await;
+                Ok(Answer::Issued(self.sign(csr_pem, node)))
+            }
+            Next::Deny => Ok(Answer::Denied {
+                reason: "NameMismatch".into(),
+                message: "names another node".into(),
+            }),
+            Next::IssueForOtherNode => Ok(Answer::Issued(self.sign(csr_pem, "node-b"))),
+            Next::Fail => Err("the API server did not answer".into()),
+        }
+    }
+}
+
+struct Rig {
+    dir: tempfile::TempDir,
+    signer: Arc<FakeSigner>,
+    asked: mpsc::UnboundedReceiver<Instant>,
+    clock: Clock,
+}
+
+fn rig(script: &[Next]) -> Rig {
+    let start_wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let start = Instant::now();
+    let clock: Clock = Arc::new(move || start_wall + start.elapsed());
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::default();
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    let (asked_tx, asked) = mpsc::unbounded_channel();
+    let signer = Arc::new(FakeSigner {
+        issuer: Issuer::new(params, key),
+        clock: clock.clone(),
+        script: Mutex::new(script.iter().copied().collect()),
+        asked: asked_tx,
+        release: Notify::new(),
+    });
+    Rig {
+        dir: tempfile::tempdir().unwrap(),
+        signer,
+        asked,
+        clock,
+    }
+}
+
+impl Rig {
+    fn client(&self) -> (CertClient, watch::Receiver<CertState>) {
+        CertClient::new(
+            "node-a",
+            self.dir.path(),
+            LIFETIME,
+            self.signer.clone(),
+            self.clock.clone(),
+            Backoff::new(Duration::from_secs(2), Duration::from_secs(300)),
+        )
+    }
+
+    fn files(&self) -> (String, String) {
+        let read = |name| std::fs::read_to_string(self.dir.path().join(name)).unwrap();
+        (read(KEY_FILE), read(CERT_FILE))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn renews_at_two_thirds_with_a_new_key_and_keeps_the_old_until_the_new_is_issued() {
+    let mut rig = rig(&[Next::Issue, Next::IssueWhenReleased]);
+    let start = Instant::now();
+    let (mut client, mut state) = rig.client();
+    let stop = CancellationToken::new();
+    let first = client.first(&stop).await.unwrap();
+    assert_eq!(rig.asked.recv().await.unwrap(), start);
+    assert_eq!(
+        first.not_after.duration_since(first.not_before).unwrap(),
+        LIFETIME
+    );
+    assert!(matches!(
+        *state.borrow_and_update(),
+        CertState::Valid { .. }
+    ));
+    let old = rig.files();
+    let mode = std::fs::metadata(rig.dir.path().join(KEY_FILE)).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
+
+    let renewing = tokio::spawn(client.renew(first, stop.clone()));
+    let asked_again = rig.asked.recv().await.unwrap();
+    assert_eq!(asked_again - start, HOUR * 2, "two thirds of three hours");
+    // Pending: the old key and certificate stay where gossip reads them.
+    assert_eq!(rig.files(), old);
+    assert!(!state.has_changed().unwrap());
+
+    rig.signer.release.notify_one();
+    state.changed().await.unwrap();
+    let new = rig.files();
+    assert_ne!(new.0, old.0, "a new key");
+    assert_ne!(new.1, old.1, "a new certificate");
+    let CertState::Valid { not_after } = *state.borrow() else {
+        panic!("valid after renewal");
+    };
+    assert_eq!(not_after, first.not_after + HOUR * 2);
+
+    // The next renewal comes two thirds into the new certificate's life.
+    assert_eq!(rig.asked.recv().await.unwrap() - start, HOUR * 4);
+    stop.cancel();
+    renewing.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_denial_or_an_error_is_retried_with_backoff_and_shown_until_a_certificate_comes() {
+    let mut rig = rig(&[Next::Deny, Next::Fail, Next::Deny, Next::Issue]);
+    let (mut client, state) = rig.client();
+    let stop = CancellationToken::new();
+    let waiting = tokio::spawn(async move {
+        let validity = client.first(&stop).await;
+        (client, validity)
+    });
+    let mut times = Vec::new();
+    for _ in 0..4 {
+        times.push(rig.asked.recv().await.unwrap());
+    }
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(
+        gaps,
+        [
+            Duration::from_secs(2),
+            Duration::from_secs(4),
+            Duration::from_secs(8)
+        ]
+    );
+    let (_client, validity) = waiting.await.unwrap();
+    assert!(validity.is_some());
+    assert!(matches!(*state.borrow(), CertState::Valid { .. }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_says_why_there_is_no_certificate_yet() {
+    let mut rig = rig(&[Next::Deny]);
+    let (mut client, mut state) = rig.client();
+    assert!(
+        matches!(&*state.borrow(), CertState::Waiting(why) if why.contains("no gossip certificate yet"))
+    );
+    let stop = CancellationToken::new();
+    let task = {
+        let stop = stop.clone();
+        tokio::spawn(async move { client.first(&stop).await })
+    };
+    rig.asked.recv().await.unwrap();
+    state.changed().await.unwrap();
+    let why = match &*state.borrow() {
+        CertState::Waiting(why) => why.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        why.contains("NameMismatch") && why.contains("names another node"),
+        "{why}"
+    );
+    stop.cancel();
+    assert_eq!(task.await.unwrap(), None);
+    assert!(!rig.dir.path().join(CERT_FILE).exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_certificate_for_another_node_is_never_written() {
+    let mut rig = rig(&[Next::IssueForOtherNode, Next::Issue]);
+    let start = Instant::now();
+    let (mut client, _state) = rig.client();
+    let validity = client.first(&CancellationToken::new()).await.unwrap();
+    rig.asked.recv().await.unwrap();
+    assert_eq!(
+        rig.asked.recv().await.unwrap() - start,
+        Duration::from_secs(2)
+    );
+    let (_, cert) = rig.files();
+    assert_eq!(
+        check(&cert, "node-a", &der_key(&rig), (rig.clock)()).unwrap(),
+        validity
+    );
+}
+
+fn der_key(rig: &Rig) -> Vec<u8> {
+    KeyPair::from_pem(&rig.files().0)
+        .unwrap()
+        .public_key_raw()
+        .to_vec()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_certificate_a_previous_run_left_is_used_until_it_is_due() {
+    let mut rig = rig(&[]);
+    let start = Instant::now();
+    let (mut client, _) = rig.client();
+    let first = client.first(&CancellationToken::new()).await.unwrap();
+    rig.asked.recv().await.unwrap();
+
+    // A restart an hour later: no new request.
+    tokio::time::advance(HOUR).await;
+    let (mut again, state) = rig.client();
+    assert_eq!(again.first(&CancellationToken::new()).await.unwrap(), first);
+    assert!(rig.asked.try_recv().is_err());
+    assert!(matches!(*state.borrow(), CertState::Valid { .. }));
+
+    // A restart past two thirds: a new one at once.
+    tokio::time::advance(HOUR + Duration::from_secs(1)).await;
+    let (mut late, _) = rig.client();
+    let renewed = late.first(&CancellationToken::new()).await.unwrap();
+    assert_ne!(renewed, first);
+    assert_eq!(
+        rig.asked.recv().await.unwrap() - start,
+        HOUR * 2 + Duration::from_secs(1)
+    );
+}
+
+#[test]
+fn only_a_live_certificate_for_this_node_and_key_passes() {
+    let rig = rig(&[]);
+    let key = KeyPair::generate().unwrap();
+    let csr = request_for("node-a", &key).unwrap();
+    let now = (rig.clock)();
+    let mine = rig.signer.sign(&csr, "node-a");
+    assert!(check(&mine, "node-a", key.public_key_raw(), now).is_ok());
+    let other_node = rig.signer.sign(&csr, "node-b");
+    assert!(
+        check(&other_node, "node-a", key.public_key_raw(), now)
+            .unwrap_err()
+            .contains("names")
+    );
+    let other_key = KeyPair::generate().unwrap();
+    assert!(
+        check(&mine, "node-a", other_key.public_key_raw(), now)
+            .unwrap_err()
+            .contains("key")
+    );
+    assert!(
+        check(&mine, "node-a", key.public_key_raw(), now + LIFETIME)
+            .unwrap_err()
+            .contains("expired")
+    );
+    assert!(check("garbage", "node-a", key.public_key_raw(), now).is_err());
+}
