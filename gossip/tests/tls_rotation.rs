@@ -167,3 +167,68 @@ async fn reloader_task_rotates_on_its_own() {
         .await
         .unwrap();
 }
+
+/// A node whose certificate rotates signs its state again with the new key, and its
+/// peers accept what it publishes after: the new certificate first, then every value.
+#[tokio::test]
+async fn a_rotated_certificate_signs_the_nodes_state_again_and_peers_follow() {
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let cluster = domaind_gossip::cluster_id_for_clique("c-1.0");
+    let start = |node: &'static str, octet: u8, seeds: Vec<String>| {
+        let tls = pki.node_tls(node);
+        let cluster = cluster.clone();
+        async move {
+            let mut config =
+                domaind_gossip::GossipConfig::new(name(node), any_port(octet), cluster);
+            config.seeds = seeds;
+            let gossip = domaind_gossip::GossipNode::start_tls(
+                config,
+                tls.clone(),
+                TransportLimits::default(),
+            )
+            .await
+            .unwrap();
+            (gossip, tls)
+        }
+    };
+    let (a, a_tls) = start("node-a", 61, Vec::new()).await;
+    let (b, _b_tls) = start("node-b", 62, vec![a.gossip_addr().to_string()]).await;
+    a.set("domain/d", "before").await;
+    let sees = |observer: &domaind_gossip::GossipNode, value: &str| {
+        observer
+            .live_nodes()
+            .get("node-a")
+            .is_some_and(|m| m.keys.get("domain/d").map(String::as_str) == Some(value))
+    };
+    common::wait_until(
+        Duration::from_secs(30),
+        "node-b to see node-a's value",
+        || sees(&b, "before"),
+    )
+    .await;
+    let signed_before = metrics.counter(domaind_gossip::metrics::STATE_SIGNED, None);
+
+    pki.issue("node-a").write(&pki.node_dir("node-a")).unwrap();
+    assert!(a_tls.reload_if_changed().unwrap());
+    // The certificate and the one value, signed again.
+    common::wait_until(
+        Duration::from_secs(30),
+        "node-a to sign its state again",
+        || metrics.counter(domaind_gossip::metrics::STATE_SIGNED, None) >= signed_before + 2,
+    )
+    .await;
+    a.set("domain/d", "after").await;
+    common::wait_until(
+        Duration::from_secs(30),
+        "node-b to accept what node-a signs now",
+        || sees(&b, "after"),
+    )
+    .await;
+    assert_eq!(
+        metrics.counter(domaind_gossip::metrics::STATE_REFUSED, None),
+        0
+    );
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
