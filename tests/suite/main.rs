@@ -4,7 +4,9 @@
 //! - `kube`: the node daemons and the controller against the real API server.
 //! - `kubelet`: the same with real kubelets, NVIDIA's blog workload and a node loss.
 //! - `formation`: the formation benchmark on real Kubernetes (ignored; run by hand).
+//! - `admission`: the chart's admission policies for the node daemon, with its tokens.
 
+mod admission;
 mod formation;
 mod kube;
 mod kubelet;
