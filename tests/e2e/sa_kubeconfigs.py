@@ -135,6 +135,10 @@ def checks(
         ["patch", CD, *elsewhere],  # the status only
         ["delete", CD, *elsewhere],
         ["update", "nodes"],
+        # Apply and delete one by one are all the daemon does to its slices and status.
+        ["update", "resourceslices.resource.k8s.io"],
+        ["deletecollection", "resourceslices.resource.k8s.io"],
+        ["get", CD, "--subresource=status", *elsewhere],
         ["create", "resourceclaimtemplates.resource.k8s.io", *elsewhere],
     ]
     controller = values["controller"]
