@@ -12,7 +12,7 @@
 //! pass passes, and what must not is refused by the policy (403, the policy's message):
 //! another node's slice, a slice of another node's pool, another node's slice deleted, a
 //! token bound to no node; a domain's status written by a node listed in it neither
-//! before nor after the write.
+//! before nor after the write, unless it is the vacated status over one listing nobody.
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::resource::v1::ResourceSlice;
@@ -217,14 +217,16 @@ async fn a_node_daemons_token_writes_only_its_own_nodes_slices_and_its_domains_s
     let cd = cds.create(&PostParams::default(), &cd).await.unwrap();
     let not_member = "is in status.nodes neither before nor after the write";
 
-    // B, in no status, may not write A's membership nor an empty one.
+    // B, in no status, may not write A's membership, nor a Ready domain of no nodes.
+    let mut ready_with_none = status_listing(&[]);
+    ready_with_none.status = Phase::Ready;
     assert_refused(
         &apply_status(&on_b, &cd, &status_listing(&[&a])).await,
         status_policy,
         &format!("node {b} (the token's) {not_member}"),
     );
     assert_refused(
-        &apply_status(&on_b, &cd, &status_listing(&[])).await,
+        &apply_status(&on_b, &cd, &ready_with_none).await,
         status_policy,
         not_member,
     );
@@ -253,11 +255,25 @@ async fn a_node_daemons_token_writes_only_its_own_nodes_slices_and_its_domains_s
         status_policy,
         not_member,
     );
-    // The last member out writes the vacated status; then nobody else may write it
-    // without listing itself.
-    assert_eq!(apply_status(&on_b, &cd, &status_listing(&[])).await, Ok(()));
+    // Vacating a status that lists another node is that node's to do.
     assert_refused(
-        &apply_status(&on_b, &cd, &status_listing(&[])).await,
+        &apply_status(&on_a, &cd, &status_listing(&[])).await,
+        status_policy,
+        not_member,
+    );
+    // The last member out writes the vacated status. Members that left together, and
+    // were dropped from it already, may write the same again, and nothing else.
+    assert_eq!(apply_status(&on_b, &cd, &status_listing(&[])).await, Ok(()));
+    assert_eq!(apply_status(&on_a, &cd, &status_listing(&[])).await, Ok(()));
+    assert_refused(
+        &apply_status(&on_a, &cd, &ready_with_none).await,
+        status_policy,
+        not_member,
+    );
+    let mut counts_with_none = status_listing(&[]);
+    counts_with_none.total_nodes = 3;
+    assert_refused(
+        &apply_status(&on_a, &cd, &counts_with_none).await,
         status_policy,
         not_member,
     );
