@@ -42,19 +42,30 @@ impl ApiError {
                 code: status.code,
                 reason: status.reason.clone(),
                 message: status.message.clone(),
-                hint: match status.code {
-                    401 | 403 => {
-                        " (domaind's service account lacks a permission: see the README, \
-                         \"Kubernetes backend\", for the RBAC it needs)"
-                    }
-                    _ => "",
-                },
+                hint: hint(status.code, &status.message),
             },
             other => Self::Unreachable {
                 what: what.into(),
                 detail: other.to_string(),
             },
         }
+    }
+}
+
+/// What to do about a refusal. RBAC and the chart's admission policies both answer 403,
+/// and the fixes differ: a permission to grant, or a token bound to the node.
+fn hint(code: u16, message: &str) -> &'static str {
+    match code {
+        403 if message.contains("ValidatingAdmissionPolicy") => {
+            " (an admission policy refused the write: the node daemon writes only its own \
+             node's ResourceSlices and the status of domains that list it, with its pod's \
+             token; see the README, \"Least privilege for the node daemon\")"
+        }
+        401 | 403 => {
+            " (domaind's service account lacks a permission: see the README, \
+             \"Kubernetes backend\", for the RBAC it needs)"
+        }
+        _ => "",
     }
 }
 
@@ -76,6 +87,36 @@ pub async fn bounded<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn refused(code: u16, message: &str) -> String {
+        let status = ::kube::core::Status::failure(message, "Forbidden").with_code(code);
+        ApiError::from_kube(
+            "apply ResourceSlice s",
+            ::kube::Error::Api(Box::new(status)),
+        )
+        .to_string()
+    }
+
+    #[test]
+    fn a_refusal_says_whether_rbac_or_an_admission_policy_refused() {
+        let rbac = refused(403, "User \"x\" cannot patch resource \"resourceslices\"");
+        assert!(rbac.ends_with("for the RBAC it needs)"), "{rbac}");
+        let policy = refused(
+            403,
+            "ValidatingAdmissionPolicy 'd-node-slices' with binding 'd-node-slices' denied \
+             request: CREATE of ResourceSlice s refused",
+        );
+        assert!(
+            policy
+                .contains("denied request: CREATE of ResourceSlice s refused (an admission policy"),
+            "{policy}"
+        );
+        assert!(
+            policy.ends_with("\"Least privilege for the node daemon\")"),
+            "{policy}"
+        );
+        assert!(refused(409, "conflict").ends_with(": conflict"));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_call_that_hangs_times_out_with_its_name() {

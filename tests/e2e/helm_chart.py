@@ -40,13 +40,14 @@ BASE_VALUES: dict[str, Any] = {
     "node": {"nodeSelector": NOWHERE},
     "controller": {"nodeSelector": NOWHERE},
 }
-# Each change shows in a live object; two of them change what is rendered at all (rack
-# mode adds RBAC rules, no leader election drops the Lease's Role and RoleBinding).
+# Each change shows in a live object; three of them change what is rendered at all (rack
+# mode adds RBAC rules, no leader election drops the Lease's Role and RoleBinding, the
+# node's admission policy off drops the ValidatingAdmissionPolicies and their bindings).
 UPGRADE_VALUES = merge(
     BASE_VALUES,
     {
         "logging": {"level": "debug"},
-        "node": {"channelDevices": 4},
+        "node": {"channelDevices": 4, "admissionPolicy": {"enabled": False}},
         "controller": {"rackMode": {"enabled": True}, "leaderElection": {"enabled": False}},
     },
 )
@@ -57,7 +58,10 @@ NAMESPACED_KINDS = (
     "daemonsets,deployments,replicasets,pods,controllerrevisions,services,"
     "serviceaccounts,roles,rolebindings,configmaps,secrets,leases"
 )
-CLUSTER_KINDS = "clusterroles,clusterrolebindings,deviceclasses"
+CLUSTER_KINDS = (
+    "clusterroles,clusterrolebindings,deviceclasses,"
+    "validatingadmissionpolicies,validatingadmissionpolicybindings"
+)
 HELM_ANNOTATIONS = ("meta.helm.sh/release-name", "meta.helm.sh/release-namespace")
 
 
@@ -342,7 +346,15 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         log(f"installed revision {rel1['version']}: {len(objects1)} objects rendered")
         expect_all_live(objects1, release, "install")
         kinds = {object_id(o).kind for o in objects1}
-        for kind in ("DaemonSet", "Deployment", "ServiceAccount", "ClusterRole", "DeviceClass"):
+        for kind in (
+            "DaemonSet",
+            "Deployment",
+            "ServiceAccount",
+            "ClusterRole",
+            "DeviceClass",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ):
             if kind not in kinds:
                 raise E2EError(
                     f"the chart rendered no {kind} with values {json.dumps(BASE_VALUES)}"
@@ -400,9 +412,13 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         ):
             raise E2EError(f"rack mode's rules are not in the live ClusterRole: {role['rules']}")
         dropped = [o for o in objects1 if object_id(o) not in {object_id(p) for p in objects2}]
-        if not dropped:
+        dropped_kinds = sorted({object_id(o).kind for o in dropped})
+        meant = ["RoleBinding", "Role", "ValidatingAdmissionPolicy"]
+        meant += ["ValidatingAdmissionPolicyBinding"]
+        if dropped_kinds != sorted(meant):
             raise E2EError(
-                "the upgrade's values were meant to drop the Lease's Role and RoleBinding"
+                "the upgrade's values were meant to drop the Lease's Role and RoleBinding and "
+                f"the node's admission policies and bindings; dropped kinds: {dropped_kinds}"
             )
         expect_none_live(dropped, "upgrade")
         log(

@@ -2,17 +2,24 @@
 daemon and the controller with the chart's RBAC rather than as cluster admin.
 
 Renders the chart with Helm's engine, applies only its ServiceAccounts, Roles,
-ClusterRoles and bindings to NAMESPACE, mints a token for the node daemon's and the
+ClusterRoles and bindings to NAMESPACE, and its ValidatingAdmissionPolicies for the node
+daemon (node.admissionPolicy), mints a token for the node daemon's and the
 controller's ServiceAccount (the ones the DaemonSet and the Deployment name), and writes
 OUTDIR/node.kubeconfig and OUTDIR/controller.kubeconfig: the API server and CA of
 $KUBECONFIG, the token, NAMESPACE as the context's namespace (the controller's Lease
 namespace when DOMAIND_LEASE_NAMESPACE is unset). Then proves them: each asks the API
 server (`kubectl auth can-i`) for what its program does (daemon/src/kube/,
-daemon/src/controller/) and for things it must not do, and a real request of each kind.
+controller/src/) and for things it must not do, and a real request of each kind; the
+policies must type-check against the API server's schemas without a warning, and refuse
+a slice written with the node's token (a plain token, bound to no pod's node).
+
+The node's token here is not bound to a pod, so with the policies on it can read but
+not write: the end-to-end suite mints pod-bound tokens of the same ServiceAccount per
+node (tests/src/tokens.rs).
 
 helm-sdkpy has no `helm template`: the manifest comes from an install of the chart
 (nothing scheduled, no DeviceClasses) that is uninstalled at once. OUTDIR/rbac.yaml
-holds what was applied (`kubectl delete -f OUTDIR/rbac.yaml` removes it). Running it
+holds what was applied, policies included (`kubectl delete -f OUTDIR/rbac.yaml` removes it). Running it
 again replaces the ServiceAccounts, so earlier tokens stop working."""
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ from typing import Any
 
 import yaml
 from chart import CHART, NOWHERE, Release, manifest_objects, merge, object_id, set_value
-from kube import E2EError, get_json, kubectl, require_cluster
+from kube import E2EError, get_json, kubectl, require_cluster, wait_until
 
 RBAC_KINDS = ("ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 RENDER_VALUES: dict[str, Any] = {
     "node": {"nodeSelector": NOWHERE},
     "controller": {"nodeSelector": NOWHERE, "replicas": 0},
@@ -97,8 +105,8 @@ def checks(
     values: dict[str, Any], namespace: str
 ) -> dict[str, tuple[list[list[str]], list[list[str]]]]:
     """For each program, the `kubectl auth can-i` arguments it must be allowed and those
-    it must be denied. Read from the code: daemon/src/kube/ (domains.rs, claims.rs,
-    reconcile.rs, status.rs, publisher.rs, events.rs) and daemon/src/controller/ (mod.rs,
+    it must be denied. Read from the code: node/src/kube/ (domains.rs, claims.rs,
+    reconcile.rs, status.rs, publisher.rs, events.rs) and controller/src/ (lib.rs,
     reconcile.rs, leader/, rack.rs)."""
     elsewhere = ["-n", ELSEWHERE]
     everywhere = ["--all-namespaces"]
@@ -127,6 +135,10 @@ def checks(
         ["patch", CD, *elsewhere],  # the status only
         ["delete", CD, *elsewhere],
         ["update", "nodes"],
+        # Apply and delete one by one are all the daemon does to its slices and status.
+        ["update", "resourceslices.resource.k8s.io"],
+        ["deletecollection", "resourceslices.resource.k8s.io"],
+        ["get", CD, "--subresource=status", *elsewhere],
         ["create", "resourceclaimtemplates.resource.k8s.io", *elsewhere],
     ]
     controller = values["controller"]
@@ -196,6 +208,51 @@ def prove(kubeconfig: str, who: str, may: list[list[str]], must_not: list[list[s
         )
 
 
+def policies_type_check(policies: list[dict[str, Any]]) -> None:
+    """The API server type-checks a policy's expressions against the schemas of what it
+    matches (the CRD's too) and reports what does not fit as warnings in its status."""
+    for policy in (p for p in policies if p["kind"] == "ValidatingAdmissionPolicy"):
+        name = policy["metadata"]["name"]
+
+        def checked() -> dict[str, Any] | None:
+            live = get_json(["get", "validatingadmissionpolicy", name])
+            status = live.get("status", {})
+            done = status.get("observedGeneration") == live["metadata"]["generation"]
+            return status if done else None
+
+        status = wait_until(f"the API server type-checked {name}", checked, timeout_s=60)
+        warnings = status.get("typeChecking", {}).get("expressionWarnings", [])
+        if warnings:
+            raise E2EError(f"ValidatingAdmissionPolicy {name} does not type-check: {warnings}")
+
+
+def refused_slice(kubeconfig: str, node: str) -> str:
+    """What the API server answers a server-side dry run of a ResourceSlice for `node`
+    written with `kubeconfig`; E2EError if it is accepted."""
+    slice_ = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-sa-kubeconfigs-probe"},
+        "spec": {
+            "driver": "compute-domain.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+        },
+    }
+    done = kubectl(
+        ["create", "--dry-run=server", "-f", "-"],
+        kubeconfig=kubeconfig,
+        stdin=json.dumps(slice_),
+        check=False,
+    )
+    if done.returncode == 0:
+        raise E2EError(
+            f"{kubeconfig}: a token bound to no node may write node {node}'s ResourceSlice: "
+            "the admission policy is not in force"
+        )
+    return done.stderr.strip()
+
+
 def whoami(kubeconfig: str) -> str:
     review = get_json(["auth", "whoami"], kubeconfig=kubeconfig)
     return review["status"]["userInfo"]["username"]
@@ -217,7 +274,8 @@ def run(outdir: Path, namespace: str, duration: str, assignments: list[str]) -> 
     rendered = release.install(overrides, take_ownership=True)
     release.uninstall()
     objects = manifest_objects(rendered["manifest"])
-    rbac = [o for o in objects if o["kind"] in RBAC_KINDS]
+    rbac = [o for o in objects if o["kind"] in RBAC_KINDS + POLICY_KINDS]
+    policies = [o for o in rbac if o["kind"] in POLICY_KINDS]
     node_sa = service_account_of(objects, "DaemonSet")
     controller_sa = service_account_of(objects, "Deployment")
 
@@ -226,6 +284,7 @@ def run(outdir: Path, namespace: str, duration: str, assignments: list[str]) -> 
     rbac_file.write_text(yaml.safe_dump_all(rbac, sort_keys=False))
     kubectl(["apply", "-f", str(rbac_file)])
     log(f"applied to {namespace}: " + ", ".join(str(object_id(o)) for o in rbac))
+    policies_type_check(policies)
 
     server, ca = current_cluster()
     may = checks(values, namespace)
@@ -261,6 +320,11 @@ def run(outdir: Path, namespace: str, duration: str, assignments: list[str]) -> 
         "real requests: the node lists ResourceSlices, the controller ComputeDomains; "
         "Secrets are Forbidden"
     )
+    if policies:
+        answer = refused_slice(str(outdir / "node.kubeconfig"), "sa-kubeconfigs-probe")
+        if "bound to no node" not in answer:
+            raise E2EError(f"a slice of the node's plain token was refused, but not by policy: {answer}")
+        log(f"admission policies in force: a plain token's slice is refused ({answer})")
     print(
         json.dumps(
             {

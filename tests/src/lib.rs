@@ -5,5 +5,6 @@
 
 pub mod binaries;
 pub mod cluster;
+pub mod tokens;
 
 pub use binaries::{Binaries, binaries};

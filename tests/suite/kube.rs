@@ -17,6 +17,9 @@
 //! - `DOMAIND_E2E_KUBELET=1`: real kubelets hold those names and call the daemons'
 //!   sockets in the kubelet's directories; the test then creates pods instead of
 //!   calling prepare itself. Run it on such a node, as root.
+//! - `DOMAIND_E2E_NODE_KUBECONFIG`: the chart's node ServiceAccount; each daemon then
+//!   runs with a token of it bound to a pod on its node (`domaind_e2e::tokens`), as the
+//!   chart's admission policy asks, the Node objects made if missing.
 //! - `DOMAIND_E2E_KEEP=1`: leave the namespace for inspection.
 
 use std::net::IpAddr;
@@ -34,9 +37,10 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use domaind_e2e::cluster::{
-    LIMIT, allocate_claim, create_namespace, env_list, install_crd_and_device_classes,
-    kubeconfig_for, skip, spawn_controller, wait_for, wait_node_lost_event,
+    LIMIT, allocate_claim, create_namespace, env_list, install_crd_and_device_classes, skip,
+    spawn_controller, wait_for, wait_node_lost_event,
 };
+use domaind_e2e::tokens::{NodeTokens, node_tokens_from_env};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
@@ -91,7 +95,17 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     spec.names = Some(names.clone());
     spec.ips = Some(ips);
     spec.backend = RackBackend::Kube;
-    spec.env = kubeconfig_for("DOMAIND_E2E_NODE_KUBECONFIG");
+    let tokens = node_tokens_from_env(
+        &client,
+        &names,
+        tmp.path(),
+        &format!("kube-e2e-{}", std::process::id()),
+    )
+    .await;
+    spec.node_env = tokens
+        .as_ref()
+        .map(NodeTokens::node_env)
+        .unwrap_or_default();
     spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
     let mut rack = LocalRack::create(spec).unwrap();
     rack.start_all().unwrap();
@@ -217,6 +231,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
 
     rack.stop_all(Duration::from_secs(20));
     drop(controller);
+    drop(tokens);
     if std::env::var("DOMAIND_E2E_KEEP").as_deref() != Ok("1") {
         Api::<Namespace>::all(client.clone())
             .delete(&namespace, &DeleteParams::default())

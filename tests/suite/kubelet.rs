@@ -21,7 +21,9 @@
 //!
 //! Environment (optional): `DOMAIND_E2E_KUBELET_NODES` (names) and
 //! `DOMAIND_E2E_KUBELET_IPS` (127.0.0.2-4); `DOMAIND_E2E_NODE_KUBECONFIG` and
-//! `DOMAIND_E2E_CONTROLLER_KUBECONFIG` (the chart's ServiceAccounts: RBAC is tested);
+//! `DOMAIND_E2E_CONTROLLER_KUBECONFIG` (the chart's ServiceAccounts: RBAC is tested; each
+//! daemon gets a token of the node's bound to a pod on its node, which the chart's
+//! admission policy asks for: `domaind_e2e::tokens`);
 //! `KV` (the kube scripts' state prefix, default `/tmp/domaind-kube`);
 //! `DOMAIND_E2E_KEEP=1` leaves the namespace and nodes.
 
@@ -40,9 +42,10 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use domaind_e2e::cluster::{
-    DRIVER, create_namespace, documents, env_list, install_crd_and_device_classes, kubeconfig_for,
-    repo_file, skip, spawn_controller, wait_every, wait_for, wait_node_lost_event,
+    DRIVER, create_namespace, documents, env_list, install_crd_and_device_classes, repo_file, skip,
+    spawn_controller, wait_every, wait_for, wait_node_lost_event,
 };
+use domaind_e2e::tokens::{NodeTokens, node_tokens_from_env};
 
 const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
 const CD_NAME: &str = "compute-domain-0";
@@ -252,7 +255,17 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
     spec.ips = Some(ips.clone());
     spec.backend = RackBackend::Kube;
     spec.kubelet_dirs = Some(names.iter().map(|n| state.join("nodes").join(n)).collect());
-    spec.env = kubeconfig_for("DOMAIND_E2E_NODE_KUBECONFIG");
+    let tokens = node_tokens_from_env(
+        &client,
+        &names,
+        tmp.path(),
+        &format!("kubelet-e2e-{}", std::process::id()),
+    )
+    .await;
+    spec.node_env = tokens
+        .as_ref()
+        .map(NodeTokens::node_env)
+        .unwrap_or_default();
     let mut rack = LocalRack::create(spec).unwrap();
     rack.start_all().unwrap();
     tokio::task::block_in_place(|| rack.wait_all_ready(domaind_e2e::cluster::LIMIT)).unwrap();

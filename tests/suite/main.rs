@@ -4,8 +4,10 @@
 //! - `kube`: the node daemons and the controller against the real API server.
 //! - `kubelet`: the same with real kubelets, NVIDIA's blog workload and a node loss.
 //! - `formation`: the formation benchmark on real Kubernetes (ignored; run by hand).
+//! - `admission`: the chart's admission policies for the node daemon, with its tokens.
 //! - `certs`: gossip node certificates through the CSR signer on the real API server.
 
+mod admission;
 mod certs;
 mod formation;
 mod kube;

@@ -61,6 +61,10 @@ pub struct RackSpec {
     pub kubelet_dirs: Option<Vec<PathBuf>>,
     /// Environment for every daemon, e.g. `KUBECONFIG` of a ServiceAccount.
     pub env: Vec<(String, String)>,
+    /// Environment for daemon `i` only, after `env`: e.g. a `KUBECONFIG` whose token is
+    /// bound to a pod on node `i`, which the chart's admission policy asks of a node
+    /// daemon. Daemons past its end get none.
+    pub node_env: Vec<Vec<(String, String)>>,
 }
 
 /// Where the rack's claims come from and status goes.
@@ -97,6 +101,7 @@ impl RackSpec {
             backend: RackBackend::Local,
             kubelet_dirs: None,
             env: Vec::new(),
+            node_env: Vec::new(),
         }
     }
 }
@@ -227,6 +232,13 @@ impl LocalRack {
     /// directory is kept across restarts: the checkpoint survives.
     pub fn start(&mut self, index: usize) -> anyhow::Result<()> {
         let seeds = self.seeds_for(index);
+        let env: Vec<(String, String)> = self
+            .spec
+            .env
+            .iter()
+            .chain(self.spec.node_env.get(index).into_iter().flatten())
+            .cloned()
+            .collect();
         let args = node::DaemonArgs {
             domaind: &self.spec.domaind,
             imex_sim: self.spec.imex_sim.as_deref(),
@@ -237,7 +249,7 @@ impl LocalRack {
             gossip_interval: self.spec.gossip_interval,
             log_filter: &self.spec.log_filter,
             extra_args: &self.spec.extra_args,
-            env: &self.spec.env,
+            env: &env,
         };
         self.nodes[index].spawn(&args)
     }
