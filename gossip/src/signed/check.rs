@@ -63,30 +63,28 @@ impl StateCheck {
         let _ = self.chitchat.set(chitchat);
     }
 
-    /// The message without the node parts that fail the checks. For messages built by
-    /// chitchat itself (the in-memory transport): re-encoding a delta decoded from
-    /// the wire can trip chitchat's length assertion, so the TLS transport checks the
-    /// bytes it received instead ([`StateCheck::filter_wire`]).
+    /// The message without the node parts that fail the checks; `None` when it goes
+    /// as it is. For messages built by chitchat itself (the in-memory transport):
+    /// re-encoding a delta decoded from the wire can trip chitchat's length assertion,
+    /// so the TLS transport checks the bytes it received instead
+    /// ([`StateCheck::filter_wire`]).
     pub(crate) async fn filter(
         &self,
         from: SocketAddr,
-        message: ChitchatMessage,
-    ) -> ChitchatMessage {
-        let carries_delta = match &message {
+        message: &ChitchatMessage,
+    ) -> Option<ChitchatMessage> {
+        let carries_delta = match message {
             ChitchatMessage::SynAck { delta, .. } | ChitchatMessage::Ack { delta } => {
                 delta.serialized_len() > 1
             }
             ChitchatMessage::Syn { .. } | ChitchatMessage::BadCluster => false,
         };
         if !carries_delta {
-            return message;
+            return None;
         }
         let mut bytes = Vec::with_capacity(message.serialized_len());
         message.serialize(&mut bytes);
-        match self.filter_wire(from, &bytes).await {
-            None => message,
-            Some(filtered) => filtered,
-        }
+        self.filter_wire(from, &bytes).await
     }
 
     /// Checks a message in its wire form; `None` when it goes to chitchat as it is,
@@ -220,6 +218,7 @@ impl Transport for SignedTransport {
         Ok(Box::new(SignedSocket {
             inner,
             check: self.check.clone(),
+            checking: None,
         }))
     }
 }
@@ -227,6 +226,10 @@ impl Transport for SignedTransport {
 struct SignedSocket {
     inner: Box<dyn Socket>,
     check: Arc<StateCheck>,
+    /// A message received whose check has not finished: chitchat races `recv`
+    /// against its gossip tick and its commands and drops the losing future, so the
+    /// message waits here; a check cut short starts again at the next `recv`.
+    checking: Option<(SocketAddr, ChitchatMessage)>,
 }
 
 #[async_trait]
@@ -236,7 +239,112 @@ impl Socket for SignedSocket {
     }
 
     async fn recv(&mut self) -> anyhow::Result<(SocketAddr, ChitchatMessage)> {
-        let (from, message) = self.inner.recv().await?;
-        Ok((from, self.check.filter(from, message).await))
+        if self.checking.is_none() {
+            self.checking = Some(self.inner.recv().await?);
+        }
+        let (from, message) = self.checking.as_ref().expect("a message to check");
+        let filtered = self.check.filter(*from, message).await;
+        let (from, message) = self.checking.take().expect("a message to check");
+        Ok((from, filtered.unwrap_or(message)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::time::Duration;
+
+    use chitchat::transport::ChannelTransport;
+    use chitchat::{ChitchatConfig, ChitchatId, FailureDetectorConfig, spawn_chitchat};
+
+    use super::*;
+    use crate::identity::NodeName;
+    use crate::pki::{DevCa, NodeCertRequest};
+    use crate::transport::wire::testing::ack_as_chitchat_writes;
+    use crate::transport::wire::{KeyValue, NodeOp, NodePart, STATUS_SET};
+
+    /// A socket that hands out the messages it was given, then waits forever.
+    struct Queued(VecDeque<(SocketAddr, ChitchatMessage)>);
+
+    #[async_trait]
+    impl Socket for Queued {
+        async fn send(&mut self, _: SocketAddr, _: ChitchatMessage) -> anyhow::Result<()> {
+            Ok(())
+        }
+        async fn recv(&mut self) -> anyhow::Result<(SocketAddr, ChitchatMessage)> {
+            match self.0.pop_front() {
+                Some(message) => Ok(message),
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_receive_cut_short_while_checking_loses_no_message() {
+        let node = NodeName::new("node-a").unwrap();
+        let credentials = DevCa::generate("test CA", time::Duration::hours(1))
+            .unwrap()
+            .issue(&NodeCertRequest::new(
+                node.clone(),
+                time::Duration::hours(1),
+            ))
+            .unwrap()
+            .credentials(&node)
+            .unwrap();
+        let addr: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let config = ChitchatConfig {
+            chitchat_id: ChitchatId::new("node-a", 1, addr),
+            cluster_id: "c".into(),
+            gossip_interval: Duration::from_secs(3600),
+            listen_addr: addr,
+            seed_nodes: Vec::new(),
+            failure_detector_config: FailureDetectorConfig::default(),
+            marked_for_deletion_grace_period: Duration::from_secs(3600),
+            catchup_callback: None,
+            extra_liveness_predicate: None,
+        };
+        let handle = spawn_chitchat(config, Vec::new(), &ChannelTransport::with_mtu(65_507))
+            .await
+            .unwrap();
+        let check = StateCheck::new("c".into(), credentials.fixed());
+        check.attach(handle.chitchat());
+
+        let part = NodePart {
+            id: ChitchatId::new("node-b", 1, "127.0.0.2:7000".parse().unwrap()),
+            last_gc_version: 0,
+            from_version_excluded: 0,
+            ops: vec![NodeOp::KeyValue(KeyValue {
+                key: "k".into(),
+                value: "unsigned".into(),
+                version: 1,
+                status: STATUS_SET,
+            })],
+        };
+        let message =
+            ChitchatMessage::deserialize(&mut &ack_as_chitchat_writes(&[part])[..]).unwrap();
+        let mut socket = SignedSocket {
+            inner: Box::new(Queued(VecDeque::from([(addr, message)]))),
+            check,
+            checking: None,
+        };
+
+        // Chitchat's lock is taken (a gossip round, the eager task): the check waits,
+        // and chitchat's select drops the receive for its tick.
+        let chitchat = handle.chitchat();
+        let held = chitchat.lock().await;
+        let cut_short = tokio::time::timeout(Duration::from_millis(20), socket.recv()).await;
+        assert!(cut_short.is_err(), "the check waits for the lock");
+        drop(held);
+
+        let (from, filtered) = tokio::time::timeout(Duration::from_secs(5), socket.recv())
+            .await
+            .expect("the message was kept for the next receive")
+            .unwrap();
+        assert_eq!(from, addr);
+        // Its unsigned part is gone, the message itself is there.
+        let ChitchatMessage::Ack { delta } = filtered else {
+            panic!("an Ack");
+        };
+        assert_eq!(delta.serialized_len(), 1, "{delta:?}");
     }
 }

@@ -142,6 +142,7 @@ impl Transport for TlsTransport {
             connections: JoinSet::new(),
             inbound_tx,
             inbound_rx,
+            checking: None,
             peers: HashMap::new(),
         }))
     }
@@ -173,6 +174,17 @@ struct TlsSocket {
     inbound_tx: mpsc::Sender<Inbound>,
     inbound_rx: mpsc::Receiver<Inbound>,
     peers: HashMap<SocketAddr, mpsc::Sender<Bytes>>,
+    /// A message taken from the inbound queue whose state check has not finished.
+    /// Chitchat races `recv` against its gossip tick and its commands and drops the
+    /// losing future, so the message waits here rather than in that future: a
+    /// check cut short starts again at the next `recv`, and nothing is lost.
+    checking: Option<Inbound>,
+}
+
+/// The state check of one received message; `None` when it goes as it is.
+async fn check(state: Option<&StateCheck>, inbound: Option<&Inbound>) -> Option<ChitchatMessage> {
+    let (state, (from, _, wire)) = state.zip(inbound)?;
+    state.filter_wire(*from, wire).await
 }
 
 #[async_trait]
@@ -209,16 +221,17 @@ impl Socket for TlsSocket {
     async fn recv(&mut self) -> anyhow::Result<(SocketAddr, ChitchatMessage)> {
         loop {
             tokio::select! {
-                received = self.inbound_rx.recv() => {
+                received = self.inbound_rx.recv(), if self.checking.is_none() => {
                     // We hold a sender ourselves, so the channel never closes.
                     let (from, message, wire) = received.context("gossip inbound channel closed")?;
-                    let Some(state) = &self.shared.state else {
+                    if self.shared.state.is_none() {
                         return Ok((from, message));
-                    };
-                    return Ok(match state.filter_wire(from, &wire).await {
-                        Some(filtered) => (from, filtered),
-                        None => (from, message),
-                    });
+                    }
+                    self.checking = Some((from, message, wire));
+                }
+                filtered = check(self.shared.state.as_deref(), self.checking.as_ref()), if self.checking.is_some() => {
+                    let (from, message, _) = self.checking.take().expect("checked while checking");
+                    return Ok((from, filtered.unwrap_or(message)));
                 }
                 accepted = self.listener.accept() => match accepted {
                     Ok((stream, peer)) => self.admit(stream, peer),

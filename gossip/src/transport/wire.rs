@@ -278,6 +278,21 @@ pub(crate) mod testing {
         out
     }
 
+    /// An Ack exactly as chitchat's own writer encodes it (one block, zstd at level 0
+    /// when that is smaller), so that chitchat can encode the decoded message again.
+    pub fn ack_as_chitchat_writes(parts: &[NodePart]) -> Vec<u8> {
+        let raw = encode_delta(parts);
+        // One raw block: its type, its length, the ops, the end.
+        let plain = &raw[3..raw.len() - 1];
+        let mut out = header(TYPE_ACK);
+        match zstd::bulk::compress(plain, 0) {
+            Ok(compressed) if compressed.len() < plain.len() => out.extend(compressed_block(plain)),
+            _ => out.extend_from_slice(&raw[..raw.len() - 1]),
+        }
+        out.push(BLOCK_END);
+        out
+    }
+
     pub fn compressed_block(plain: &[u8]) -> Vec<u8> {
         let body = zstd::bulk::compress(plain, 0).unwrap();
         let mut out = vec![BLOCK_COMPRESSED];
