@@ -10,15 +10,17 @@
 //! - no chitchat tombstone (its value is emptied, so it cannot carry a signature: our
 //!   nodes delete by writing a signed deletion) and no bare `SetMaxVersion` (a
 //!   version claim no signature covers: it could make a receiver skip real updates);
-//! - a part that starts a node's state from nothing (from version 0: a first contact,
-//!   or chitchat's reset after garbage collection) opens with the owner's certificate,
-//!   which a node always keeps as its oldest value;
+//! - a part that starts a node's state from nothing (a first contact, or chitchat's
+//!   reset after garbage collection) opens with the owner's certificate, which a node
+//!   always keeps as its oldest value;
 //! - a reset may not take back what this node holds: every value held that the part
 //!   omits must be older than the part's garbage-collection mark, and that mark no
 //!   newer than the part's own signed values; no value in it older than the one held.
 //!
-//! Values older than what is held, in a part that is not a reset, are counted as
-//! `stale` and left to chitchat, which ignores them.
+//! Only what chitchat would apply is checked (`chitchat_applies` mirrors its
+//! `check_delta_status`): a part it ignores, and values not newer than the state held,
+//! never reach the state, so they cost no signature check. Values older than the one
+//! held are counted as `stale`: with eager gossip, exchanges cross all the time.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -81,11 +83,17 @@ pub struct Held {
     pub cert: Option<String>,
     /// Every key held, deletions included, with its version.
     pub versions: BTreeMap<String, u64>,
+    pub max_version: u64,
+    pub last_gc_version: u64,
 }
 
 impl Held {
     pub fn of(state: &NodeState) -> Self {
-        let mut held = Self::default();
+        let mut held = Self {
+            max_version: state.max_version(),
+            last_gc_version: state.last_gc_version(),
+            ..Self::default()
+        };
         for (key, value) in state.key_values_including_deleted() {
             held.versions.insert(key.to_owned(), value.version);
             if key == CERT_KEY {
@@ -188,11 +196,24 @@ impl Checker<'_> {
         }) {
             return Err(Refusal::UnsignedMaxVersion { max_version });
         }
-        let reset = part.from_version_excluded == 0;
-        if reset && part.key_values().next().is_none_or(|kv| kv.key != CERT_KEY) {
+        let empty = Held::default();
+        let held = held.unwrap_or(&empty);
+        let older_than_held = part
+            .key_values()
+            .filter(|kv| held.versions.get(&kv.key).is_some_and(|v| *v > kv.version))
+            .count();
+        let Some(applied) = chitchat_applies(part, held) else {
+            // Chitchat ignores the whole part: nothing in it reaches the state.
+            return Ok(Passed {
+                stale: older_than_held,
+            });
+        };
+        let reset = applied == Applies::AfterReset;
+        let from_nothing = reset || held.versions.is_empty();
+        if from_nothing && part.key_values().next().is_none_or(|kv| kv.key != CERT_KEY) {
             return Err(Refusal::ResetWithoutCertificate);
         }
-        let mut signer: Option<Vec<u8>> = match held.and_then(|held| held.cert.as_deref()) {
+        let mut signer: Option<Vec<u8>> = match held.cert.as_deref().filter(|_| !reset) {
             Some(value) => Some(
                 envelope::payload(value)
                     .and_then(envelope::cert_from_payload)
@@ -200,12 +221,16 @@ impl Checker<'_> {
             ),
             None => None,
         };
-        let mut passed = Passed::default();
         for kv in part.key_values() {
             if kv.status == STATUS_DELETED {
                 return Err(Refusal::UnsignedTombstone {
                     key: kv.key.clone(),
                 });
+            }
+            let held_version = held.versions.get(&kv.key).copied();
+            if !reset && kv.version <= held.max_version {
+                // Chitchat skips what is not newer than the state: nothing to check.
+                continue;
             }
             let sealed = envelope::open(&kv.value).map_err(|_| Refusal::Unsigned {
                 key: kv.key.clone(),
@@ -234,23 +259,45 @@ impl Checker<'_> {
                 &sealed.signature,
                 sealed.payload,
             )?;
-            if let Some(&held_version) = held.and_then(|held| held.versions.get(&kv.key))
+            if reset
+                && let Some(held_version) = held_version
                 && held_version > kv.version
             {
-                if reset {
-                    return Err(Refusal::Rollback {
-                        key: kv.key.clone(),
-                        held: held_version,
-                    });
-                }
-                passed.stale += 1;
+                return Err(Refusal::Rollback {
+                    key: kv.key.clone(),
+                    held: held_version,
+                });
             }
         }
-        if reset && let Some(held) = held {
+        if reset {
             check_reset_keeps(part, held)?;
         }
-        Ok(passed)
+        Ok(Passed {
+            stale: older_than_held,
+        })
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applies {
+    OnTop,
+    AfterReset,
+}
+
+/// Whether chitchat 0.11.2 applies a node's part to the state held, and how: the
+/// same decision as its `NodeState::check_delta_status`, so that exactly what chitchat
+/// would apply is checked, and nothing it ignores costs a signature check.
+fn chitchat_applies(part: &NodePart, held: &Held) -> Option<Applies> {
+    if part.from_version_excluded > held.max_version {
+        return None;
+    }
+    let compatible =
+        part.last_gc_version <= held.last_gc_version || part.last_gc_version <= held.max_version;
+    if !compatible {
+        return (part.from_version_excluded == 0).then_some(Applies::AfterReset);
+    }
+    let part_max = part.key_values().map(|kv| kv.version).max().unwrap_or(0);
+    (held.max_version < part_max).then_some(Applies::OnTop)
 }
 
 /// A reset replaces what is held: whatever it leaves out must be what the sender has
@@ -432,6 +479,7 @@ mod tests {
     /// What a receiver holds after applying `kvs`.
     fn held(kvs: &[KeyValue]) -> Held {
         let mut held = Held::default();
+        held.max_version = kvs.iter().map(|kv| kv.version).max().unwrap_or(0);
         for kv in kvs {
             held.versions.insert(kv.key.clone(), kv.version);
             if kv.key == CERT_KEY {
@@ -556,9 +604,71 @@ mod tests {
     #[test]
     fn news_of_a_node_whose_certificate_is_unknown_is_refused() {
         let mut f = fixture();
+        // A state held without its certificate (which honest nodes never send).
+        let mut uncertified = held(&honest_state(&f));
+        uncertified.cert = None;
         let news = kv(&f.owner, &owner_id(), "domain/d1", "ad", 4);
-        let refusal = check(&mut f, &part(owner_id(), 3, vec![news]), None).unwrap_err();
+        let refusal =
+            check(&mut f, &part(owner_id(), 3, vec![news]), Some(&uncertified)).unwrap_err();
         assert_eq!(refusal, Refusal::UnknownSigner);
+    }
+
+    #[test]
+    fn what_chitchat_would_ignore_costs_no_check() {
+        let mut f = fixture();
+        let state = honest_state(&f);
+        let base = held(&state);
+        let mut garbage = kv(&f.owner, &owner_id(), "domain/d1", "ad", 9);
+        garbage.value = "not even signed".into();
+        // From the future (past what is held): chitchat drops the part.
+        assert_eq!(
+            check(
+                &mut f,
+                &part(owner_id(), 5, vec![garbage.clone()]),
+                Some(&base)
+            ),
+            Ok(Passed::default())
+        );
+        // Nothing newer than what is held: chitchat skips every value.
+        let mut old = garbage.clone();
+        old.version = 3;
+        assert_eq!(
+            check(&mut f, &part(owner_id(), 1, vec![old]), Some(&base)),
+            Ok(Passed::default())
+        );
+        // Anything newer is checked.
+        let refusal = check(&mut f, &part(owner_id(), 3, vec![garbage]), Some(&base)).unwrap_err();
+        assert_eq!(refusal.reason(), "unsigned");
+    }
+
+    #[test]
+    fn a_first_contact_that_crossed_a_newer_one_is_applied_on_top_not_refused() {
+        let mut f = fixture();
+        let id = owner_id();
+        let old = honest_state(&f);
+        let mut holding = old.clone();
+        holding.push(kv(&f.owner, &id, "domain/d2", "later", 4));
+        // A peer without domain/d2 but with a newer value answered a digest sent before
+        // this node learned anything: from 0, nothing garbage-collected. Chitchat
+        // applies it on top (it is not a reset): it takes nothing back, and what is
+        // new in it is checked.
+        let mut crossing = old.clone();
+        crossing.push(kv(&f.owner, &id, "domain/d3", "newer", 5));
+        assert_eq!(
+            check(
+                &mut f,
+                &part(id.clone(), 0, crossing.clone()),
+                Some(&held(&holding))
+            ),
+            Ok(Passed::default())
+        );
+        crossing[3].value = "forged".into();
+        assert_eq!(
+            check(&mut f, &part(id, 0, crossing), Some(&held(&holding)))
+                .unwrap_err()
+                .reason(),
+            "unsigned"
+        );
     }
 
     #[test]
@@ -619,8 +729,6 @@ mod tests {
         let mut f = fixture();
         let state = honest_state(&f);
         let refusal = check(&mut f, &part(owner_id(), 0, state[1..].to_vec()), None).unwrap_err();
-        assert_eq!(refusal, Refusal::ResetWithoutCertificate);
-        let refusal = check(&mut f, &part(owner_id(), 0, Vec::new()), None).unwrap_err();
         assert_eq!(refusal, Refusal::ResetWithoutCertificate);
     }
 
