@@ -478,8 +478,10 @@ mod tests {
 
     /// What a receiver holds after applying `kvs`.
     fn held(kvs: &[KeyValue]) -> Held {
-        let mut held = Held::default();
-        held.max_version = kvs.iter().map(|kv| kv.version).max().unwrap_or(0);
+        let mut held = Held {
+            max_version: kvs.iter().map(|kv| kv.version).max().unwrap_or(0),
+            ..Held::default()
+        };
         for kv in kvs {
             held.versions.insert(kv.key.clone(), kv.version);
             if kv.key == CERT_KEY {
