@@ -7,6 +7,8 @@
 //!   for IMEX, status, claims and checkpoints, in paused time. A [`script`] of
 //!   operations (add, prepare, kill, partition, assert...) drives it, in the manner of
 //!   chitchat's own cluster tests; [`checks`] are the invariants asserted from outside.
+//!   One simulation can hold many cliques, each its own gossip cluster; [`traffic`]
+//!   counts gossip within each clique and across cliques.
 //! - [`harness`] (`domaind-chaos run`): a rack of real `domaind run` processes on
 //!   loopback under faults from a seeded [`schedule`] (SIGKILL, SIGSTOP, IMEX crashes,
 //!   graceful restarts, iptables partitions and loss, claim churn, certificate
@@ -25,6 +27,7 @@ pub mod report;
 pub mod schedule;
 pub mod script;
 pub mod sim;
+pub mod traffic;
 
 pub use script::Operation;
 pub use sim::{ClusterView, SimCluster, SimConfig};

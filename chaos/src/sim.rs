@@ -1,6 +1,6 @@
 //! `SimCluster`: a rack of nodes in one process, over an in-memory network.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,11 +24,15 @@ use domaind_gossip::{
 };
 use tracing::info;
 
+use crate::traffic::{CliqueTraffic, Count, CountingTransport};
+
 /// How a simulated rack is set up.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     /// Seeds the network's fault decisions.
     pub seed: u64,
+    /// The clique of nodes started with [`SimCluster::start_node`]; others join the
+    /// clique [`SimCluster::start_node_in`] names.
     pub clique: String,
     pub timing: GossipTiming,
     /// Applied to every node's configuration.
@@ -48,6 +52,7 @@ impl Default for SimConfig {
 
 struct SimNode {
     name: String,
+    clique: String,
     addr: SocketAddr,
     actor: Option<Addr<NodeActor>>,
     gossip: Option<Arc<GossipNode>>,
@@ -70,7 +75,8 @@ pub struct SimCluster {
     config: SimConfig,
     faults: NetworkFaults,
     network: ChannelTransport,
-    transport: FaultyTransport<ChannelTransport>,
+    transport: CountingTransport<FaultyTransport<ChannelTransport>>,
+    by_clique: CliqueTraffic,
     fabric: FakeImexFabric,
     status: FakeStatusSink,
     claims: FakeClaimSource,
@@ -104,8 +110,13 @@ impl SimCluster {
     pub fn new(config: SimConfig) -> Self {
         let faults = NetworkFaults::new(config.seed);
         let network = ChannelTransport::with_mtu(65_507);
+        let by_clique = CliqueTraffic::default();
         Self {
-            transport: FaultyTransport::new(network.clone(), faults.clone()),
+            transport: CountingTransport::new(
+                FaultyTransport::new(network.clone(), faults.clone()),
+                by_clique.clone(),
+            ),
+            by_clique,
             network,
             faults,
             fabric: FakeImexFabric::default(),
@@ -144,6 +155,27 @@ impl SimCluster {
         (stats.num_messages_total, stats.num_bytes_total)
     }
 
+    /// Gossip sent between two nodes of `clique` so far.
+    pub fn traffic_within(&self, clique: &str) -> Count {
+        self.by_clique.within(clique)
+    }
+
+    /// Gossip sent from a node of one clique to a node of another so far.
+    pub fn traffic_across_cliques(&self) -> Count {
+        self.by_clique.across()
+    }
+
+    pub fn clique_of(&self, index: usize) -> Option<&str> {
+        self.nodes.get(&index).map(|n| n.clique.as_str())
+    }
+
+    /// The nodes node `index`'s gossip lists as live members (itself included), or
+    /// `None` while it is down.
+    pub fn gossip_members(&self, index: usize) -> Option<BTreeSet<String>> {
+        let gossip = self.nodes.get(&index)?.gossip.as_ref()?;
+        Some(gossip.live_nodes().into_keys().collect())
+    }
+
     pub fn events_of(&self, index: usize) -> Vec<(DomainRef, domaind_actors::ports::DomainEvent)> {
         self.nodes
             .get(&index)
@@ -171,8 +203,21 @@ impl SimCluster {
         domain
     }
 
-    /// Starts node `index` (or restarts it with its checkpoint and a new generation).
+    /// Starts node `index` (or restarts it with its checkpoint, its clique and a new
+    /// generation). A new node joins the configured clique.
     pub async fn start_node(&mut self, index: usize) {
+        let clique = match self.nodes.get(&index) {
+            Some(old) => old.clique.clone(),
+            None => self.config.clique.clone(),
+        };
+        self.start_node_in(index, &clique).await;
+    }
+
+    /// Starts node `index` in `clique`: its gossip cluster is that clique's, and it seeds
+    /// from up to three live nodes of the same clique, as a daemon whose seeds are
+    /// scoped to its clique does. A node with the empty clique (no fabric) seeds from
+    /// nobody.
+    pub async fn start_node_in(&mut self, index: usize, clique: &str) {
         let name = node_name(index);
         let addr = SocketAddr::new(node_ip(index), 7946);
         let (checkpoint, generation) = match self.nodes.get(&index) {
@@ -182,14 +227,16 @@ impl SimCluster {
         let seeds: Vec<String> = self
             .nodes
             .iter()
-            .filter(|(i, n)| **i != index && n.gossip.is_some())
+            .filter(|(i, n)| {
+                !clique.is_empty() && **i != index && n.clique == clique && n.gossip.is_some()
+            })
             .take(3)
             .map(|(_, n)| n.addr.to_string())
             .collect();
         let mut gossip_config = GossipConfig::new(
             NodeName::new(&name).expect("valid node name"),
             addr,
-            cluster_id_for_clique(&self.config.clique),
+            cluster_id_for_clique(clique),
         );
         gossip_config.generation = generation;
         gossip_config.seeds = seeds;
@@ -202,13 +249,13 @@ impl SimCluster {
             .credentials(&node)
             .expect("its credentials load")
             .fixed();
+        self.by_clique.assign(addr, clique);
         let gossip = Arc::new(
             GossipNode::start(gossip_config, &self.transport, credentials)
                 .await
                 .expect("the in-memory address is free"),
         );
-        let mut node_config =
-            NodeConfig::new(&name, node_ip(index), CliqueId(self.config.clique.clone()));
+        let mut node_config = NodeConfig::new(&name, node_ip(index), CliqueId(clique.to_owned()));
         (self.config.node)(&mut node_config);
         let events = FakeEventSink::default();
         let ports = Ports {
@@ -226,6 +273,7 @@ impl SimCluster {
             index,
             SimNode {
                 name,
+                clique: clique.to_owned(),
                 addr,
                 actor: Some(actor),
                 gossip: Some(gossip),
@@ -364,8 +412,19 @@ impl SimCluster {
     }
 
     pub async fn view(&self) -> ClusterView {
+        self.view_among(None).await
+    }
+
+    /// The view of `among`'s nodes only (or of every node): in a large simulation,
+    /// asking every node for its snapshot at each poll costs more than the gossip.
+    async fn view_among(&self, among: Option<&[usize]>) -> ClusterView {
         let mut view = ClusterView::default();
-        for node in self.nodes.values() {
+        let nodes = self
+            .nodes
+            .iter()
+            .filter(|(i, _)| among.is_none_or(|among| among.contains(i)))
+            .map(|(_, n)| n);
+        for node in nodes {
             if let Some(actor) = &node.actor
                 && let Ok(snapshot) = actor.send(GetSnapshot).await
             {
@@ -392,9 +451,30 @@ impl SimCluster {
         what: &str,
         check: impl Fn(&ClusterView) -> Result<(), String>,
     ) -> Result<Duration, String> {
+        self.wait_for_among(None, within, what, check).await
+    }
+
+    /// As [`SimCluster::wait_for`], with a view of `among`'s nodes only.
+    pub async fn wait_for_nodes(
+        &self,
+        among: &[usize],
+        within: Duration,
+        what: &str,
+        check: impl Fn(&ClusterView) -> Result<(), String>,
+    ) -> Result<Duration, String> {
+        self.wait_for_among(Some(among), within, what, check).await
+    }
+
+    async fn wait_for_among(
+        &self,
+        among: Option<&[usize]>,
+        within: Duration,
+        what: &str,
+        check: impl Fn(&ClusterView) -> Result<(), String>,
+    ) -> Result<Duration, String> {
         let start = tokio::time::Instant::now();
         loop {
-            let view = self.view().await;
+            let view = self.view_among(among).await;
             let outcome = check(&view);
             match outcome {
                 Ok(()) => return Ok(start.elapsed()),

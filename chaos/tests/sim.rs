@@ -580,3 +580,71 @@ fn the_status_is_vacated_when_the_workload_leaves() {
         });
     }
 }
+
+/// Three racks of four, each its own clique, and a node with no fabric: each rack
+/// forms its own domain, no gossip ever crosses racks, and each node's gossip knows
+/// only its rack-mates.
+#[test]
+fn three_cliques_form_three_domains_and_gossip_never_crosses() {
+    init_logs();
+    run_simulation(async {
+        let mut sim = SimCluster::new(SimConfig::default());
+        let racks = [("rack-a", 0..4), ("rack-b", 4..8), ("rack-c", 8..12)];
+        for (clique, members) in racks.clone() {
+            sim.domain(clique, 0);
+            for i in members {
+                sim.start_node_in(i, clique).await;
+            }
+        }
+        let loner = 12;
+        sim.start_node_in(loner, "").await;
+        for (clique, members) in racks.clone() {
+            for i in members {
+                sim.prepare(i, &format!("{clique}-{i}"), clique, None);
+            }
+        }
+        for (clique, members) in racks.clone() {
+            let members: Vec<usize> = members.collect();
+            sim.wait_for(FORM, clique, all(vec![ready(clique, &members), isolated()]))
+                .await
+                .unwrap();
+        }
+
+        // Settled: twenty idle seconds more, then every count is read.
+        let within_before: Vec<_> = racks
+            .iter()
+            .map(|(clique, _)| sim.traffic_within(clique))
+            .collect();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(
+            sim.traffic_across_cliques(),
+            domaind_chaos::traffic::Count::default(),
+            "gossip crossed cliques"
+        );
+        for ((clique, _), before) in racks.iter().zip(within_before) {
+            assert!(
+                sim.traffic_within(clique).since(before).messages > 0,
+                "{clique} went quiet"
+            );
+        }
+        for (clique, members) in racks {
+            let mates: std::collections::BTreeSet<String> =
+                members.clone().map(node_name).collect();
+            for i in members {
+                assert_eq!(sim.clique_of(i), Some(clique));
+                assert_eq!(sim.gossip_members(i).as_ref(), Some(&mates), "{i}");
+                let peers = sim.view().await.daemons[&node_name(i)].peers.clone();
+                assert_eq!(peers.len(), mates.len(), "{i}: {peers:?}");
+                assert!(peers.nodes().all(|p| mates.contains(p)), "{i}: {peers:?}");
+            }
+        }
+        assert_eq!(
+            sim.gossip_members(loner),
+            Some([node_name(loner)].into_iter().collect())
+        );
+        assert_eq!(
+            sim.traffic_within(""),
+            domaind_chaos::traffic::Count::default()
+        );
+    });
+}
