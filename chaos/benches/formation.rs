@@ -3,6 +3,11 @@
 //! 72 and 144 nodes. Prints a table; asserts nothing.
 //!
 //! `cargo bench -p domaind-chaos --bench formation` (add `-- 18` to run one size).
+//! `cargo bench -p domaind-chaos --bench formation -- fleet` runs the fleet instead:
+//! 56 cliques of 18 and one of 144 (`-- fleet 28 72`: 28 cliques of 18 and one of 72); see `fleet.rs`.
+
+#[path = "formation/fleet.rs"]
+mod fleet;
 
 use std::time::{Duration, Instant};
 
@@ -115,10 +120,16 @@ fn measure(n: usize) -> Figures {
 }
 
 fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "fleet") {
+        let numbers: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+        fleet::run(
+            numbers.first().copied().unwrap_or(56),
+            numbers.get(1).copied().unwrap_or(144),
+        );
+        return;
+    }
+    let sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let sizes = if sizes.is_empty() {
         vec![18, 72, 144]
     } else {
