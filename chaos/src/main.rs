@@ -19,16 +19,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("domaind-chaos: cannot start the runtime: {error}");
-            return ExitCode::from(2);
-        }
+    let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
+    else {
+        return ExitCode::from(2);
     };
     let outcome = runtime.block_on(async {
         let (Ok(mut interrupt), Ok(mut terminate)) = (
@@ -75,15 +68,8 @@ fn main() -> ExitCode {
 }
 
 fn forge(args: domaind_chaos::cli::ForgeArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("domaind-chaos: cannot start the runtime: {error}");
-            return ExitCode::from(2);
-        }
+    let Some(runtime) = runtime(&mut tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::from(2);
     };
     let outcome = runtime.block_on(async {
         let nodes = domaind_chaos::forge::rack_nodes(&args.rack)?;
@@ -124,4 +110,12 @@ fn forge(args: domaind_chaos::cli::ForgeArgs) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn runtime(builder: &mut tokio::runtime::Builder) -> Option<tokio::runtime::Runtime> {
+    builder
+        .enable_all()
+        .build()
+        .inspect_err(|error| eprintln!("domaind-chaos: cannot start the runtime: {error}"))
+        .ok()
 }

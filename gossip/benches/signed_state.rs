@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use chitchat::ChitchatId;
 use domaind_gossip::pki::{DevCa, NodeCertRequest};
 use domaind_gossip::signed::CERT_KEY;
-use domaind_gossip::signed::envelope::{Subject, cert_payload, seal};
+use domaind_gossip::signed::envelope::{cert_payload, signed_key_value};
 use domaind_gossip::signed::verify::{CertCache, Checker};
-use domaind_gossip::transport::wire::{self, KeyValue, NodeOp, NodePart, STATUS_SET};
+use domaind_gossip::transport::wire::{self, KeyValue, NodeOp, NodePart};
 use domaind_gossip::{NodeName, StateCredentials};
 use rustls_pki_types::UnixTime;
 
@@ -33,22 +33,7 @@ fn signed(
     payload: &str,
     version: u64,
 ) -> KeyValue {
-    let message = Subject {
-        cluster: CLUSTER,
-        owner,
-        key,
-        deleted: false,
-        version,
-        payload,
-    }
-    .message();
-    let (scheme, signature) = credentials.sign(&message).unwrap();
-    KeyValue {
-        key: key.into(),
-        value: seal(scheme, &signature, payload),
-        version,
-        status: STATUS_SET,
-    }
+    signed_key_value(credentials, CLUSTER, owner, key, payload, version)
 }
 
 /// A node's state as it is relayed at formation: its certificate, its advertisement

@@ -23,10 +23,10 @@ use crate::identity::NodeName;
 use crate::pki::NodeCert;
 use crate::signed::CERT_KEY;
 use crate::signed::credentials::StateCredentials;
-use crate::signed::envelope::{self, Subject, cert_payload, seal};
+use crate::signed::envelope::{self, cert_payload, seal, signed_key_value};
 use crate::tls::NodeTls;
 use crate::transport::wire::{
-    self, KeyValue, NodeOp, NodePart, STATUS_DELETED, STATUS_SET, TYPE_ACK, TYPE_SYN,
+    self, KeyValue, NodeOp, NodePart, STATUS_DELETED, TYPE_ACK, TYPE_SYN,
 };
 use crate::transport::{TlsTransport, TransportLimits, frame};
 
@@ -168,7 +168,7 @@ impl Forger {
 
     /// A value signed with this forger's own key, as if `owner` had written it.
     pub fn sign_as(&self, owner: &ChitchatId, key: &str, payload: &str, version: u64) -> KeyValue {
-        signed_value(
+        signed_key_value(
             &self.credentials,
             &self.cluster,
             owner,
@@ -176,33 +176,6 @@ impl Forger {
             payload,
             version,
         )
-    }
-}
-
-/// A value as `credentials` would sign it for `owner`.
-pub fn signed_value(
-    credentials: &StateCredentials,
-    cluster: &str,
-    owner: &ChitchatId,
-    key: &str,
-    payload: &str,
-    version: u64,
-) -> KeyValue {
-    let message = Subject {
-        cluster,
-        owner,
-        key,
-        deleted: false,
-        version,
-        payload,
-    }
-    .message();
-    let (scheme, signature) = credentials.sign(&message).expect("a loaded key signs");
-    KeyValue {
-        key: key.into(),
-        value: seal(scheme, &signature, payload),
-        version,
-        status: STATUS_SET,
     }
 }
 
@@ -326,7 +299,7 @@ pub fn forgeries(
             victim.clone(),
             newest,
             vec![
-                signed_value(
+                signed_key_value(
                     foreign,
                     &forger.cluster,
                     &victim,
@@ -334,7 +307,7 @@ pub fn forgeries(
                     &cert_payload(foreign.cert()),
                     ahead,
                 ),
-                signed_value(
+                signed_key_value(
                     foreign,
                     &forger.cluster,
                     &victim,

@@ -116,6 +116,36 @@ pub fn payload(value: &str) -> Option<&str> {
     open(value).ok().map(|sealed| sealed.payload)
 }
 
+/// A value as `credentials` sign it for `owner`, in its wire form: what the owner
+/// writes, for tests, benches and the chaos harness's forger, which must sign as
+/// someone (themselves, or an owner they impersonate). Panics only if the key
+/// cannot sign, which loading it already checked.
+pub fn signed_key_value(
+    credentials: &super::credentials::StateCredentials,
+    cluster: &str,
+    owner: &ChitchatId,
+    key: &str,
+    payload: &str,
+    version: u64,
+) -> crate::transport::wire::KeyValue {
+    let message = Subject {
+        cluster,
+        owner,
+        key,
+        deleted: false,
+        version,
+        payload,
+    }
+    .message();
+    let (scheme, signature) = credentials.sign(&message).expect("a loaded key signs");
+    crate::transport::wire::KeyValue {
+        key: key.into(),
+        value: seal(scheme, &signature, payload),
+        version,
+        status: crate::transport::wire::STATUS_SET,
+    }
+}
+
 /// A certificate as a payload.
 pub fn cert_payload(der: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(der)

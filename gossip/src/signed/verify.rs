@@ -366,7 +366,6 @@ mod tests {
     use crate::identity::NodeName;
     use crate::pki::{DevCa, NodeCertRequest};
     use crate::signed::envelope::{cert_payload, seal};
-    use crate::transport::wire::STATUS_SET;
 
     const CLUSTER: &str = "domaind/clique/c1";
 
@@ -429,22 +428,7 @@ mod tests {
         payload: &str,
         version: u64,
     ) -> KeyValue {
-        let message = Subject {
-            cluster: CLUSTER,
-            owner,
-            key,
-            deleted: false,
-            version,
-            payload,
-        }
-        .message();
-        let (scheme, signature) = signer.sign(&message).unwrap();
-        KeyValue {
-            key: key.into(),
-            value: seal(scheme, &signature, payload),
-            version,
-            status: STATUS_SET,
-        }
+        envelope::signed_key_value(signer, CLUSTER, owner, key, payload, version)
     }
 
     fn cert_kv(signer: &StateCredentials, owner: &ChitchatId, version: u64) -> KeyValue {
