@@ -18,6 +18,26 @@ use crate::tests::api::{ApiServer, pair};
 const SA: &str = "system:serviceaccount:domaind:domaind-node";
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
+/// The signer looking at `asked` in the background, as the controller's loop would.
+fn looking_at(
+    ctx: &Arc<Context>,
+    asked: &CertificateSigningRequest,
+) -> tokio::task::JoinHandle<Result<Action, SignError>> {
+    let (ctx, asked) = (ctx.clone(), asked.clone());
+    tokio::spawn(async move { look_at(&asked, &ctx).await })
+}
+
+/// The look ended well, and the API server was asked nothing more.
+async fn finish(
+    task: tokio::task::JoinHandle<Result<Action, SignError>>,
+    ctx: Arc<Context>,
+    server: ApiServer,
+) {
+    assert!(task.await.unwrap().is_ok());
+    drop(ctx);
+    server.done().await;
+}
+
 fn context(client: Client) -> Arc<Context> {
     let ca = GossipCa::generate(Duration::from_secs(86400), OffsetDateTime::now_utc()).unwrap();
     Arc::new(Context {
@@ -116,10 +136,7 @@ async fn a_good_request_is_approved_then_signed_with_what_the_grant_allows() {
     let (client, mut server) = pair();
     let ctx = context(client);
     let asked = csr("node-a");
-    let task = tokio::spawn({
-        let (ctx, asked) = (ctx.clone(), asked.clone());
-        async move { look_at(&asked, &ctx).await }
-    });
+    let task = looking_at(&ctx, &asked);
     let approval = server
         .expect(Method::PUT, &format!("{CSRS}/req-1/approval"))
         .await;
@@ -150,9 +167,7 @@ async fn a_good_request_is_approved_then_signed_with_what_the_grant_allows() {
     assert_eq!(lifetime, 3600 + 300, "asked 1h, backdated 5 min");
     let body = status.body.clone();
     status.ok(&body);
-    assert!(task.await.unwrap().is_ok());
-    drop(ctx);
-    server.done().await;
+    finish(task, ctx, server).await;
 }
 
 #[tokio::test]
@@ -160,10 +175,7 @@ async fn a_request_for_another_node_is_denied_with_its_reason_and_an_event() {
     let (client, mut server) = pair();
     let ctx = context(client);
     let asked = csr("node-b");
-    let task = tokio::spawn({
-        let (ctx, asked) = (ctx.clone(), asked.clone());
-        async move { look_at(&asked, &ctx).await }
-    });
+    let task = looking_at(&ctx, &asked);
     let approval = server
         .expect(Method::PUT, &format!("{CSRS}/req-1/approval"))
         .await;
@@ -175,9 +187,7 @@ async fn a_request_for_another_node_is_denied_with_its_reason_and_an_event() {
     let body = approval.body.clone();
     approval.ok(&body);
     assert_eq!(expect_event(&mut server).await, "NameMismatch");
-    assert!(task.await.unwrap().is_ok());
-    drop(ctx);
-    server.done().await;
+    finish(task, ctx, server).await;
 }
 
 #[tokio::test]
@@ -194,10 +204,7 @@ async fn someone_elses_approval_of_a_bad_request_gets_failed_and_no_certificate(
         }]),
         certificate: None,
     });
-    let task = tokio::spawn({
-        let (ctx, asked) = (ctx.clone(), asked.clone());
-        async move { look_at(&asked, &ctx).await }
-    });
+    let task = looking_at(&ctx, &asked);
     let status = server
         .expect(Method::PUT, &format!("{CSRS}/req-1/status"))
         .await;
@@ -212,9 +219,7 @@ async fn someone_elses_approval_of_a_bad_request_gets_failed_and_no_certificate(
     let body = status.body.clone();
     status.ok(&body);
     assert_eq!(expect_event(&mut server).await, "NameMismatch");
-    assert!(task.await.unwrap().is_ok());
-    drop(ctx);
-    server.done().await;
+    finish(task, ctx, server).await;
 }
 
 #[tokio::test]
@@ -222,10 +227,7 @@ async fn a_conflict_leaves_the_csr_to_whoever_wrote_first() {
     let (client, mut server) = pair();
     let ctx = context(client);
     let asked = csr("node-a");
-    let task = tokio::spawn({
-        let (ctx, asked) = (ctx.clone(), asked.clone());
-        async move { look_at(&asked, &ctx).await }
-    });
+    let task = looking_at(&ctx, &asked);
     server
         .expect(Method::PUT, &format!("{CSRS}/req-1/approval"))
         .await
@@ -250,10 +252,7 @@ async fn an_issued_or_denied_request_is_left_alone_and_an_api_error_is_an_error(
     assert!(look_at(&issued, &ctx).await.is_ok());
 
     let asked = csr("node-a");
-    let task = tokio::spawn({
-        let (ctx, asked) = (ctx.clone(), asked.clone());
-        async move { look_at(&asked, &ctx).await }
-    });
+    let task = looking_at(&ctx, &asked);
     server
         .expect(Method::PUT, &format!("{CSRS}/req-1/approval"))
         .await
