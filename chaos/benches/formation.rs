@@ -25,6 +25,10 @@ struct Figures {
     drop: Duration,
     messages_per_node_s: f64,
     bytes_per_node_s: f64,
+    /// Under 10% message loss for a minute: samples (a node's view, once a second) that
+    /// missed a live node, and status writes.
+    loss_missed: usize,
+    loss_writes: usize,
     writes_forming: usize,
     writes_node_loss: usize,
     wall: Duration,
@@ -70,13 +74,27 @@ fn measure(n: usize) -> Figures {
             }
         }
 
-        // Idle traffic, per node per second.
+        // Idle traffic, per node per second, over three anti-entropy rounds.
         tokio::time::sleep(Duration::from_secs(5)).await;
         let (messages_before, bytes_before) = sim.traffic();
-        let window = Duration::from_secs(20);
+        let window = Duration::from_secs(30);
         tokio::time::sleep(window).await;
         let (messages_after, bytes_after) = sim.traffic();
         let per = |d: u64| d as f64 / n as f64 / window.as_secs_f64();
+
+        // A minute of 10% message loss: nobody should lose sight of anybody.
+        let writes_before = sim.status().writes().len();
+        sim.loss(10.0);
+        let mut loss_missed = 0;
+        for _ in 0..60 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            loss_missed += nodes
+                .iter()
+                .filter(|i| sim.gossip_members(**i).is_none_or(|m| m.len() != n))
+                .count();
+        }
+        sim.loss(0.0);
+        let loss_writes = sim.status().writes().len() - writes_before;
 
         // A node dies: time until no survivor's IMEX daemon lists it.
         let victim = n / 2;
@@ -112,6 +130,8 @@ fn measure(n: usize) -> Figures {
             drop,
             messages_per_node_s: per(messages_after - messages_before),
             bytes_per_node_s: per(bytes_after - bytes_before),
+            loss_missed,
+            loss_writes,
             writes_forming,
             writes_node_loss,
             wall: wall.elapsed(),
@@ -136,15 +156,16 @@ fn main() {
         sizes
     };
     println!(
-        "domain core over the in-memory transport, simulated time (gossip every 150 ms, IMEX polled every 250 ms)"
+        "domain core over the in-memory transport, simulated time (pulses every 150 ms, anti-entropy every 10 s, IMEX polled every 250 ms)"
     );
     println!(
-        "{:>5} | {:>10} | {:>14} | {:>14} | {:>15} | {:>16} | {:>17} | {:>8}",
+        "{:>5} | {:>10} | {:>14} | {:>11} | {:>12} | {:>18} | {:>16} | {:>17} | {:>8}",
         "nodes",
         "form",
         "drop dead node",
         "msgs/node/s",
         "bytes/node/s",
+        "10% loss: missed",
         "writes: forming",
         "writes: node loss",
         "wall"
@@ -152,12 +173,13 @@ fn main() {
     for n in sizes {
         let f = measure(n);
         println!(
-            "{:>5} | {:>10.2?} | {:>14.2?} | {:>14.1} | {:>15.0} | {:>16} | {:>17} | {:>8.1?}",
+            "{:>5} | {:>10.2?} | {:>14.2?} | {:>11.1} | {:>12.0} | {:>18} | {:>16} | {:>17} | {:>8.1?}",
             f.nodes,
             f.form,
             f.drop,
             f.messages_per_node_s,
             f.bytes_per_node_s,
+            format!("{} ({} writes)", f.loss_missed, f.loss_writes),
             f.writes_forming,
             f.writes_node_loss,
             f.wall

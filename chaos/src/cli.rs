@@ -102,8 +102,9 @@ pub struct RunArgs {
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub isolation_grace: Duration,
 
-    /// The daemons' gossip interval.
-    #[arg(long, default_value = "150ms", value_parser = humantime::parse_duration)]
+    /// The daemons' anti-entropy interval (chitchat's rounds; liveness is pulsed every
+    /// 150 ms whatever this is).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub gossip_interval: Duration,
 
     /// The daemons' log filter (their logs are in the rack's directory).

@@ -18,6 +18,7 @@ use domaind_actors::{
     Shutdown, Unprepare,
 };
 use domaind_gossip::pki::{DevCa, NodeCertRequest};
+use domaind_gossip::pulse::MemoryPulses;
 use domaind_gossip::transport::{FaultyTransport, NetworkFaults};
 use domaind_gossip::{
     ChannelTransport, GossipConfig, GossipNode, GossipTiming, NodeName, cluster_id_for_clique,
@@ -74,8 +75,8 @@ pub struct ClusterView {
 pub struct SimCluster {
     config: SimConfig,
     faults: NetworkFaults,
-    network: ChannelTransport,
     transport: CountingTransport<FaultyTransport<ChannelTransport>>,
+    pulses: MemoryPulses,
     by_clique: CliqueTraffic,
     fabric: FakeImexFabric,
     status: FakeStatusSink,
@@ -113,11 +114,13 @@ impl SimCluster {
         let by_clique = CliqueTraffic::default();
         Self {
             transport: CountingTransport::new(
-                FaultyTransport::new(network.clone(), faults.clone()),
+                FaultyTransport::new(network, faults.clone()),
                 by_clique.clone(),
             ),
+            pulses: MemoryPulses::new()
+                .with_faults(faults.clone())
+                .observed_by(by_clique.pulse_observer()),
             by_clique,
-            network,
             faults,
             fabric: FakeImexFabric::default(),
             status: FakeStatusSink::default(),
@@ -149,10 +152,11 @@ impl SimCluster {
         &self.status
     }
 
-    /// Messages and bytes carried by the in-memory network so far.
+    /// Messages and bytes sent on the in-memory network so far: chitchat's messages
+    /// and pulses.
     pub fn traffic(&self) -> (u64, u64) {
-        let stats = self.network.statistics();
-        (stats.num_messages_total, stats.num_bytes_total)
+        let total = self.by_clique.total();
+        (total.messages, total.bytes)
     }
 
     /// Gossip sent between two nodes of `clique` so far.
@@ -251,7 +255,7 @@ impl SimCluster {
             .fixed();
         self.by_clique.assign(addr, clique);
         let gossip = Arc::new(
-            GossipNode::start(gossip_config, &self.transport, credentials)
+            GossipNode::start(gossip_config, &self.transport, &self.pulses, credentials)
                 .await
                 .expect("the in-memory address is free"),
         );
@@ -316,7 +320,7 @@ impl SimCluster {
             actor.do_send(Shutdown { stop_imex: true });
         }
         // Let the deletions gossip before the node goes quiet.
-        tokio::time::sleep(self.config.timing.gossip_interval * 10).await;
+        tokio::time::sleep(self.config.timing.pulse.interval * 10).await;
         self.kill(index).await;
         self.nodes.remove(&index);
     }

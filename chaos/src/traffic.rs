@@ -1,5 +1,5 @@
 //! Gossip traffic by clique: a transport wrapper that sees every message with its
-//! sender and receiver, and counts it within the sender's clique or across cliques.
+//! sender and receiver (and an observer that sees every pulse), and counts it within the sender's clique or across cliques.
 //! It lives here, not in the gossip crate, because only simulations need it: it wraps
 //! whatever transport the simulation hands to gossip, outside the signed layer, so the
 //! bytes counted are the bytes chitchat's messages take on the in-memory network.
@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use chitchat::transport::{Socket, Transport};
 use chitchat::{ChitchatMessage, Serializable};
+use domaind_gossip::pulse::PulseObserver;
 
 /// Messages and bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,6 +70,23 @@ impl CliqueTraffic {
     /// Traffic sent from a node of one clique to a node of another.
     pub fn across(&self) -> Count {
         self.tally().across
+    }
+
+    /// Everything sent so far, within cliques and across.
+    pub fn total(&self) -> Count {
+        let tally = self.tally();
+        let mut total = tally.across;
+        for count in tally.within.values() {
+            total.messages += count.messages;
+            total.bytes += count.bytes;
+        }
+        total
+    }
+
+    /// Counts pulses as they are sent, beside chitchat's messages.
+    pub fn pulse_observer(&self) -> PulseObserver {
+        let traffic = self.clone();
+        Arc::new(move |from, to, bytes| traffic.record(from, to, bytes))
     }
 
     fn record(&self, from: SocketAddr, to: SocketAddr, bytes: usize) {

@@ -7,17 +7,23 @@ use chitchat::FailureDetectorConfig;
 
 use crate::eager::EagerGossip;
 use crate::identity::NodeName;
+use crate::pulse::PulseTiming;
 
 /// How often gossip runs and how quickly a silent node is declared dead.
 ///
-/// With a 150 ms interval each node hears every other node's heartbeat every few
-/// rounds; a phi threshold of 8 then declares a node dead after roughly 18 mean
-/// heartbeat intervals of silence — two to four seconds in an 18-node clique — while
-/// tolerating the jitter of 10% message loss.
+/// Who is live is the pulses' business (`pulse`): a count per node exchanged every
+/// 150 ms, a node silent for 2 s is dead. Chitchat's own rounds, which send every
+/// node's full digest, are a slow anti-entropy backstop (every 10 s): news travels at
+/// once by eager push. Chitchat's failure detector only steers its own choice of peers
+/// and when it forgets a dead node's state; its settings are for heartbeats heard a few
+/// times per round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GossipTiming {
+    /// Chitchat's rounds: anti-entropy, and the only digests sent while nothing changes.
     pub gossip_interval: Duration,
-    /// Phi accrual threshold above which a node is declared dead.
+    /// Liveness: how often pulses go and how long a silent node stays live.
+    pub pulse: PulseTiming,
+    /// Phi accrual threshold above which chitchat's detector declares a node dead.
     pub phi_threshold: f64,
     /// How many heartbeat intervals the failure detector averages over.
     pub sampling_window: usize,
@@ -36,11 +42,12 @@ pub struct GossipTiming {
 impl Default for GossipTiming {
     fn default() -> Self {
         Self {
-            gossip_interval: Duration::from_millis(150),
+            gossip_interval: Duration::from_secs(10),
+            pulse: PulseTiming::default(),
             phi_threshold: 8.0,
             sampling_window: 100,
-            max_heartbeat_interval: Duration::from_secs(2),
-            initial_heartbeat_interval: Duration::from_millis(300),
+            max_heartbeat_interval: Duration::from_secs(60),
+            initial_heartbeat_interval: Duration::from_secs(10),
             dead_node_grace_period: Duration::from_secs(3600),
             tombstone_grace_period: Duration::from_secs(3600),
             eager: EagerGossip::default(),

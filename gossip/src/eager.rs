@@ -32,6 +32,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tracing::debug;
 
+use crate::pulse::Liveness;
+
 /// Gossip exchanges started to pass news on, outside the regular rounds.
 pub const EAGER_PUSHES: &str = "domaind_gossip_eager_pushes_total";
 
@@ -77,11 +79,17 @@ enum Pending {
     Own,
 }
 
-/// The live nodes with their state, as of now (not of the last round's end).
-pub(crate) fn live_nodes(chitchat: &Chitchat) -> LiveNodes {
-    chitchat
-        .live_nodes()
-        .filter_map(|id| Some((id.clone(), chitchat.node_state(id)?.clone())))
+/// The live nodes with their state, as of now (not of the last round's end): those
+/// pulses say are live (`pulse`), not chitchat's failure detector, which hears
+/// heartbeats only in its slow rounds.
+pub(crate) fn live_nodes(chitchat: &Chitchat, liveness: &Liveness) -> LiveNodes {
+    liveness
+        .live_now(chitchat)
+        .into_iter()
+        .filter_map(|id| {
+            let state = chitchat.node_state(&id)?.clone();
+            Some((id, state))
+        })
         .collect()
 }
 
@@ -121,6 +129,7 @@ impl EagerTask {
     pub async fn spawn(
         handle: Arc<ChitchatHandle>,
         config: EagerGossip,
+        liveness: Arc<Liveness>,
     ) -> (Self, watch::Receiver<LiveNodes>) {
         let own_news = Arc::new(Notify::new());
         let relayed = Arc::new(Notify::new());
@@ -130,7 +139,7 @@ impl EagerTask {
                 let listener = chitchat.subscribe_event("", move |_| on_key.notify_one());
                 (
                     chitchat.live_nodes_watcher(),
-                    live_nodes(chitchat),
+                    live_nodes(chitchat, &liveness),
                     listener,
                 )
             })
@@ -144,7 +153,7 @@ impl EagerTask {
             async move {
                 // Unsubscribes when the task ends.
                 let _listener = listener;
-                run(handle, rounds, view, news, config).await;
+                run(handle, rounds, view, news, config, liveness).await;
             }
         });
         (Self { own_news, task }, reader)
@@ -162,8 +171,10 @@ async fn run(
     view: watch::Sender<LiveNodes>,
     news: News,
     config: EagerGossip,
+    liveness: Arc<Liveness>,
 ) {
     let me = handle.chitchat_id().clone();
+    let mut pulses = liveness.subscribe();
     let mut last_push: Option<Instant> = None;
     let mut pending = Pending::Nothing;
     loop {
@@ -176,13 +187,20 @@ async fn run(
                     return;
                 }
             }
+            changed = pulses.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
             () = news.own.notified() => pending = Pending::Own,
             () = news.relayed.notified() => pending = pending.max(Pending::Relayed),
             () = sleep_until(push_at.unwrap_or_else(Instant::now)), if push_at.is_some() => {}
         }
         // Read the state under the lock rather than take the round's snapshot: that may
         // be older than a view already published from a delta.
-        let now_live = handle.with_chitchat(|chitchat| live_nodes(chitchat)).await;
+        let now_live = handle
+            .with_chitchat(|chitchat| live_nodes(chitchat, &liveness))
+            .await;
         view.send_if_modified(|current| {
             let changed = !same_view(current, &now_live);
             if changed {

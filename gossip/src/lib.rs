@@ -23,6 +23,7 @@ pub mod membership;
 pub mod metrics;
 mod node;
 pub mod pki;
+pub mod pulse;
 pub mod signed;
 pub mod tls;
 pub mod transport;

@@ -20,6 +20,7 @@ use crate::eager::{EagerTask, LiveNodes};
 use crate::identity::NodeName;
 use crate::membership::{GossipEvent, Membership, event_stream, membership_from};
 use crate::metrics;
+use crate::pulse::{PulseEndpoint, PulseNetwork, PulseTask};
 use crate::signed::credentials::CredentialsWatch;
 use crate::signed::{SignedTransport, StateCheck, owner};
 use crate::tls::NodeTls;
@@ -57,6 +58,10 @@ pub struct GossipNode {
     credentials: CredentialsWatch,
     /// Signs everything again when the certificate rotates.
     resigner: JoinHandle<()>,
+    /// Counts and exchanges pulses: who is live.
+    pulse: PulseTask,
+    /// Where to turn while no peer is live.
+    seeds: watch::Sender<Vec<std::net::SocketAddr>>,
     /// Set by `stop`: an end of the gossip task after it is expected, not news.
     stopping: Arc<AtomicBool>,
 }
@@ -76,26 +81,29 @@ impl std::fmt::Debug for GossipNode {
 }
 
 impl GossipNode {
-    /// Starts gossip over any transport (the simulation's, for instance). The listen
-    /// address must be concrete: it is this node's address on that transport. Every
-    /// value is signed with `credentials`, and every node's state received is checked
-    /// against their CA before chitchat applies it.
+    /// Starts gossip over any transport (the simulation's, for instance), with pulses
+    /// on `pulses`. The listen address must be concrete: it is this node's address on
+    /// both. Every value is signed with `credentials`, and every node's state received
+    /// is checked against their CA before chitchat applies it.
     pub async fn start(
         config: GossipConfig,
         transport: &dyn Transport,
+        pulses: &dyn PulseNetwork,
         credentials: CredentialsWatch,
     ) -> Result<Self, GossipError> {
         let check = StateCheck::new(config.cluster_id.clone(), credentials.clone());
         let transport = SignedTransport::open(transport, config.listen_addr, check.clone())
             .await
             .map_err(GossipError::Start)?;
-        Self::start_checked(config, &transport, credentials, check).await
+        let endpoint = pulses.open(config.effective_advertise_addr());
+        Self::start_checked(config, &transport, endpoint, credentials, check).await
     }
 
     /// Starts gossip over a transport that runs `check` on what it receives.
     async fn start_checked(
         config: GossipConfig,
         transport: &dyn Transport,
+        pulse_endpoint: PulseEndpoint,
         credentials: CredentialsWatch,
         check: Arc<StateCheck>,
     ) -> Result<Self, GossipError> {
@@ -142,7 +150,14 @@ impl GossipNode {
             .await
             .map_err(|e| GossipError::Start(anyhow::anyhow!("signing this node's state: {e}")))?;
         let handle = Arc::new(handle);
-        let (eager, live) = EagerTask::spawn(handle.clone(), config.timing.eager).await;
+        let (seeds, seeds_rx) = watch::channel(literal_seeds(&config.seeds));
+        let (pulse, liveness) = PulseTask::spawn(
+            handle.clone(),
+            pulse_endpoint,
+            config.timing.pulse,
+            seeds_rx,
+        );
+        let (eager, live) = EagerTask::spawn(handle.clone(), config.timing.eager, liveness).await;
         let resigner = tokio::spawn(resign_on_rotation(
             handle.clone(),
             credentials.clone(),
@@ -164,6 +179,8 @@ impl GossipNode {
             eager,
             credentials,
             resigner,
+            pulse,
+            seeds,
             stopping: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -201,7 +218,10 @@ impl GossipNode {
         if advertise.ip().is_unspecified() || advertise.port() == 0 {
             return Err(GossipError::Undialable(advertise));
         }
-        Self::start_checked(config, &transport, credentials, check).await
+        let pulses = transport
+            .pulse_endpoint()
+            .expect("a new transport's pulse endpoint is there to take");
+        Self::start_checked(config, &transport, pulses, credentials, check).await
     }
 
     pub fn node(&self) -> &NodeName {
@@ -254,6 +274,25 @@ impl GossipNode {
         }
     }
 
+    /// The addresses of this node's clique-mates as discovery knows them now. Each
+    /// that is not a live member's is asked for a chitchat exchange at once (a node
+    /// that appears is met now, not at the next round), and while no peer is live the
+    /// pulse task asks one of them every round.
+    pub fn set_seeds(&self, seeds: Vec<std::net::SocketAddr>) {
+        let live: std::collections::HashSet<_> = self
+            .live
+            .borrow()
+            .keys()
+            .map(|id| id.gossip_advertise_addr)
+            .collect();
+        for seed in seeds.iter().filter(|seed| !live.contains(seed)) {
+            if self.handle.gossip(*seed).is_err() {
+                break;
+            }
+        }
+        self.seeds.send_replace(seeds);
+    }
+
     /// The live members (this node included), as of the newest news.
     pub fn live_nodes(&self) -> Membership {
         membership_from(&self.live.borrow())
@@ -277,6 +316,7 @@ impl GossipNode {
     pub async fn stop(&self) -> Result<(), GossipError> {
         info!(node = %self.node, "gossip stopping");
         self.stopping.store(true, Ordering::Release);
+        self.pulse.abort();
         // An error means the loop already ended, which is what we want.
         let _ = self.handle.initiate_shutdown();
         self.handle
@@ -308,6 +348,7 @@ impl GossipNode {
     /// Ends the gossip task at once, without telling peers, as a crash would: for
     /// chaos tests and for checking that the owner notices.
     pub fn abort(&self) {
+        self.pulse.abort();
         self.handle.abort();
     }
 
@@ -316,6 +357,11 @@ impl GossipNode {
     pub async fn shutdown(self) -> Result<(), GossipError> {
         self.stop().await
     }
+}
+
+/// The seeds given as addresses; names are chitchat's to resolve in its rounds.
+fn literal_seeds(seeds: &[String]) -> Vec<std::net::SocketAddr> {
+    seeds.iter().filter_map(|seed| seed.parse().ok()).collect()
 }
 
 /// Publishes the new certificate and signs every value again with it, each time the

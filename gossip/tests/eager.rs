@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use chitchat::transport::ChannelTransport;
 use common::{loopback, name};
+use domaind_gossip::pulse::MemoryPulses;
 use domaind_gossip::{EagerGossip, GossipConfig, GossipNode, GossipTiming, cluster_id_for_clique};
 use tokio::time::{Instant, sleep_until};
 
@@ -35,6 +36,7 @@ async fn rack(transport: &ChannelTransport, eager: EagerGossip) -> (Vec<GossipNo
     };
     let start = Instant::now();
     let pki = common::Pki::new();
+    let pulses = MemoryPulses::new();
     let mut nodes = Vec::new();
     for i in 0..NODES {
         let mut config = GossipConfig::new(
@@ -48,7 +50,7 @@ async fn rack(transport: &ChannelTransport, eager: EagerGossip) -> (Vec<GossipNo
         }
         let credentials = pki.credentials(&node_name(i));
         nodes.push(
-            GossipNode::start(config, transport, credentials)
+            GossipNode::start(config, transport, &pulses, credentials)
                 .await
                 .unwrap(),
         );

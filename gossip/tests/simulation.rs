@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use chitchat::transport::ChannelTransport;
 use common::{loopback, name};
+use domaind_gossip::pulse::MemoryPulses;
 use domaind_gossip::transport::{FaultyTransport, NetworkFaults};
 use domaind_gossip::{GossipConfig, GossipNode, cluster_id_for_clique};
 use tokio::time::Instant;
@@ -19,6 +20,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 struct Rack {
     faults: NetworkFaults,
     transport: FaultyTransport<ChannelTransport>,
+    pulses: MemoryPulses,
     pki: common::Pki,
     nodes: Vec<GossipNode>,
 }
@@ -36,6 +38,7 @@ impl Rack {
         let faults = NetworkFaults::new(seed);
         let transport = FaultyTransport::new(ChannelTransport::with_mtu(65_507), faults.clone());
         let mut rack = Self {
+            pulses: MemoryPulses::new().with_faults(faults.clone()),
             faults,
             transport,
             pki: common::Pki::new(),
@@ -56,7 +59,7 @@ impl Rack {
             config.seeds = vec![addr(0).to_string()];
         }
         let credentials = self.pki.credentials(&node_name(i));
-        GossipNode::start(config, &self.transport, credentials)
+        GossipNode::start(config, &self.transport, &self.pulses, credentials)
             .await
             .unwrap()
     }

@@ -613,7 +613,8 @@ impl DomainActor {
                                     self.config.status_max_delay,
                                     written.as_ref(),
                                     term,
-                                ),
+                                )
+                                .holding_degradation(self.config.status_degradation_hold),
                             )
                             .start(),
                         );

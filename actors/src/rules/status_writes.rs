@@ -7,10 +7,10 @@
 //!   becomes one write, always of the newest document.
 //! - The domain turning Ready is written at once: users and Domain-policy prepares wait
 //!   for it.
-//! - A Ready domain that degrades is held for `max_delay`: a node loss shows first as
-//!   IMEX links dropping, seconds before gossip's verdict and the recovery without the
-//!   node. Waiting makes the whole change one write (or none, when the domain comes back
-//!   as it was).
+//! - A Ready domain that degrades is held for `degradation_hold` (by default
+//!   `max_delay`): a node loss shows first as IMEX links dropping, seconds before
+//!   gossip's verdict and the recovery without the node. Waiting makes the whole change
+//!   one write (or none, when the domain comes back as it was).
 //! - A document already written is not written again: written by this writer, or, for
 //!   a writer that has written nothing yet, by a predecessor that published its digest.
 //! - Another node's write can land after ours: a former reporter's, in flight when the
@@ -128,6 +128,7 @@ pub enum Retirement {
 pub struct StatusWrites {
     quiet: Duration,
     max_delay: Duration,
+    degradation_hold: Duration,
     pending: Option<DomainStatus>,
     /// When the oldest unwritten change arrived.
     pending_since: Option<Instant>,
@@ -159,6 +160,7 @@ impl StatusWrites {
         Self {
             quiet,
             max_delay,
+            degradation_hold: max_delay,
             pending: None,
             pending_since: None,
             due: None,
@@ -170,6 +172,13 @@ impl StatusWrites {
             overwritten: false,
             retired: false,
         }
+    }
+
+    /// Holds a Ready domain's degradation this long (at least `max_delay`): long enough
+    /// for gossip's verdict on a dead node and its IMEX peers' recovery without it.
+    pub fn holding_degradation(mut self, hold: Duration) -> Self {
+        self.degradation_hold = hold.max(self.max_delay);
+        self
     }
 
     /// The current document (new, or the same again: it is handed over whenever the
@@ -194,11 +203,11 @@ impl StatusWrites {
         let delay = if now_ready {
             Duration::ZERO
         } else if degrading {
-            self.max_delay
+            self.degradation_hold
         } else {
             self.quiet
         };
-        effects.push(Effect::Arm(self.arm(delay, now)));
+        effects.push(Effect::Arm(self.arm(delay, now, degrading)));
         effects
     }
 
@@ -255,14 +264,14 @@ impl StatusWrites {
                     effects.push(Effect::Announce(status));
                 }
                 if self.pending.is_some() {
-                    effects.push(Effect::Arm(self.arm(self.quiet, now)));
+                    effects.push(Effect::Arm(self.arm(self.quiet, now, false)));
                 }
             }
             WriteOutcome::Failed { retry_in } => {
                 effects.push(Effect::Retry { retry_in });
                 // Retry with the newest document, whichever that is.
                 self.pending.get_or_insert(status);
-                effects.push(Effect::Arm(self.arm(retry_in, now)));
+                effects.push(Effect::Arm(self.arm(retry_in, now, false)));
             }
         }
         effects
@@ -286,11 +295,16 @@ impl StatusWrites {
         self.due
     }
 
-    /// `delay` from now, but never later than `max_delay` after the oldest unwritten
-    /// change.
-    fn arm(&mut self, delay: Duration, now: Instant) -> Instant {
+    /// `delay` from now, but never later than `max_delay` (for a degradation held,
+    /// `degradation_hold`) after the oldest unwritten change.
+    fn arm(&mut self, delay: Duration, now: Instant, held: bool) -> Instant {
         let since = *self.pending_since.get_or_insert(now);
-        let at = (now + delay).min(since + self.max_delay);
+        let cap = if held {
+            self.degradation_hold
+        } else {
+            self.max_delay
+        };
+        let at = (now + delay).min(since + cap);
         self.due = Some(at);
         at
     }
@@ -550,6 +564,35 @@ mod tests {
         }
         sim.settle();
         assert_eq!(sim.landed, vec![(t0 + MAX_DELAY, doc(0, 3))]);
+    }
+
+    #[test]
+    fn a_degradation_is_held_for_the_hold_even_past_the_maximum_delay() {
+        let t0 = Instant::now();
+        let hold = MAX_DELAY + Duration::from_secs(2);
+        let mut writes =
+            StatusWrites::new(QUIET, MAX_DELAY, Some(&doc(3, 3)), TERM).holding_degradation(hold);
+        // Links drop: held for the whole hold, not cut at the maximum delay.
+        assert_eq!(
+            writes.publish(doc(2, 3), BTreeMap::new(), t0),
+            vec![Effect::Arm(t0 + hold)]
+        );
+        // Gossip's verdict and the recovery come within it: still due at the same time.
+        assert_eq!(
+            writes.publish(doc(2, 3), BTreeMap::new(), t0 + MAX_DELAY),
+            vec![Effect::Arm(t0 + hold)]
+        );
+        // Changes that are no degradation keep the maximum delay.
+        let mut writes =
+            StatusWrites::new(QUIET, MAX_DELAY, Some(&doc(2, 3)), TERM).holding_degradation(hold);
+        assert_eq!(
+            writes.publish(doc(1, 3), BTreeMap::new(), t0),
+            vec![Effect::Arm(t0 + QUIET)]
+        );
+        // A hold shorter than the maximum delay is the maximum delay.
+        let writes = StatusWrites::new(QUIET, MAX_DELAY, None, TERM)
+            .holding_degradation(Duration::from_secs(1));
+        assert_eq!(writes.degradation_hold, MAX_DELAY);
     }
 
     #[test]

@@ -46,8 +46,9 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 77)]
     pub subnet: u8,
 
-    /// The daemons' gossip interval.
-    #[arg(long, default_value = "150ms", value_parser = humantime::parse_duration)]
+    /// The daemons' anti-entropy interval (chitchat's rounds; liveness is pulsed every
+    /// 150 ms whatever this is).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub gossip_interval: Duration,
 }
 

@@ -41,7 +41,7 @@ pub struct NetworkFaults {
     state: Arc<Mutex<FaultState>>,
 }
 
-enum Verdict {
+pub(crate) enum Verdict {
     Deliver(Duration),
     Drop,
 }
@@ -93,7 +93,7 @@ impl NetworkFaults {
         self.state().stats
     }
 
-    fn verdict(&self, from: SocketAddr, to: SocketAddr, rng: &mut SmallRng) -> Verdict {
+    pub(crate) fn verdict(&self, from: SocketAddr, to: SocketAddr, rng: &mut SmallRng) -> Verdict {
         let mut state = self.state();
         if state.isolated.contains(&from)
             || state.isolated.contains(&to)
@@ -114,7 +114,7 @@ impl NetworkFaults {
         Verdict::Deliver(delay)
     }
 
-    fn socket_seed(&self, addr: SocketAddr) -> u64 {
+    pub(crate) fn socket_seed(&self, addr: SocketAddr) -> u64 {
         let ip_bits = match addr.ip() {
             std::net::IpAddr::V4(v4) => u64::from(u32::from(v4)),
             std::net::IpAddr::V6(v6) => {

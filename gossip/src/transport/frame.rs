@@ -2,7 +2,11 @@
 //!
 //! ```text
 //! u32 big-endian length (added by the codec) | version: u8 = 1 | sender: ChitchatId | ChitchatMessage
+//! u32 big-endian length (added by the codec) | version: u8 = 2 | sender: ChitchatId | pulse
 //! ```
+//!
+//! Pulses (`crate::pulse`) share the connections, the sender header and its checks;
+//! what follows the header is theirs to read.
 //!
 //! The sender's `ChitchatId` is there because chitchat replies to the address `recv()`
 //! returns, and over TCP the connection's source port is ephemeral: the receiver hands
@@ -14,6 +18,15 @@ use chitchat::{ChitchatId, ChitchatMessage, Deserializable, Serializable};
 use tokio_util::codec::LengthDelimitedCodec;
 
 pub const FRAME_VERSION: u8 = 1;
+/// The first byte of a frame that carries a pulse.
+pub const PULSE_FRAME: u8 = 2;
+
+/// What a frame carries after its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carried {
+    Chitchat,
+    Pulse,
+}
 
 /// Chitchat keeps its messages under a UDP datagram (65,507 bytes); the sender id adds
 /// at most a few hundred. Anything much larger is not a message we would send, and
@@ -70,23 +83,41 @@ pub fn encode(
     Ok(Bytes::from(buf))
 }
 
+/// Encodes a pulse frame body (without the length prefix), refusing one over `limit`.
+pub fn encode_pulse(sender: &ChitchatId, pulse: &[u8], limit: usize) -> Result<Bytes, FrameError> {
+    let size = 1 + sender.serialized_len() + pulse.len();
+    if size > limit {
+        return Err(FrameError::TooLarge { size, limit });
+    }
+    let mut buf = Vec::with_capacity(size);
+    buf.put_u8(PULSE_FRAME);
+    sender.serialize(&mut buf);
+    buf.put_slice(pulse);
+    Ok(Bytes::from(buf))
+}
+
 /// Decodes a frame body; every byte must belong to the frame.
 pub fn decode(body: &[u8]) -> Result<Frame, FrameError> {
-    let (sender, message) = split(body)?;
+    let (carried, sender, message) = split(body)?;
+    if carried != Carried::Chitchat {
+        return Err(FrameError::Version(PULSE_FRAME));
+    }
     let message = decode_message(message)?;
     Ok(Frame { sender, message })
 }
 
-/// Reads a frame's header and returns the sender with the message's bytes, still
-/// encoded: the receiver checks who speaks before it decodes what is said.
-pub fn split(body: &[u8]) -> Result<(ChitchatId, &[u8]), FrameError> {
+/// Reads a frame's header and returns what it carries and its sender, with the rest
+/// still encoded: the receiver checks who speaks before it decodes what is said.
+pub fn split(body: &[u8]) -> Result<(Carried, ChitchatId, &[u8]), FrameError> {
     let (&version, mut rest) = body.split_first().ok_or(FrameError::Empty)?;
-    if version != FRAME_VERSION {
-        return Err(FrameError::Version(version));
-    }
+    let carried = match version {
+        FRAME_VERSION => Carried::Chitchat,
+        PULSE_FRAME => Carried::Pulse,
+        other => return Err(FrameError::Version(other)),
+    };
     let sender =
         ChitchatId::deserialize(&mut rest).map_err(|e| FrameError::Header(e.to_string()))?;
-    Ok((sender, rest))
+    Ok((carried, sender, rest))
 }
 
 /// Decodes the message part of a frame; every byte must belong to it.
@@ -174,6 +205,21 @@ mod tests {
         for len in 0..body.len() {
             assert!(decode(&body[..len]).is_err(), "truncated to {len} accepted");
         }
+    }
+
+    #[test]
+    fn a_pulse_frame_names_its_sender_and_is_no_chitchat_message() {
+        let body = encode_pulse(&sender(), &[1, 2, 3], DEFAULT_MAX_FRAME_BYTES).unwrap();
+        let (carried, from, rest) = split(&body).unwrap();
+        assert_eq!(
+            (carried, from, rest),
+            (Carried::Pulse, sender(), &[1u8, 2, 3][..])
+        );
+        assert_eq!(decode(&body), Err(FrameError::Version(PULSE_FRAME)));
+        assert!(matches!(
+            encode_pulse(&sender(), &[0; 64], 16),
+            Err(FrameError::TooLarge { limit: 16, .. })
+        ));
     }
 
     proptest! {

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use anyhow::Context;
 use async_trait::async_trait;
@@ -39,6 +39,7 @@ use super::limits::TransportLimits;
 use super::{frame, guard};
 use crate::identity::{NodeName, node_name_of};
 use crate::metrics::{self, RefusedConnection};
+use crate::pulse::{PulseEndpoint, PulseOut};
 use crate::signed::StateCheck;
 use crate::tls::NodeTls;
 
@@ -51,10 +52,20 @@ pub struct TlsTransport {
     limits: TransportLimits,
     prebound: Mutex<Option<TcpListener>>,
     state: Option<Arc<StateCheck>>,
+    /// Pulses ride the gossip connections: received ones go here...
+    pulses_in: mpsc::Sender<(SocketAddr, Bytes)>,
+    pulse_inbox: Mutex<Option<mpsc::Receiver<(SocketAddr, Bytes)>>>,
+    /// ...and sent ones through the open socket's peer queues, once there is one.
+    opened: Arc<OnceLock<Weak<Shared>>>,
 }
+
+/// Pulses waiting for the pulse task: a few rounds' worth from every peer of a large
+/// clique; more are dropped.
+const PULSE_INBOX: usize = 1024;
 
 impl TlsTransport {
     pub fn new(tls: Arc<NodeTls>, generation: u64, limits: TransportLimits) -> Self {
+        let (pulses_in, pulse_inbox) = mpsc::channel(PULSE_INBOX);
         Self {
             tls,
             generation,
@@ -62,7 +73,26 @@ impl TlsTransport {
             limits,
             prebound: Mutex::new(None),
             state: None,
+            pulses_in,
+            pulse_inbox: Mutex::new(Some(pulse_inbox)),
+            opened: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// This node's pulses over the gossip connections; `None` once taken. Pulses sent
+    /// before chitchat opens the socket, or after it closed, are dropped.
+    pub(crate) fn pulse_endpoint(&self) -> Option<PulseEndpoint> {
+        let inbox = self
+            .pulse_inbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        Some(PulseEndpoint {
+            out: Arc::new(TlsPulses {
+                opened: self.opened.clone(),
+            }),
+            inbox,
+        })
     }
 
     /// Runs `check` on the wire form of every delta received, before chitchat.
@@ -130,7 +160,10 @@ impl Transport for TlsTransport {
             limits: self.limits.clone(),
             refusals: Mutex::new(Episodes::default()),
             state: self.state.clone(),
+            peers: Mutex::new(HashMap::new()),
+            pulses: self.pulses_in.clone(),
         });
+        let _ = self.opened.set(Arc::downgrade(&shared));
         info!(node = %self.tls.node(), listen = %local, advertise = %advertise, "gossip listening (mutual TLS)");
         Ok(Box::new(TlsSocket {
             admission: Admission::new(
@@ -143,7 +176,6 @@ impl Transport for TlsTransport {
             inbound_tx,
             inbound_rx,
             checking: None,
-            peers: HashMap::new(),
         }))
     }
 }
@@ -159,6 +191,68 @@ struct Shared {
     refusals: Mutex<Episodes>,
     /// Checks every node's state in a delta against its owner's signature.
     state: Option<Arc<StateCheck>>,
+    /// One queue per peer, drained by its writer task; chitchat's messages and pulses
+    /// share them.
+    peers: Mutex<HashMap<SocketAddr, mpsc::Sender<Bytes>>>,
+    /// Where pulses received go.
+    pulses: mpsc::Sender<(SocketAddr, Bytes)>,
+}
+
+impl Shared {
+    /// Queues a frame for `to`, starting its writer if there is none; never waits.
+    fn enqueue(self: &Arc<Self>, to: SocketAddr, body: Bytes) {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let queue = Self::peer_queue(self, &mut peers, to);
+        match queue.try_send(body) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => metrics::frame_dropped("queue_full"),
+            // The writer closed an idle connection and ended between our check and
+            // the send; start a new one.
+            Err(mpsc::error::TrySendError::Closed(body)) => {
+                peers.remove(&to);
+                if Self::peer_queue(self, &mut peers, to)
+                    .try_send(body)
+                    .is_err()
+                {
+                    metrics::frame_dropped("queue_full");
+                }
+            }
+        }
+    }
+
+    fn peer_queue<'a>(
+        self: &Arc<Self>,
+        peers: &'a mut HashMap<SocketAddr, mpsc::Sender<Bytes>>,
+        to: SocketAddr,
+    ) -> &'a mpsc::Sender<Bytes> {
+        if peers.get(&to).is_none_or(mpsc::Sender::is_closed) {
+            peers.retain(|_, queue| !queue.is_closed());
+            let (tx, rx) = mpsc::channel(self.limits.outbound_queue);
+            tokio::spawn(write_to_peer(to, rx, self.clone()));
+            peers.insert(to, tx);
+        }
+        &peers[&to]
+    }
+}
+
+/// Sends pulses through the open socket's peer queues.
+struct TlsPulses {
+    opened: Arc<OnceLock<Weak<Shared>>>,
+}
+
+impl PulseOut for TlsPulses {
+    fn send(&self, to: SocketAddr, pulse: Bytes) {
+        let Some(shared) = self.opened.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        match frame::encode_pulse(&shared.sender, &pulse, shared.limits.max_frame_bytes) {
+            Ok(body) => shared.enqueue(to, body),
+            Err(error) => {
+                metrics::frame_dropped("oversized_outbound");
+                warn!(peer = %to, %error, "pulse too large to send; dropped");
+            }
+        }
+    }
 }
 
 /// A message with its wire form, which the state check reads: re-encoding a decoded
@@ -173,12 +267,24 @@ struct TlsSocket {
     connections: JoinSet<()>,
     inbound_tx: mpsc::Sender<Inbound>,
     inbound_rx: mpsc::Receiver<Inbound>,
-    peers: HashMap<SocketAddr, mpsc::Sender<Bytes>>,
     /// A message taken from the inbound queue whose state check has not finished.
     /// Chitchat races `recv` against its gossip tick and its commands and drops the
     /// losing future, so the message waits here rather than in that future: a
     /// check cut short starts again at the next `recv`, and nothing is lost.
     checking: Option<Inbound>,
+}
+
+impl Drop for TlsSocket {
+    /// Writers hold the shared state and the shared state holds their queues: closing
+    /// the queues here ends the writers when the socket goes, as before pulses shared
+    /// them.
+    fn drop(&mut self) {
+        self.shared
+            .peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
 }
 
 /// The state check of one received message; `None` when it goes as it is.
@@ -202,19 +308,7 @@ impl Socket for TlsSocket {
                 return Ok(());
             }
         };
-        let queue = self.peer_queue(to);
-        match queue.try_send(body) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => metrics::frame_dropped("queue_full"),
-            // The writer closed an idle connection and ended between our check and
-            // the send; start a new one.
-            Err(mpsc::error::TrySendError::Closed(body)) => {
-                self.peers.remove(&to);
-                if self.peer_queue(to).try_send(body).is_err() {
-                    metrics::frame_dropped("queue_full");
-                }
-            }
-        }
+        self.shared.enqueue(to, body);
         Ok(())
     }
 
@@ -248,16 +342,6 @@ impl Socket for TlsSocket {
 }
 
 impl TlsSocket {
-    fn peer_queue(&mut self, to: SocketAddr) -> &mpsc::Sender<Bytes> {
-        if self.peers.get(&to).is_none_or(mpsc::Sender::is_closed) {
-            self.peers.retain(|_, queue| !queue.is_closed());
-            let (tx, rx) = mpsc::channel(self.shared.limits.outbound_queue);
-            tokio::spawn(write_to_peer(to, rx, self.shared.clone()));
-            self.peers.insert(to, tx);
-        }
-        &self.peers[&to]
-    }
-
     fn admit(&mut self, stream: TcpStream, peer: SocketAddr) {
         match self.admission.admit(peer.ip()) {
             Ok(place) => {
@@ -336,13 +420,22 @@ async fn serve_connection(
         };
         metrics::frame_received(body.len() + 4);
         match accept_frame(&body, &node, peer.ip(), &shared.sender) {
-            Ok(inbound_message) => match inbound.try_send(inbound_message) {
+            Ok(Accepted::Chitchat(inbound_message)) => match inbound.try_send(inbound_message) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     metrics::frame_dropped("inbound_queue_full")
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => return,
             },
+            // A closed pulse inbox means pulses stopped, not that the connection
+            // should: chitchat may still be talking.
+            Ok(Accepted::Pulse(from, pulse)) => {
+                if let Err(mpsc::error::TrySendError::Full(_)) =
+                    shared.pulses.try_send((from, pulse))
+                {
+                    metrics::frame_dropped("pulse_queue_full");
+                }
+            }
             Err(rejection) => {
                 metrics::frame_rejected(rejection.reason);
                 let news = shared
@@ -366,6 +459,13 @@ struct Rejection {
     detail: String,
 }
 
+/// A frame that passed the checks, by what it carries.
+enum Accepted {
+    Chitchat(Inbound),
+    /// A pulse, with its sender's advertised address; read by the pulse task.
+    Pulse(SocketAddr, Bytes),
+}
+
 /// Decodes a frame and checks that it speaks for the node its connection is
 /// authenticated as, from the address that node advertises, and that chitchat can
 /// apply it to `receiver`'s state without tripping one of its assertions.
@@ -374,12 +474,12 @@ fn accept_frame(
     authenticated: &NodeName,
     source_ip: IpAddr,
     receiver: &ChitchatId,
-) -> Result<Inbound, Rejection> {
+) -> Result<Accepted, Rejection> {
     let frame_error = |e: frame::FrameError| Rejection {
         reason: e.reason(),
         detail: e.to_string(),
     };
-    let (sender, message) = frame::split(body).map_err(frame_error)?;
+    let (carried, sender, message) = frame::split(body).map_err(frame_error)?;
     if *sender.node_id != *authenticated.as_str() {
         return Err(Rejection {
             reason: "identity_mismatch",
@@ -396,6 +496,9 @@ fn accept_frame(
             detail: format!("frame advertises {advertised} but arrived from {source_ip}"),
         });
     }
+    if carried == frame::Carried::Pulse {
+        return Ok(Accepted::Pulse(advertised, Bytes::copy_from_slice(message)));
+    }
     // Before chitchat's own decoder, which inflates the delta without a bound.
     guard::check(message, receiver).map_err(|violation| Rejection {
         reason: violation.reason(),
@@ -403,7 +506,7 @@ fn accept_frame(
     })?;
     let wire = Bytes::copy_from_slice(message);
     let message = frame::decode_message(message).map_err(frame_error)?;
-    Ok((advertised, message, wire))
+    Ok(Accepted::Chitchat((advertised, message, wire)))
 }
 
 fn report_read_error(peer: &SocketAddr, node: &NodeName, error: &io::Error, partial: bool) {
@@ -614,15 +717,55 @@ mod tests {
     #[test]
     fn frame_from_the_certified_node_is_delivered_to_its_advertised_address() {
         let node = NodeName::new("node-a").unwrap();
-        let (from, _, _) = accept_frame(
+        let Ok(Accepted::Chitchat((from, _, _))) = accept_frame(
             &body("node-a", "127.0.0.2:7000"),
             &node,
             "127.0.0.2".parse().unwrap(),
             &receiver(),
-        )
-        .ok()
-        .unwrap();
+        ) else {
+            panic!("a frame of the certified node is accepted")
+        };
         assert_eq!(from, "127.0.0.2:7000".parse().unwrap());
+    }
+
+    #[test]
+    fn a_pulse_is_held_to_the_same_sender_checks() {
+        let node = NodeName::new("node-a").unwrap();
+        let pulse = |name: &str, addr: &str| {
+            frame::encode_pulse(
+                &ChitchatId::new(name, 1, addr.parse().unwrap()),
+                &[1, 2],
+                frame::DEFAULT_MAX_FRAME_BYTES,
+            )
+            .unwrap()
+        };
+        let source = "127.0.0.2".parse().unwrap();
+        let Ok(Accepted::Pulse(from, bytes)) = accept_frame(
+            &pulse("node-a", "127.0.0.2:7000"),
+            &node,
+            source,
+            &receiver(),
+        ) else {
+            panic!("a pulse of the certified node is accepted")
+        };
+        assert_eq!(
+            (from, &bytes[..]),
+            ("127.0.0.2:7000".parse().unwrap(), &[1u8, 2][..])
+        );
+        let refused = |body: Bytes| {
+            accept_frame(&body, &node, source, &receiver())
+                .err()
+                .unwrap()
+                .reason
+        };
+        assert_eq!(
+            refused(pulse("node-b", "127.0.0.2:7000")),
+            "identity_mismatch"
+        );
+        assert_eq!(
+            refused(pulse("node-a", "127.0.0.9:7000")),
+            "address_mismatch"
+        );
     }
 
     #[test]

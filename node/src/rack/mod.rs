@@ -93,7 +93,7 @@ impl RackSpec {
             domaind,
             imex_sim: None,
             root,
-            gossip_interval: Duration::from_millis(150),
+            gossip_interval: Duration::from_secs(10),
             log_filter: "info".into(),
             extra_args: Vec::new(),
             names: None,

@@ -45,9 +45,21 @@ pub struct RunArgs {
     #[arg(long = "seed", env = "DOMAIND_SEEDS", value_delimiter = ',')]
     pub seeds: Vec<String>,
 
-    /// How often gossip runs. Shorter notices dead nodes sooner, at the cost of traffic.
-    #[arg(long, env = "DOMAIND_GOSSIP_INTERVAL", default_value = "150ms", value_parser = humantime::parse_duration)]
+    /// How often chitchat's anti-entropy rounds run. Each sends every clique-mate's
+    /// digest (about 50 bytes a node) to three peers; news does not wait for them (it is
+    /// pushed at once), so they only repair what a lost message missed.
+    #[arg(long, env = "DOMAIND_GOSSIP_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub gossip_interval: Duration,
+
+    /// How often this node's liveness pulse goes to a peer (two bytes per clique-mate).
+    #[arg(long, env = "DOMAIND_PULSE_INTERVAL", default_value = "150ms", value_parser = humantime::parse_duration)]
+    pub pulse_interval: Duration,
+
+    /// A clique-mate with no pulse and no news for this long is dead: it leaves the
+    /// membership, and its IMEX peers drop it. Shorter notices sooner; too short for
+    /// the network's loss and jitter removes live nodes.
+    #[arg(long, env = "DOMAIND_GOSSIP_DEAD_AFTER", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub gossip_dead_after: Duration,
 
     /// Eager gossip: how many random live peers hear of this node's own changes at once
     /// instead of at the next round (news from others goes on to 3). The default covers

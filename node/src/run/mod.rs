@@ -25,6 +25,7 @@ use anyhow::Context as _;
 use domaind_actors::model::CliqueId;
 use domaind_actors::ports::SystemClock;
 use domaind_actors::{Depart, NodeActor, NodeConfig, Ports};
+use domaind_gossip::pulse::PulseTiming;
 use domaind_gossip::tls::NodeTls;
 use domaind_gossip::transport::TransportLimits;
 use domaind_gossip::{EagerGossip, GossipConfig, GossipNode, cluster_id_for_clique};
@@ -56,7 +57,8 @@ use crate::stale::{NodeClaims, StaleClaimChecker};
 const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 /// How long to wait for a clique while the GPUs' fabric registration is under way.
 const CLIQUE_WAIT: Duration = Duration::from_secs(120);
-/// Gossip rounds to keep gossiping after retracting, so that peers hear of it.
+/// Pulse rounds to keep gossiping after retracting: the retraction is pushed at once,
+/// and this leaves time for relays and for repeating a push that was lost.
 const RETRACT_ROUNDS: u32 = 10;
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -119,6 +121,10 @@ async fn serve(
     );
     gossip_config.seeds = args.seeds.clone();
     gossip_config.timing.gossip_interval = args.gossip_interval;
+    gossip_config.timing.pulse = PulseTiming {
+        interval: args.pulse_interval,
+        dead_after: args.gossip_dead_after,
+    };
     gossip_config.timing.eager = eager_gossip(args.gossip_push_fanout);
     let gossip = Arc::new(
         GossipNode::start_tls(gossip_config, tls, gossip_limits(&args))
@@ -285,7 +291,7 @@ async fn serve(
         // Peers learn of the retraction by gossip: keep gossiping a few rounds. After a
         // fault gossip may be what died, and the restart matters more.
         if fault.is_none() {
-            tokio::time::sleep(args.gossip_interval * RETRACT_ROUNDS).await;
+            tokio::time::sleep(args.pulse_interval * RETRACT_ROUNDS).await;
         }
         if let Err(error) = gossip.stop().await {
             warn!(%error, "gossip did not stop cleanly");

@@ -127,9 +127,14 @@ mod tests {
             "127.0.114.1:7946".parse().unwrap(),
             cluster_id_for_clique("cluster-1.0"),
         );
-        GossipNode::start(config, &ChannelTransport::with_mtu(65_507), credentials)
-            .await
-            .unwrap()
+        GossipNode::start(
+            config,
+            &ChannelTransport::with_mtu(65_507),
+            &domaind_gossip::pulse::MemoryPulses::new(),
+            credentials,
+        )
+        .await
+        .unwrap()
     }
 
     #[tokio::test]

@@ -1,0 +1,273 @@
+//! A pulse on the wire: heartbeats, two bytes each.
+//!
+//! ```text
+//! by position: kind | 0 | table: u64 | n: u16 | bitmap: ⌈n/8⌉ bytes | beat: u16 per bit set
+//! keyed:       kind | 1 | n: u16 | n × (key: u32, beat: u16)
+//! kind: 1 = push, 2 = reply
+//! ```
+//!
+//! Heartbeats travel as their low 16 bits: a receiver holds the full count and adds
+//! the (signed) difference, so a beat older than the one held is recognised as such for
+//! as long as the two are less than 32,768 rounds apart (over an hour at 150 ms). By
+//! position, the bits name places in the sender's table of n nodes, identified by the
+//! table's hash: peers holding the same table (every node, once gossip has settled)
+//! name no node at all. Keyed, each beat carries a 32-bit key of its node, for peers
+//! whose tables differ. Big-endian throughout.
+
+use bytes::{Buf, BufMut};
+
+/// The most beats one pulse may carry: a 576-node clique with room to spare, and a
+/// bound on what one frame makes a receiver do.
+pub const MAX_BEATS: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Sent every round to a peer, which replies.
+    Push,
+    /// The answer to a push: what the replier holds newer than the push said.
+    Reply,
+}
+
+/// What a pulse carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Beats {
+    /// Beats at some positions of the sender's table of `len` nodes.
+    Positions {
+        table: u64,
+        len: usize,
+        positions: Vec<usize>,
+        beats: Vec<u16>,
+    },
+    /// Beats by node key.
+    Keyed(Vec<(u32, u16)>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pulse {
+    pub kind: Kind,
+    pub beats: Beats,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PulseError {
+    #[error("pulse is truncated")]
+    Truncated,
+    #[error("unknown pulse kind {0}")]
+    Kind(u8),
+    #[error("unknown pulse form {0}")]
+    Form(u8),
+    #[error("pulse carries {0} beats, more than {MAX_BEATS}")]
+    TooMany(usize),
+    #[error("{0} unexpected bytes after the pulse")]
+    Trailing(usize),
+}
+
+impl PulseError {
+    /// The metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::TooMany(_) => "oversized",
+            _ => "malformed",
+        }
+    }
+}
+
+const FORM_POSITIONS: u8 = 0;
+const FORM_KEYED: u8 = 1;
+
+impl Pulse {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + self.beat_count() * 6);
+        out.put_u8(match self.kind {
+            Kind::Push => 1,
+            Kind::Reply => 2,
+        });
+        match &self.beats {
+            Beats::Positions {
+                table,
+                len,
+                positions,
+                beats,
+            } => {
+                out.put_u8(FORM_POSITIONS);
+                out.put_u64(*table);
+                out.put_u16(*len as u16);
+                let mut bitmap = vec![0u8; len.div_ceil(8)];
+                for &position in positions {
+                    bitmap[position / 8] |= 1 << (position % 8);
+                }
+                out.extend_from_slice(&bitmap);
+                for beat in beats {
+                    out.put_u16(*beat);
+                }
+            }
+            Beats::Keyed(beats) => {
+                out.put_u8(FORM_KEYED);
+                out.put_u16(beats.len() as u16);
+                for (key, beat) in beats {
+                    out.put_u32(*key);
+                    out.put_u16(*beat);
+                }
+            }
+        }
+        out
+    }
+
+    fn beat_count(&self) -> usize {
+        match &self.beats {
+            Beats::Positions { beats, .. } => beats.len(),
+            Beats::Keyed(beats) => beats.len(),
+        }
+    }
+
+    pub fn decode(mut bytes: &[u8]) -> Result<Self, PulseError> {
+        let need = |bytes: &[u8], n: usize| {
+            if bytes.remaining() < n {
+                Err(PulseError::Truncated)
+            } else {
+                Ok(())
+            }
+        };
+        need(bytes, 2)?;
+        let kind = match bytes.get_u8() {
+            1 => Kind::Push,
+            2 => Kind::Reply,
+            other => return Err(PulseError::Kind(other)),
+        };
+        let beats = match bytes.get_u8() {
+            FORM_POSITIONS => {
+                need(bytes, 10)?;
+                let table = bytes.get_u64();
+                let len = usize::from(bytes.get_u16());
+                if len > MAX_BEATS {
+                    return Err(PulseError::TooMany(len));
+                }
+                need(bytes, len.div_ceil(8))?;
+                let (bitmap, rest) = bytes.split_at(len.div_ceil(8));
+                let positions: Vec<usize> = (0..len)
+                    .filter(|&p| bitmap[p / 8] & (1 << (p % 8)) != 0)
+                    .collect();
+                bytes = rest;
+                need(bytes, positions.len() * 2)?;
+                let beats = positions.iter().map(|_| bytes.get_u16()).collect();
+                Beats::Positions {
+                    table,
+                    len,
+                    positions,
+                    beats,
+                }
+            }
+            FORM_KEYED => {
+                need(bytes, 2)?;
+                let len = usize::from(bytes.get_u16());
+                if len > MAX_BEATS {
+                    return Err(PulseError::TooMany(len));
+                }
+                need(bytes, len * 6)?;
+                Beats::Keyed(
+                    (0..len)
+                        .map(|_| (bytes.get_u32(), bytes.get_u16()))
+                        .collect(),
+                )
+            }
+            other => return Err(PulseError::Form(other)),
+        };
+        if !bytes.is_empty() {
+            return Err(PulseError::Trailing(bytes.len()));
+        }
+        Ok(Self { kind, beats })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn round_trip(pulse: Pulse) {
+        let bytes = pulse.encode();
+        assert_eq!(Pulse::decode(&bytes), Ok(pulse));
+    }
+
+    #[test]
+    fn each_form_reads_back_as_written() {
+        round_trip(Pulse {
+            kind: Kind::Push,
+            beats: Beats::Positions {
+                table: 0xfeed,
+                len: 3,
+                positions: vec![0, 1, 2],
+                beats: vec![1, 2, 65535],
+            },
+        });
+        round_trip(Pulse {
+            kind: Kind::Reply,
+            beats: Beats::Positions {
+                table: 7,
+                len: 11,
+                positions: vec![0, 9, 10],
+                beats: vec![5, 6, 7],
+            },
+        });
+        round_trip(Pulse {
+            kind: Kind::Reply,
+            beats: Beats::Keyed(vec![(1, 2), (u32::MAX, 0)]),
+        });
+    }
+
+    #[test]
+    fn a_push_by_position_costs_two_bytes_and_a_bit_a_node() {
+        let pulse = Pulse {
+            kind: Kind::Push,
+            beats: Beats::Positions {
+                table: 1,
+                len: 144,
+                positions: (0..144).collect(),
+                beats: vec![0; 144],
+            },
+        };
+        assert_eq!(pulse.encode().len(), 12 + 18 + 288);
+    }
+
+    #[test]
+    fn bad_pulses_are_refused_with_a_reason() {
+        assert_eq!(Pulse::decode(&[]), Err(PulseError::Truncated));
+        assert_eq!(Pulse::decode(&[9, 0]), Err(PulseError::Kind(9)));
+        assert_eq!(Pulse::decode(&[1, 7]), Err(PulseError::Form(7)));
+        let mut too_many = vec![1, 1];
+        too_many.extend_from_slice(&(MAX_BEATS as u16 + 1).to_be_bytes());
+        assert_eq!(
+            Pulse::decode(&too_many),
+            Err(PulseError::TooMany(MAX_BEATS + 1))
+        );
+        assert_eq!(PulseError::TooMany(0).reason(), "oversized");
+        let mut trailing = Pulse {
+            kind: Kind::Push,
+            beats: Beats::Keyed(vec![(1, 1)]),
+        }
+        .encode();
+        trailing.push(0);
+        assert_eq!(Pulse::decode(&trailing), Err(PulseError::Trailing(1)));
+        // A count that promises more beats than follow.
+        let mut short = vec![1, 0];
+        short.extend_from_slice(&5u64.to_be_bytes());
+        short.extend_from_slice(&3u16.to_be_bytes());
+        short.extend_from_slice(&[0b111, 0, 1]);
+        assert_eq!(Pulse::decode(&short), Err(PulseError::Truncated));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Pulse::decode(&bytes);
+        }
+
+        #[test]
+        fn replies_read_back(len in 1usize..300, seed in any::<u64>()) {
+            let positions: Vec<usize> = (0..len).filter(|p| (seed >> (p % 64)) & 1 == 1).collect();
+            let beats = positions.iter().map(|&p| p as u16).collect();
+            round_trip(Pulse { kind: Kind::Reply, beats: Beats::Positions { table: seed, len, positions, beats } });
+        }
+    }
+}
