@@ -381,3 +381,67 @@ pub fn short_temp_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
         .prefix(prefix)
         .tempdir_in(Path::new("/tmp"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rack(nodes: usize, cliques: usize, root: &Path) -> anyhow::Result<LocalRack> {
+        let mut spec = RackSpec::self_contained(nodes, PathBuf::from("domaind"), root.into());
+        spec.cliques = cliques;
+        spec.subnet = 135;
+        LocalRack::create(spec)
+    }
+
+    fn seed_ips(rack: &LocalRack, index: usize) -> Vec<IpAddr> {
+        rack.seeds_for(index)
+            .iter()
+            .map(|s| s.parse::<SocketAddr>().unwrap().ip())
+            .collect()
+    }
+
+    #[test]
+    fn cliques_are_contiguous_blocks_each_seeded_with_its_own_nodes_only() {
+        let tmp = short_temp_dir("dmrq").unwrap();
+        let rack = rack(7, 3, tmp.path()).unwrap();
+        let cliques: Vec<usize> = (0..7).map(|i| rack.clique_of(i)).collect();
+        assert_eq!(cliques, [0, 0, 0, 1, 1, 2, 2]);
+        assert_eq!(rack.clique_members(1), [3, 4]);
+
+        let topology = Topology::load(&tmp.path().join("topology.json")).unwrap();
+        for (i, node) in rack.nodes().iter().enumerate() {
+            let gpus = topology.node(node.name()).unwrap();
+            assert_eq!(gpus.clique(), Ok(RackSpec::clique_id(cliques[i])));
+        }
+        let ip = |i: usize| rack.node(i).ip();
+        assert_eq!(seed_ips(&rack, 0), [ip(1), ip(2)]);
+        assert_eq!(seed_ips(&rack, 4), [ip(3)]);
+        assert_eq!(seed_ips(&rack, 5), [ip(6)]);
+    }
+
+    #[test]
+    fn one_clique_is_the_rack_it_always_was() {
+        let tmp = short_temp_dir("dmrq").unwrap();
+        let rack = rack(3, 1, tmp.path()).unwrap();
+        let topology = Topology::load(&tmp.path().join("topology.json")).unwrap();
+        let names: Vec<&str> = rack.nodes().iter().map(RackNode::name).collect();
+        assert_eq!(topology, Topology::simulated_rack(1, names).unwrap());
+        assert_eq!(RackSpec::clique_id(0), Topology::simulated_clique(1));
+        let ip = |i: usize| rack.node(i).ip();
+        assert_eq!(seed_ips(&rack, 1), [ip(0), ip(2)]);
+    }
+
+    #[test]
+    fn a_rack_has_one_to_as_many_cliques_as_nodes() {
+        let tmp = short_temp_dir("dmrq").unwrap();
+        for cliques in [0, 4] {
+            let error = rack(3, cliques, tmp.path()).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!(
+                    "a rack of 3 nodes has 1 to 3 cliques, not {cliques}"
+                )),
+                "{error}"
+            );
+        }
+    }
+}
