@@ -63,6 +63,12 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(2..=18))]
     pub nodes: u16,
 
+    /// NVLink cliques of --nodes daemons each (1 to 8). Faults hit the first; each
+    /// other clique forms its own domain beside it, and the cliques invariant checks
+    /// that no node ever has a gossip member or IMEX peer of another clique.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
+    pub cliques: u16,
+
     /// Faults to inject: kill, pause, imex-crash, restart, partition, loss, churn,
     /// cert-rotate, or all; several as a comma list (e.g. kill,pause,imex-crash,churn).
     /// partition and loss need root and iptables, and are skipped (and said so)
@@ -150,6 +156,7 @@ impl RunArgs {
         let imex_sim = locate(self.imex_sim.as_deref(), here.as_deref(), "imex-sim")?;
         Ok(RunConfig {
             nodes: self.nodes.into(),
+            cliques: self.cliques.into(),
             scenario: self.scenario.0.clone(),
             seed: self.seed,
             duration: self.duration,

@@ -14,6 +14,8 @@
 //!   claim whose unprepare was answered is not in the checkpoint.
 //! - **crash** (with the daemons' exits, which the harness reaps itself): no IMEX
 //!   daemon exited that the harness did not crash.
+//! - **cliques** (a rack of several cliques, [`crate::cliques`]): no gossip member and
+//!   no IMEX peer of any node is a node of another clique.
 //!
 //! Checked once faults stop ([`unsettled`]): **agreement** (every member has the same
 //! peer set and slots, and sees the same members) and **status** (the status file lists
@@ -177,6 +179,8 @@ pub enum Invariant {
     /// Something that must happen did not within its limit: a dead node never dropped,
     /// a crashed IMEX daemon never restarted, a fault never healed.
     Liveness,
+    /// A gossip member or IMEX peer of another NVLink clique ([`crate::cliques`]).
+    Cliques,
 }
 
 impl fmt::Display for Invariant {
@@ -189,6 +193,7 @@ impl fmt::Display for Invariant {
             Invariant::Status => "status",
             Invariant::Crash => "crash",
             Invariant::Liveness => "liveness",
+            Invariant::Cliques => "cliques",
         })
     }
 }

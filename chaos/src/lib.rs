@@ -14,10 +14,13 @@
 //!   graceful restarts, iptables partitions and loss, claim churn, certificate
 //!   rotation), [`observe`]d from outside through the files a node writes and its
 //!   `/state`, checked against the [`invariants`] on every observation, and
-//!   [`report`]ed as a table and JSON.
+//!   [`report`]ed as a table and JSON. With `--cliques K` the rack holds K cliques:
+//!   faults hit the first, the others form their own domains beside it, and the
+//!   [`cliques`] invariant watches every node for peers across cliques.
 
 pub mod checks;
 pub mod cli;
+pub mod cliques;
 pub mod forge;
 pub mod harness;
 pub mod invariants;

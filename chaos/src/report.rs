@@ -127,7 +127,10 @@ pub struct KindReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub seed: u64,
+    /// Nodes of the clique under faults.
     pub nodes: usize,
+    /// Cliques in the rack, each of `nodes` nodes; only the first takes faults.
+    pub cliques: usize,
     pub scenario: Vec<FaultKind>,
     pub duration_s: u64,
     pub domaind: String,
@@ -194,8 +197,13 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "domaind-chaos: {} nodes, scenario {}, seed {}, {} s of faults ({} observations, each checked)",
+            "domaind-chaos: {} nodes{}, scenario {}, seed {}, {} s of faults ({} observations, each checked)",
             self.nodes,
+            if self.cliques > 1 {
+                format!(" (and {} more cliques of as many)", self.cliques - 1)
+            } else {
+                String::new()
+            },
             self.scenario
                 .iter()
                 .map(|k| k.name())
@@ -209,6 +217,14 @@ impl Report {
             let _ = writeln!(out, "formation: Ready {0}/{0} in {ms} ms", self.nodes);
         }
         let _ = writeln!(out, "network faults: {}", self.network);
+        if self.cliques > 1 {
+            let _ = writeln!(
+                out,
+                "cliques: {} of {} nodes, faults in the first; every node checked for gossip \
+                 members and IMEX peers of another clique on every observation",
+                self.cliques, self.nodes
+            );
+        }
         let _ = writeln!(out);
         let _ = writeln!(
             out,

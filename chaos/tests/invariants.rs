@@ -16,7 +16,7 @@ use domaind_chaos::observe::{
     read_nodes_config,
 };
 use domaind_kube_api::crd::{ComputeDomainNode, ComputeDomainStatus};
-use domaind_node::run::{DomainView, ImexView, NodeView};
+use domaind_node::run::{DomainView, GossipView, ImexView, NodeView};
 
 const UID: &str = "cd-1";
 const GRACE: Duration = Duration::from_secs(5);
@@ -80,6 +80,10 @@ fn view(i: usize, members: &[usize]) -> NodeView {
                 .collect(),
             reporter: Some(NAMES[0].into()),
         }],
+        gossip: GossipView {
+            cluster_id: "clique-a".into(),
+            members: members.iter().map(|m| NAMES[*m].to_owned()).collect(),
+        },
     }
 }
 

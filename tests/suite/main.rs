@@ -1,6 +1,7 @@
 //! The end-to-end suite, one test binary: each costs link time and disk.
 //!
 //! - `rack`: a loopback rack of `domaind run` processes with the local backend.
+//! - `cliques`: a loopback rack of three cliques, a domain each, nothing crossing.
 //! - `kube`: the node daemons and the controller against the real API server.
 //! - `kubelet`: the same with real kubelets, NVIDIA's blog workload and a node loss.
 //! - `formation`: the formation benchmark on real Kubernetes (ignored; run by hand).
@@ -9,6 +10,7 @@
 
 mod admission;
 mod certs;
+mod cliques;
 mod formation;
 mod kube;
 mod kubelet;

@@ -58,7 +58,7 @@ impl Prepares {
 }
 
 /// The claim file of `uid`: a claim of the run's domain, one device.
-fn claim_file(domain: &ComputeDomainRef, uid: &str) -> ClaimFile {
+pub(super) fn claim_file(domain: &ComputeDomainRef, uid: &str) -> ClaimFile {
     ClaimFile {
         namespace: NAMESPACE.into(),
         name: uid.into(),
@@ -72,7 +72,7 @@ fn claim_file(domain: &ComputeDomainRef, uid: &str) -> ClaimFile {
     }
 }
 
-fn claim_ref(uid: &str) -> ClaimRef {
+pub(super) fn claim_ref(uid: &str) -> ClaimRef {
     ClaimRef {
         uid: uid.into(),
         namespace: NAMESPACE.into(),

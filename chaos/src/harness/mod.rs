@@ -17,13 +17,16 @@
 //!   certificates), each ending in the one heal tail;
 //! - `heal`: whether the domain is whole, the wait for it, detection and heal times;
 //! - `claims`: the kubelet's part: claim files, prepares in the background, unprepares;
-//! - `findings`: violations (each once, later sightings counted) and crashes.
+//! - `findings`: violations (each once, later sightings counted) and crashes;
+//! - `others`: with `--cliques K`, the cliques past the first: their domains, their
+//!   crashes, and the cliques invariant over every node.
 
 mod claims;
 mod faults;
 mod findings;
 mod heal;
 mod observer;
+mod others;
 mod run_loop;
 
 use std::path::PathBuf;
@@ -33,6 +36,7 @@ use anyhow::Context as _;
 use domaind_node::local::ComputeDomainRef;
 use domaind_node::rack::{LocalRack, RackSpec, short_temp_dir};
 
+use crate::cliques::CliqueMap;
 use crate::invariants::{Invariant, Life, Violation, World};
 use crate::netfault::NetFaults;
 use crate::observe::Observation;
@@ -40,6 +44,7 @@ use crate::schedule::{FaultKind, Schedule};
 
 use claims::Prepares;
 use findings::Findings;
+use others::Others;
 
 pub use run_loop::run;
 
@@ -71,7 +76,11 @@ const DOMAIN_NAME: &str = "chaos-domain";
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
+    /// Nodes of the clique under faults, and of every other clique.
     pub nodes: usize,
+    /// NVLink cliques in the rack: the first takes the faults, the others each form a
+    /// domain of their own beside it.
+    pub cliques: usize,
     pub scenario: Vec<FaultKind>,
     pub seed: u64,
     /// How long faults are scheduled for (formation and the final checks come on top).
@@ -111,6 +120,9 @@ struct Harness {
     prepares: Prepares,
     /// The newest observation and the world it was checked against.
     last: Option<(World, Observation)>,
+    /// Every rack node's clique, for the cliques invariant.
+    cliques: CliqueMap,
+    others: Others,
 }
 
 impl Harness {
@@ -130,11 +142,12 @@ impl Harness {
         };
         let tmp = short_temp_dir("dch").context("cannot make a temporary directory")?;
         let mut spec = RackSpec::new(
-            config.nodes,
+            config.nodes * config.cliques,
             config.domaind.clone(),
             config.imex_sim.clone(),
             tmp.path().into(),
         );
+        spec.cliques = config.cliques;
         spec.subnet = config.subnet;
         spec.gossip_interval = config.gossip_interval;
         spec.log_filter = config.log_filter.clone();
@@ -152,9 +165,20 @@ impl Harness {
         let world = World::new(
             domain.uid.clone(),
             config.isolation_grace,
-            rack.nodes().iter().map(|n| (n.name().to_owned(), n.ip())),
+            // The rack's first nodes are its first clique (contiguous blocks).
+            rack.nodes()
+                .iter()
+                .take(config.nodes)
+                .map(|n| (n.name().to_owned(), n.ip())),
             now,
         );
+        let cliques = CliqueMap::new(
+            rack.nodes()
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name().to_owned(), n.ip(), rack.clique_of(i))),
+        );
+        let others = Others::new(config.nodes, rack.nodes().len());
         tokio::task::block_in_place(|| rack.start_all())?;
         let mut harness = Self {
             config,
@@ -171,6 +195,8 @@ impl Harness {
             metrics_for: None,
             prepares: Prepares::default(),
             last: None,
+            cliques,
+            others,
         };
         for i in 0..harness.config.nodes {
             harness.world.set_life(i, Life::Starting, now);

@@ -27,6 +27,7 @@ impl Harness {
         }
         self.observations += 1;
         self.last = Some((world, observation));
+        self.check_cliques().await;
     }
 
     /// Observes until `done` holds, at most `limit`; when it first held.
@@ -85,6 +86,15 @@ impl Harness {
     fn reap_crashes(&mut self) {
         for name in self.rack.unexpected_exits() {
             let Some(node) = self.world.nodes.iter().position(|n| n.name == name) else {
+                if let Some(other) = self
+                    .others
+                    .nodes
+                    .iter()
+                    .copied()
+                    .find(|i| self.rack.node(*i).name() == name)
+                {
+                    self.reap_other(other);
+                }
                 continue;
             };
             let code = tokio::task::block_in_place(|| self.rack.stop(node, Duration::ZERO));
@@ -111,7 +121,7 @@ impl Harness {
         }
     }
 
-    fn log_tail(&self, node: usize) -> Vec<String> {
+    pub(super) fn log_tail(&self, node: usize) -> Vec<String> {
         let text = std::fs::read_to_string(self.rack.node(node).log_path()).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(LOG_TAIL)..]
@@ -165,7 +175,9 @@ impl Harness {
             .imex_daemons()
             .unwrap_or_else(|_| vec![Vec::new(); count]);
         let mut nodes: Vec<NodeObservation> = Vec::with_capacity(count);
-        for (i, pids) in pids.into_iter().enumerate() {
+        // The rack's first `count` nodes are the world's; other cliques are looked at
+        // by the cliques invariant only.
+        for (i, pids) in pids.into_iter().enumerate().take(count) {
             let node = self.rack.node(i);
             let mut seen = NodeObservation::empty();
             seen.imex_pids = pids;

@@ -16,11 +16,13 @@ use crate::schedule::{Schedule, Step};
 pub async fn run(config: RunConfig) -> anyhow::Result<Report> {
     let schedule = Schedule::generate(config.seed, config.nodes, &config.scenario, config.duration);
     let mut harness = Harness::start(config, &schedule)?;
+    let rack_nodes = harness.rack.nodes().len();
     harness.say(&format!(
-        "rack of {} nodes on 127.0.{}.1-{} in {} (logs: <dir>/node-*/domaind.log); network faults: {}",
-        harness.config.nodes,
+        "rack of {} nodes{} on 127.0.{}.1-{} in {} (logs: <dir>/node-*/domaind.log); network faults: {}",
+        rack_nodes,
+        cliques_note(harness.config.cliques, harness.config.nodes),
         harness.config.subnet,
-        harness.config.nodes,
+        rack_nodes,
         harness.rack.spec().root.display(),
         harness.network_line()
     ));
@@ -62,6 +64,7 @@ impl Harness {
             );
             return None;
         }
+        self.begin_other_cliques();
         self.say(&format!(
             "preparing one claim per node for ComputeDomain {NAMESPACE}/{DOMAIN_NAME} ({})",
             self.domain.uid
@@ -79,6 +82,7 @@ impl Harness {
                 self.say(&format!(
                     "formed: Ready {nodes}/{nodes} in {ms} ms ({since_start:.1} s after the daemons started)"
                 ));
+                self.finish_other_cliques().await;
                 Some(ms)
             }
             None => {
@@ -202,6 +206,7 @@ impl Harness {
         Report {
             seed: self.config.seed,
             nodes: self.config.nodes,
+            cliques: self.config.cliques,
             scenario: self.config.scenario.clone(),
             duration_s: self.config.duration.as_secs(),
             domaind: self.config.domaind.display().to_string(),
@@ -242,6 +247,16 @@ impl Apart {
         let since = *self.since.get_or_insert(at);
         at.saturating_duration_since(since) >= self.grace
     }
+}
+
+/// How the rack is split, when it is: said in the first progress line.
+fn cliques_note(cliques: usize, per_clique: usize) -> String {
+    if cliques < 2 {
+        return String::new();
+    }
+    format!(
+        " in {cliques} cliques of {per_clique} (faults in the first; each other clique forms its own domain)"
+    )
 }
 
 /// The progress line of a fault's record.

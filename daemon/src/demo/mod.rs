@@ -1,6 +1,9 @@
 //! `domaind demo`: the product doing its job on one machine. A rack of `domaind run`
 //! processes on loopback forms a ComputeDomain through the kubelet's socket, loses a
-//! node to SIGKILL, heals, and takes the node back.
+//! node to SIGKILL, heals, and takes the node back. With `--cliques K` the rack is K
+//! NVLink cliques, each doing all of that with a domain of its own at the same time,
+//! and the demo checks on every look that no node has a gossip member or IMEX peer
+//! of another clique.
 
 mod table;
 
@@ -27,10 +30,16 @@ const STOP_LIMIT: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
-    /// Nodes in the rack, 1 to 18 (an NVL72 rack has 18). The default runs well on
-    /// 2 cores.
+    /// Nodes in the rack (in each clique, with --cliques), 1 to 18 (an NVL72 rack has
+    /// 18). The default runs well on 2 cores.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=18))]
     pub nodes: u16,
+
+    /// NVLink cliques, 1 to 8, of --nodes nodes each: one domain per clique, formed,
+    /// healed and rejoined side by side; every node seeds gossip with its clique-mates
+    /// only. A clique's node kill needs 2 or more nodes.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
+    pub cliques: u16,
 
     /// Leave the rack running after the demo, and print how to poke it; stop with
     /// SIGTERM or SIGINT (Ctrl-C), which cleans up.
@@ -84,10 +93,23 @@ pub struct Summary {
     pub ok: bool,
 }
 
+/// What `--json` prints at the end with `--cliques` above 1.
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetSummary {
+    pub cliques: Vec<Summary>,
+    /// Every gossip member or IMEX peer of another clique any node showed in any look
+    /// of the run: none when cliques are isolated.
+    pub crossings: Vec<String>,
+    pub ok: bool,
+}
+
 /// The line `--keep --json` prints first.
 #[derive(Debug, Clone, Serialize)]
 struct RackLine {
     compute_domain: DemoDomain,
+    /// Every clique's domain, the first being `compute_domain`; absent with one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    compute_domains: Vec<DemoDomain>,
     local_dir: PathBuf,
     nodes: Vec<NodeLine>,
 }
@@ -115,24 +137,32 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
 async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let domaind = std::env::current_exe().context("cannot find the domaind binary")?;
     let tmp = short_temp_dir("domaind-demo").context("cannot make a temporary directory")?;
-    let mut spec = RackSpec::self_contained(args.nodes.into(), domaind, tmp.path().into());
+    let cliques = usize::from(args.cliques);
+    let mut spec = RackSpec::self_contained(
+        usize::from(args.nodes) * cliques,
+        domaind,
+        tmp.path().into(),
+    );
+    spec.cliques = cliques;
     spec.subnet = args.subnet;
     spec.gossip_interval = args.gossip_interval;
     spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
     let mut rack = LocalRack::create(spec)?;
-    let domain = DemoDomain {
-        namespace: "default".into(),
-        name: "demo-domain".into(),
-        uid: demo_uid(),
-    };
+    let domains: Vec<DemoDomain> = (0..cliques)
+        .map(|clique| DemoDomain {
+            namespace: "default".into(),
+            name: domain_name(clique, cliques),
+            uid: demo_uid(),
+        })
+        .collect();
     let mut interrupts = Interrupts::new()?;
     let outcome = tokio::select! {
-        outcome = scenario(&mut rack, &domain, &args) => outcome,
+        outcome = scenario(&mut rack, &domains, &args) => outcome,
         signal = interrupts.next() => Err(anyhow::anyhow!("interrupted by {signal}")),
     };
     let outcome = match outcome {
         Ok(summary) if args.keep => {
-            print_how_to_poke(&rack, &domain, args.json);
+            print_how_to_poke(&rack, &domains[0], args.json);
             let signal = interrupts.next().await;
             if !args.json {
                 println!("\n{signal}: stopping the rack");
@@ -145,27 +175,56 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let crashed = rack.unexpected_exits();
     drop(rack);
     drop(tmp);
-    let summary = outcome?;
+    let mut fleet = outcome?;
     if !crashed.is_empty() {
         bail!("daemons died that the demo did not kill: {crashed:?}");
     }
     if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
+        if cliques == 1 {
+            println!("{}", serde_json::to_string(&fleet.cliques.remove(0))?);
+        } else {
+            println!("{}", serde_json::to_string(&fleet)?);
+        }
     }
     Ok(())
 }
 
+/// `demo-domain` for a rack of one clique, as always; `demo-domain-<n>` from 1 with
+/// several.
+fn domain_name(clique: usize, cliques: usize) -> String {
+    if cliques == 1 {
+        "demo-domain".into()
+    } else {
+        format!("demo-domain-{}", clique + 1)
+    }
+}
+
+/// The domain of each clique is formed, loses its clique's last node to SIGKILL, heals
+/// and takes the node back; with several cliques all at once, timed per clique.
 async fn scenario(
     rack: &mut LocalRack,
-    domain: &DemoDomain,
+    domains: &[DemoDomain],
     args: &DemoArgs,
-) -> anyhow::Result<Summary> {
-    let nodes = rack.nodes().len();
+) -> anyhow::Result<FleetSummary> {
+    let total = rack.nodes().len();
+    let cliques: Vec<Vec<usize>> = (0..domains.len()).map(|c| rack.clique_members(c)).collect();
+    let fleet = cliques.len() > 1;
+    let size = |c: usize| cliques[c].len();
     let live = !args.json && std::io::stdout().is_terminal();
-    let mut observer = Observer::new(live, args.json, domain.clone());
+    let clique_of = (0..total).map(|i| rack.clique_of(i)).collect();
+    let mut observer = Observer::new(live, args.json, domains.to_vec(), clique_of);
+    let layout = if fleet {
+        format!(
+            "in {} NVLink cliques of {} (each node seeds gossip with its clique-mates only)",
+            cliques.len(),
+            args.nodes
+        )
+    } else {
+        "in one NVLink clique".to_owned()
+    };
     observer.say(&format!(
-        "Starting a rack of {nodes} domaind nodes on 127.0.{}.1-{nodes}: TLS gossip, imex-sim, \
-         fake GB200 GPUs in one NVLink clique, the local backend in {}",
+        "Starting a rack of {total} domaind nodes on 127.0.{}.1-{total}: TLS gossip, imex-sim, \
+         fake GB200 GPUs {layout}, the local backend in {}",
         args.subnet,
         rack.local().root().display()
     ));
@@ -175,95 +234,180 @@ async fn scenario(
         Ok(())
     })?;
     if args.keep && args.json {
-        print_rack_line(rack, domain)?;
+        print_rack_line(rack, domains)?;
     }
 
-    for node in rack.nodes() {
+    for (i, node) in rack.nodes().iter().enumerate() {
+        let clique = rack.clique_of(i);
         rack.local()
-            .write_claim(&claim_file(node.name(), domain, nodes))?;
+            .write_claim(&claim_file(node.name(), &domains[clique], size(clique)))?;
     }
+    let which = if fleet {
+        format!(
+            "ComputeDomains {}/{}..{} (one per clique)",
+            domains[0].namespace,
+            domains[0].name,
+            domains.len()
+        )
+    } else {
+        format!("ComputeDomain {}/{}", domains[0].namespace, domains[0].name)
+    };
     observer.say(&format!(
-        "Preparing one claim per node for ComputeDomain {}/{}, as each node's kubelet would",
-        domain.namespace, domain.name
+        "Preparing one claim per node for {which}, as each node's kubelet would"
     ));
     let started = Instant::now();
-    let prepares = futures::future::join_all(rack.nodes().iter().map(|node| {
-        let (socket, claim) = (node.dra_socket(), claim_ref(node.name()));
+    let prepares = futures::future::join_all(rack.nodes().iter().enumerate().map(|(i, node)| {
+        let domain = &domains[rack.clique_of(i)];
+        let (socket, claim) = (node.dra_socket(), claim_ref(node.name(), domain));
         async move { prepare_until_ready(&socket, &claim, DraVersion::V1, STEP_LIMIT).await }
     }));
-    let formed = observer
-        .watch_while(rack, prepares, |snapshot, _| snapshot.ready(nodes))
+    let (answers, formed_at, _) = observer
+        .watch_each(rack, prepares, cliques.len(), |snapshot, c| {
+            snapshot.ready(c, &cliques[c])
+        })
         .await?;
-    for (node, answer) in rack.nodes().iter().zip(formed.0) {
+    for (node, answer) in rack.nodes().iter().zip(answers) {
         if let Err(error) = answer? {
             bail!("{} refused its claim: {error}", node.name());
         }
     }
-    let formed_ms = started.elapsed().as_millis() as u64;
-    observer.say(&format!(
-        "Domain formed: Ready {nodes}/{nodes} in {formed_ms} ms"
-    ));
+    let formed_ms = since(started, &formed_at);
+    for (c, ms) in formed_ms.iter().enumerate() {
+        observer.say(&format!(
+            "{}Domain formed: Ready {n}/{n} in {ms} ms",
+            prefix(fleet, c),
+            n = size(c)
+        ));
+    }
 
-    let victim = nodes - 1;
-    let killed = rack.node(victim).name().to_owned();
-    observer.say(&format!("Killing {killed} with SIGKILL (no goodbye)"));
+    let victims: Vec<usize> = cliques
+        .iter()
+        .map(|members| *members.last().expect("a clique has a node"))
+        .collect();
+    let killed: Vec<String> = victims
+        .iter()
+        .map(|v| rack.node(*v).name().to_owned())
+        .collect();
+    observer.say(&format!(
+        "Killing {} with SIGKILL (no goodbye)",
+        killed.join(", ")
+    ));
     let started = Instant::now();
-    tokio::task::block_in_place(|| rack.kill(victim))?;
-    let dead = killed.clone();
-    observer
-        .watch_while(rack, std::future::ready(()), move |snapshot, _| {
-            snapshot.survivors_dropped(&dead)
-        })
+    tokio::task::block_in_place(|| victims.iter().try_for_each(|v| rack.kill(*v)))?;
+    let (_, healed_at, _) = observer
+        .watch_each(
+            rack,
+            std::future::ready(()),
+            cliques.len(),
+            |snapshot, c| snapshot.survivors_dropped(&cliques[c], &killed[c]),
+        )
         .await?;
-    let heal_ms = started.elapsed().as_millis() as u64;
-    observer.say(&format!(
-        "Survivors dropped {killed} from their IMEX peers in {heal_ms} ms"
-    ));
-    let dead = killed.clone();
-    observer
-        .watch_while(rack, std::future::ready(()), move |snapshot, _| {
-            snapshot.status_lists_lost(&dead)
-        })
+    let heal_ms = since(started, &healed_at);
+    for c in 0..cliques.len() {
+        observer.say(&format!(
+            "{}Survivors dropped {} from their IMEX peers in {} ms",
+            prefix(fleet, c),
+            killed[c],
+            heal_ms[c]
+        ));
+    }
+    let (_, listed_at, _) = observer
+        .watch_each(
+            rack,
+            std::future::ready(()),
+            cliques.len(),
+            |snapshot, c| snapshot.status_lists_lost(c, &killed[c]),
+        )
         .await?;
-    let status_ms = started.elapsed().as_millis() as u64;
-    observer.say(&format!(
-        "Status NotReady with {killed} lost after {status_ms} ms (one write for the whole loss)"
-    ));
+    let status_ms = since(started, &listed_at);
+    for c in 0..cliques.len() {
+        observer.say(&format!(
+            "{}Status NotReady with {} lost after {} ms (one write for the whole loss)",
+            prefix(fleet, c),
+            killed[c],
+            status_ms[c]
+        ));
+    }
 
     observer.say(&format!(
-        "Restarting {killed}: it restores its checkpoint and rejoins"
+        "Restarting {}: {} restores its checkpoint and rejoins",
+        killed.join(", "),
+        if fleet { "each" } else { "it" }
     ));
     let started = Instant::now();
     tokio::task::block_in_place(|| -> anyhow::Result<()> {
-        rack.start(victim)?;
-        rack.wait_ready(victim, STEP_LIMIT)?;
+        for victim in &victims {
+            rack.start(*victim)?;
+        }
+        for victim in &victims {
+            rack.wait_ready(*victim, STEP_LIMIT)?;
+        }
         Ok(())
     })?;
-    observer
-        .watch_while(rack, std::future::ready(()), |snapshot, _| {
-            snapshot.ready(nodes)
-        })
+    let (_, rejoined_at, _) = observer
+        .watch_each(
+            rack,
+            std::future::ready(()),
+            cliques.len(),
+            |snapshot, c| snapshot.ready(c, &cliques[c]),
+        )
         .await?;
-    let rejoin_ms = started.elapsed().as_millis() as u64;
-    observer.say(&format!(
-        "{killed} rejoined: Ready {nodes}/{nodes} in {rejoin_ms} ms"
-    ));
+    let rejoin_ms = since(started, &rejoined_at);
+    for c in 0..cliques.len() {
+        observer.say(&format!(
+            "{}{} rejoined: Ready {n}/{n} in {} ms",
+            prefix(fleet, c),
+            killed[c],
+            rejoin_ms[c],
+            n = size(c)
+        ));
+    }
 
-    let events = rack.local().read_events(&domain.uid)?.len();
-    let summary = Summary {
-        nodes,
-        compute_domain: domain.clone(),
-        formed_ms,
-        killed,
-        heal_ms,
-        status_ms,
-        rejoin_ms,
-        events,
-        rack_dir: rack.spec().root.clone(),
+    let mut summaries = Vec::new();
+    for (c, domain) in domains.iter().enumerate() {
+        summaries.push(Summary {
+            nodes: size(c),
+            compute_domain: domain.clone(),
+            formed_ms: formed_ms[c],
+            killed: killed[c].clone(),
+            heal_ms: heal_ms[c],
+            status_ms: status_ms[c],
+            rejoin_ms: rejoin_ms[c],
+            events: rack.local().read_events(&domain.uid)?.len(),
+            rack_dir: rack.spec().root.clone(),
+            ok: true,
+        });
+    }
+    let crossings: Vec<String> = observer.crossings().iter().cloned().collect();
+    if fleet {
+        observer.fleet_summary(&summaries);
+    } else {
+        observer.summary(&summaries[0]);
+    }
+    if !crossings.is_empty() {
+        bail!("nodes had gossip members or IMEX peers of another clique: {crossings:?}");
+    }
+    Ok(FleetSummary {
+        cliques: summaries,
+        crossings,
         ok: true,
-    };
-    observer.summary(&summary);
-    Ok(summary)
+    })
+}
+
+/// Milliseconds from `started` to each of `at`.
+fn since(started: Instant, at: &[Instant]) -> Vec<u64> {
+    at.iter()
+        .map(|at| at.saturating_duration_since(started).as_millis() as u64)
+        .collect()
+}
+
+/// "clique 2: " before a clique's line, with several cliques.
+fn prefix(fleet: bool, clique: usize) -> String {
+    if fleet {
+        format!("clique {}: ", clique + 1)
+    } else {
+        String::new()
+    }
 }
 
 fn claim_file(node: &str, domain: &DemoDomain, nodes: usize) -> ClaimFile {
@@ -288,11 +432,11 @@ fn claim_uid(node: &str) -> String {
     format!("claim-{node}")
 }
 
-fn claim_ref(node: &str) -> ClaimRef {
+fn claim_ref(node: &str, domain: &DemoDomain) -> ClaimRef {
     ClaimRef {
         uid: claim_uid(node),
-        namespace: "default".into(),
-        name: format!("demo-domain-{node}"),
+        namespace: domain.namespace.clone(),
+        name: format!("{}-{node}", domain.name),
     }
 }
 
@@ -337,9 +481,14 @@ fn node_lines(rack: &LocalRack) -> Vec<NodeLine> {
         .collect()
 }
 
-fn print_rack_line(rack: &LocalRack, domain: &DemoDomain) -> anyhow::Result<()> {
+fn print_rack_line(rack: &LocalRack, domains: &[DemoDomain]) -> anyhow::Result<()> {
     let line = RackLine {
-        compute_domain: domain.clone(),
+        compute_domain: domains[0].clone(),
+        compute_domains: if domains.len() > 1 {
+            domains.to_vec()
+        } else {
+            Vec::new()
+        },
         local_dir: rack.local().root().to_owned(),
         nodes: node_lines(rack),
     };
@@ -400,14 +549,17 @@ impl Interrupts {
 }
 
 impl Snapshot {
-    /// Status Ready with `nodes` ready nodes, and every node sees all of them.
-    fn ready(&self, nodes: usize) -> bool {
+    /// Clique `clique`'s status Ready with all of `members`, and each of them sees all
+    /// of them.
+    fn ready(&self, clique: usize, members: &[usize]) -> bool {
+        let nodes = members.len();
         let status_ready = self
-            .status
-            .as_ref()
+            .statuses
+            .get(clique)
+            .and_then(Option::as_ref)
             .is_some_and(|s| s.status == crd::Phase::Ready && s.ready_nodes as usize == nodes);
-        let views_agree = self.views.iter().all(|(_, view)| {
-            view.as_ref().is_some_and(|v| {
+        let views_agree = members.iter().all(|i| {
+            self.views[*i].1.as_ref().is_some_and(|v| {
                 v.domains
                     .first()
                     .is_some_and(|d| d.phase == Phase::Ready && d.members.len() == nodes)
@@ -416,10 +568,11 @@ impl Snapshot {
         status_ready && views_agree
     }
 
-    /// Every survivor dropped `node` from its IMEX peers.
-    fn survivors_dropped(&self, node: &str) -> bool {
-        self.views
+    /// Every survivor among `members` dropped `node` from its IMEX peers.
+    fn survivors_dropped(&self, members: &[usize], node: &str) -> bool {
+        members
             .iter()
+            .map(|i| &self.views[*i])
             .filter(|(name, _)| name != node)
             .all(|(_, view)| {
                 view.as_ref().is_some_and(|v| {
@@ -430,13 +583,16 @@ impl Snapshot {
             })
     }
 
-    /// The status is NotReady and lists `node` NotReady.
-    fn status_lists_lost(&self, node: &str) -> bool {
-        self.status.as_ref().is_some_and(|s| {
-            s.status == crd::Phase::NotReady
-                && s.nodes
-                    .iter()
-                    .any(|n| n.name == node && n.status == crd::Phase::NotReady)
-        })
+    /// Clique `clique`'s status is NotReady and lists `node` NotReady.
+    fn status_lists_lost(&self, clique: usize, node: &str) -> bool {
+        self.statuses
+            .get(clique)
+            .and_then(Option::as_ref)
+            .is_some_and(|s| {
+                s.status == crd::Phase::NotReady
+                    && s.nodes
+                        .iter()
+                        .any(|n| n.name == node && n.status == crd::Phase::NotReady)
+            })
     }
 }

@@ -1,6 +1,8 @@
-//! What the demo shows while it runs: a table like `kubectl get computedomains -w`,
-//! plus a row per node with what that node itself reports.
+//! What the demo shows while it runs: a table like `kubectl get computedomains -w`
+//! (a row per clique's domain), plus a row per node with what that node itself
+//! reports.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::io::Write as _;
@@ -19,14 +21,18 @@ const REFRESH: Duration = Duration::from_millis(200);
 /// The rack, as seen from outside at one moment.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    pub status: Option<ComputeDomainStatus>,
+    /// Each clique's domain status, in clique order.
+    pub statuses: Vec<Option<ComputeDomainStatus>>,
     /// Each node's `/state`, or `None` when it does not answer.
     pub views: Vec<(String, Option<NodeView>)>,
 }
 
 impl Snapshot {
-    async fn take(rack: &LocalRack, domain: &DemoDomain) -> Self {
-        let status = rack.local().read_status(&domain.uid).ok().flatten();
+    async fn take(rack: &LocalRack, domains: &[DemoDomain]) -> Self {
+        let statuses = domains
+            .iter()
+            .map(|domain| rack.local().read_status(&domain.uid).ok().flatten())
+            .collect();
         let mut views = Vec::new();
         for node in rack.nodes() {
             let view = match node.info() {
@@ -35,7 +41,7 @@ impl Snapshot {
             };
             views.push((node.name().to_owned(), view));
         }
-        Self { status, views }
+        Self { statuses, views }
     }
 }
 
@@ -44,21 +50,34 @@ pub struct Observer {
     live: bool,
     /// Print nothing but JSON.
     quiet: bool,
-    domain: DemoDomain,
+    /// One per clique, in clique order.
+    domains: Vec<DemoDomain>,
+    /// Each node's clique, in node order.
+    clique_of: Vec<usize>,
     started: Instant,
     /// Lines of the table on screen, to erase before redrawing.
     drawn: usize,
+    /// Every gossip member or IMEX peer of another clique seen so far, as
+    /// "node: what", from every snapshot of the run.
+    crossings: BTreeSet<String>,
 }
 
 impl Observer {
-    pub fn new(live: bool, quiet: bool, domain: DemoDomain) -> Self {
+    pub fn new(live: bool, quiet: bool, domains: Vec<DemoDomain>, clique_of: Vec<usize>) -> Self {
         Self {
             live,
             quiet,
-            domain,
+            domains,
+            clique_of,
             started: Instant::now(),
             drawn: 0,
+            crossings: BTreeSet::new(),
         }
+    }
+
+    /// What crossed cliques in any snapshot so far (nothing, with one clique).
+    pub fn crossings(&self) -> &BTreeSet<String> {
+        &self.crossings
     }
 
     /// A line of narration, above the table.
@@ -70,17 +89,20 @@ impl Observer {
         println!("==> {message}");
     }
 
-    /// Runs `work` while refreshing the table, until `work` is done and `done` holds
-    /// for a snapshot; fails after [`STEP_LIMIT`].
-    pub async fn watch_while<F: Future>(
+    /// Runs `work` while refreshing the table, until `work` is done and `done(_, i)`
+    /// held for every `i` below `count`; fails after [`STEP_LIMIT`]. Says when each
+    /// `i` first held once `work` was done: one time per clique.
+    pub async fn watch_each<F: Future>(
         &mut self,
         rack: &LocalRack,
         work: F,
-        done: impl Fn(&Snapshot, &DemoDomain) -> bool,
-    ) -> anyhow::Result<(F::Output, Snapshot)> {
+        count: usize,
+        done: impl Fn(&Snapshot, usize) -> bool,
+    ) -> anyhow::Result<(F::Output, Vec<Instant>, Snapshot)> {
         let deadline = Instant::now() + STEP_LIMIT;
         let mut work = std::pin::pin!(work);
         let mut output = None;
+        let mut first: Vec<Option<Instant>> = vec![None; count];
         loop {
             if output.is_none() {
                 tokio::select! {
@@ -90,17 +112,26 @@ impl Observer {
             } else {
                 tokio::time::sleep(REFRESH).await;
             }
-            let snapshot = Snapshot::take(rack, &self.domain).await;
+            let snapshot = Snapshot::take(rack, &self.domains).await;
+            let seen_at = Instant::now();
+            self.note_crossings(&snapshot);
             if self.live {
                 self.draw(&snapshot);
             }
-            if done(&snapshot, &self.domain)
+            if output.is_some() {
+                for (i, at) in first.iter_mut().enumerate() {
+                    if at.is_none() && done(&snapshot, i) {
+                        *at = Some(seen_at);
+                    }
+                }
+            }
+            if first.iter().all(Option::is_some)
                 && let Some(output) = output.take()
             {
                 if !self.live && !self.quiet {
                     print!("{}", self.render(&snapshot));
                 }
-                return Ok((output, snapshot));
+                return Ok((output, first.into_iter().flatten().collect(), snapshot));
             }
             if Instant::now() > deadline {
                 self.erase();
@@ -117,20 +148,51 @@ impl Observer {
             return;
         }
         self.erase();
-        println!(
-            "\nSummary: {} nodes formed ComputeDomain {}/{} in {} ms; after a SIGKILL the \
-             survivors dropped {} in {} ms and the status said so after {} ms; it rejoined \
-             in {} ms. {} events recorded.",
-            summary.nodes,
-            summary.compute_domain.namespace,
-            summary.compute_domain.name,
-            summary.formed_ms,
-            summary.killed,
-            summary.heal_ms,
-            summary.status_ms,
-            summary.rejoin_ms,
-            summary.events
-        );
+        println!("\nSummary: {}", summary_line(summary));
+    }
+
+    /// The summary of a rack of several cliques: a line per clique, then isolation.
+    pub fn fleet_summary(&mut self, summaries: &[Summary]) {
+        if self.quiet {
+            return;
+        }
+        self.erase();
+        println!("\nSummary of {} cliques:", summaries.len());
+        for (clique, summary) in summaries.iter().enumerate() {
+            println!("  clique {}: {}", clique + 1, summary_line(summary));
+        }
+        if self.crossings.is_empty() {
+            println!(
+                "No node ever had a gossip member or IMEX peer of another clique \
+                 (every /state read of the run)."
+            );
+        }
+    }
+
+    /// Records what crosses cliques in `snapshot`.
+    fn note_crossings(&mut self, snapshot: &Snapshot) {
+        for (node, (name, view)) in snapshot.views.iter().enumerate() {
+            let Some(view) = view else { continue };
+            let own = self.clique_of[node];
+            let foreign = |peer: &String| {
+                snapshot
+                    .views
+                    .iter()
+                    .position(|(n, _)| n == peer)
+                    .is_some_and(|i| self.clique_of[i] != own)
+            };
+            let members = view.gossip.members.iter().filter(|m| foreign(m));
+            let peers = view
+                .domains
+                .iter()
+                .flat_map(|d| d.peers.values())
+                .filter(|p| foreign(p));
+            let found: Vec<String> = members
+                .map(|m| format!("{name}: gossip member {m}"))
+                .chain(peers.map(|p| format!("{name}: IMEX peer {p}")))
+                .collect();
+            self.crossings.extend(found);
+        }
     }
 
     fn erase(&mut self) {
@@ -151,36 +213,39 @@ impl Observer {
 
     fn render(&self, snapshot: &Snapshot) -> String {
         let mut out = String::new();
-        let (phase, ready) = match &snapshot.status {
-            Some(s) => (
-                s.status.to_string(),
-                format!("{}/{}", s.ready_nodes, s.total_nodes),
-            ),
-            None => ("-".into(), "-".into()),
-        };
         let age = format!("{}s", self.started.elapsed().as_secs());
         let _ = writeln!(
             out,
             "\n{:<28} {:<9} {:<6} AGE",
             "COMPUTEDOMAIN", "STATUS", "NODES"
         );
-        let _ = writeln!(
-            out,
-            "{:<28} {:<9} {:<6} {}",
-            format!("{}/{}", self.domain.namespace, self.domain.name),
-            phase,
-            ready,
-            age
-        );
+        for (domain, status) in self.domains.iter().zip(&snapshot.statuses) {
+            let (phase, ready) = match status {
+                Some(s) => (
+                    s.status.to_string(),
+                    format!("{}/{}", s.ready_nodes, s.total_nodes),
+                ),
+                None => ("-".into(), "-".into()),
+            };
+            let _ = writeln!(
+                out,
+                "{:<28} {:<9} {:<6} {}",
+                format!("{}/{}", domain.namespace, domain.name),
+                phase,
+                ready,
+                age
+            );
+        }
         let _ = writeln!(
             out,
             "\n{:<9} {:<13} {:<5} {:<9} {:<8} STATUS",
             "NODE", "ADDRESS", "SLOT", "IMEX", "MEMBERS"
         );
-        for (name, view) in &snapshot.views {
+        for (node, (name, view)) in snapshot.views.iter().enumerate() {
             let listed = snapshot
-                .status
-                .as_ref()
+                .statuses
+                .get(self.clique_of[node])
+                .and_then(Option::as_ref)
                 .and_then(|s| s.nodes.iter().find(|n| &n.name == name));
             let address = listed.map(|n| n.ip_address.clone()).unwrap_or_default();
             let status = listed.map_or("-".to_string(), |n| n.status.to_string());
@@ -202,6 +267,24 @@ impl Observer {
         }
         out
     }
+}
+
+/// One clique's run in a sentence.
+fn summary_line(summary: &Summary) -> String {
+    format!(
+        "{} nodes formed ComputeDomain {}/{} in {} ms; after a SIGKILL the survivors \
+         dropped {} in {} ms and the status said so after {} ms; it rejoined in {} ms. {} \
+         events recorded.",
+        summary.nodes,
+        summary.compute_domain.namespace,
+        summary.compute_domain.name,
+        summary.formed_ms,
+        summary.killed,
+        summary.heal_ms,
+        summary.status_ms,
+        summary.rejoin_ms,
+        summary.events
+    )
 }
 
 impl std::fmt::Debug for Observer {

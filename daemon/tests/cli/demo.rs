@@ -50,4 +50,58 @@ fn bad_flags_are_refused_with_the_reason() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("19 is not in 1..=18"), "{stderr}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_domaind"))
+        .args(["demo", "--cliques", "9"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("9 is not in 1..=8"), "{stderr}");
+}
+
+#[test]
+fn a_rack_of_cliques_forms_a_domain_per_clique_and_nothing_crosses() {
+    let output = Command::new(env!("CARGO_BIN_EXE_domaind"))
+        .args([
+            "--log",
+            "warn",
+            "demo",
+            "--json",
+            "--nodes",
+            "2",
+            "--cliques",
+            "2",
+            "--subnet",
+            "48",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    let fleet: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(fleet["ok"], true, "{fleet}");
+    assert_eq!(fleet["crossings"], serde_json::json!([]), "{fleet}");
+    let cliques = fleet["cliques"].as_array().unwrap();
+    assert_eq!(cliques.len(), 2, "{fleet}");
+    // Contiguous blocks: node-01 and node-02, then node-03 and node-04; each clique
+    // loses its last node.
+    for (clique, killed) in cliques.iter().zip(["node-02", "node-04"]) {
+        assert_eq!(clique["ok"], true, "{clique}");
+        assert_eq!(clique["nodes"], 2);
+        assert_eq!(clique["killed"], killed);
+        for field in ["formed_ms", "heal_ms", "status_ms", "rejoin_ms"] {
+            assert!(clique[field].as_u64().is_some(), "{field} in {clique}");
+        }
+    }
+    assert_eq!(cliques[0]["compute_domain"]["name"], "demo-domain-1");
+    assert_eq!(cliques[1]["compute_domain"]["name"], "demo-domain-2");
+    assert_ne!(
+        cliques[0]["compute_domain"]["uid"],
+        cliques[1]["compute_domain"]["uid"]
+    );
 }

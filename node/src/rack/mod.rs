@@ -1,6 +1,13 @@
 //! A rack on loopback: N `domaind run` processes on 127.0.0.x, each with its own
-//! certificates, `imex-sim`, a fake GPU topology of one clique and the local backend.
-//! The demo, the chaos harness and the end-to-end tests run the product through it.
+//! certificates, `imex-sim`, a fake GPU topology of one or more cliques and the local
+//! backend. The demo, the chaos harness and the end-to-end tests run the product
+//! through it.
+//!
+//! With K cliques the nodes are split in contiguous blocks (node i is in clique
+//! `i * K / N`, so block sizes differ by one at most): the first nodes are clique 0
+//! whatever K is, which lets a caller treat them as a rack of their own. Each node's
+//! GPUs report its block's clique and its `--seed` list names only its clique-mates,
+//! as the kube backend's clique-scoped discovery does.
 //!
 //! Every node gets its own loopback address, so the IMEX port can be the same on all
 //! of them, as IMEX requires; gossip and HTTP ports are chosen by the OS, the IMEX
@@ -26,6 +33,7 @@ pub use probe::{PrepareAnswer, http_get, node_view, prepare_until_ready};
 use crate::gpu::Topology;
 use crate::local::LocalDir;
 use crate::run::RunInfo;
+use domaind_actors::model::CliqueId;
 
 /// A made-up major for `nvidia-caps-imex-channels`: machines without the driver have
 /// none, and the CDI specs need one.
@@ -34,7 +42,10 @@ pub const FAKE_IMEX_CHANNELS_MAJOR: u32 = 511;
 /// What rack to run.
 #[derive(Debug, Clone)]
 pub struct RackSpec {
+    /// Nodes in the rack, every clique together.
     pub nodes: usize,
+    /// NVLink cliques the nodes are split into, 1 to `nodes`.
+    pub cliques: usize,
     /// Nodes get 127.0.<subnet>.1, .2, ...: racks with different subnets can run side
     /// by side.
     pub subnet: u8,
@@ -78,6 +89,16 @@ pub enum RackBackend {
 }
 
 impl RackSpec {
+    /// The clique (0-based) of node `index`: contiguous blocks.
+    pub fn clique_of(&self, index: usize) -> usize {
+        index * self.cliques.max(1) / self.nodes.max(1)
+    }
+
+    /// The clique id the GPUs of clique `clique` (0-based) report.
+    pub fn clique_id(clique: usize) -> CliqueId {
+        Topology::simulated_clique(clique as u32 + 1)
+    }
+
     pub fn new(nodes: usize, domaind: PathBuf, imex_sim: PathBuf, root: PathBuf) -> Self {
         Self {
             imex_sim: Some(imex_sim),
@@ -89,6 +110,7 @@ impl RackSpec {
     pub fn self_contained(nodes: usize, domaind: PathBuf, root: PathBuf) -> Self {
         Self {
             nodes,
+            cliques: 1,
             subnet: 0,
             domaind,
             imex_sim: None,
@@ -122,6 +144,14 @@ impl LocalRack {
     pub fn create(spec: RackSpec) -> anyhow::Result<Self> {
         if spec.nodes == 0 || spec.nodes > 250 {
             bail!("a rack has 1 to 250 nodes, not {}", spec.nodes);
+        }
+        if spec.cliques == 0 || spec.cliques > spec.nodes {
+            bail!(
+                "a rack of {} nodes has 1 to {} cliques, not {}",
+                spec.nodes,
+                spec.nodes,
+                spec.cliques
+            );
         }
         std::fs::create_dir_all(&spec.root)
             .with_context(|| format!("cannot create {}", spec.root.display()))?;
@@ -158,8 +188,20 @@ impl LocalRack {
         let ca = DevCa::generate("domaind local rack CA", time::Duration::days(2))
             .context("cannot make the rack's CA")?;
         let topology_path = spec.root.join("topology.json");
-        Topology::simulated_rack(1, names.iter().cloned())
-            .and_then(|t| t.write(&topology_path))
+        let mut topology = Topology::default();
+        for clique in 0..spec.cliques {
+            let members = names
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| spec.clique_of(*i) == clique)
+                .map(|(_, name)| name.clone());
+            // Simulated rack numbers start at 1: one clique is the topology it always was.
+            topology
+                .add_simulated_rack(clique as u32 + 1, members)
+                .context("cannot make the rack's GPU topology")?;
+        }
+        topology
+            .write(&topology_path)
             .context("cannot write the rack's GPU topology")?;
         let proc_devices = spec.root.join("proc-devices");
         std::fs::write(
@@ -218,12 +260,25 @@ impl LocalRack {
         &self.nodes[index]
     }
 
-    /// The gossip addresses of every node but `index`: its seeds.
+    /// The clique (0-based) of node `index`.
+    pub fn clique_of(&self, index: usize) -> usize {
+        self.spec.clique_of(index)
+    }
+
+    /// The indices of the nodes of clique `clique`, in order.
+    pub fn clique_members(&self, clique: usize) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|i| self.clique_of(*i) == clique)
+            .collect()
+    }
+
+    /// The gossip addresses of node `index`'s clique-mates: its seeds.
     fn seeds_for(&self, index: usize) -> Vec<String> {
+        let clique = self.clique_of(index);
         self.nodes
             .iter()
             .enumerate()
-            .filter(|(i, _)| *i != index)
+            .filter(|(i, _)| *i != index && self.clique_of(*i) == clique)
             .map(|(_, n)| SocketAddr::new(n.ip(), n.gossip_port()).to_string())
             .collect()
     }
@@ -325,4 +380,68 @@ pub fn short_temp_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
     tempfile::Builder::new()
         .prefix(prefix)
         .tempdir_in(Path::new("/tmp"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rack(nodes: usize, cliques: usize, root: &Path) -> anyhow::Result<LocalRack> {
+        let mut spec = RackSpec::self_contained(nodes, PathBuf::from("domaind"), root.into());
+        spec.cliques = cliques;
+        spec.subnet = 135;
+        LocalRack::create(spec)
+    }
+
+    fn seed_ips(rack: &LocalRack, index: usize) -> Vec<IpAddr> {
+        rack.seeds_for(index)
+            .iter()
+            .map(|s| s.parse::<SocketAddr>().unwrap().ip())
+            .collect()
+    }
+
+    #[test]
+    fn cliques_are_contiguous_blocks_each_seeded_with_its_own_nodes_only() {
+        let tmp = short_temp_dir("dmrq").unwrap();
+        let rack = rack(7, 3, tmp.path()).unwrap();
+        let cliques: Vec<usize> = (0..7).map(|i| rack.clique_of(i)).collect();
+        assert_eq!(cliques, [0, 0, 0, 1, 1, 2, 2]);
+        assert_eq!(rack.clique_members(1), [3, 4]);
+
+        let topology = Topology::load(&tmp.path().join("topology.json")).unwrap();
+        for (i, node) in rack.nodes().iter().enumerate() {
+            let gpus = topology.node(node.name()).unwrap();
+            assert_eq!(gpus.clique(), Ok(RackSpec::clique_id(cliques[i])));
+        }
+        let ip = |i: usize| rack.node(i).ip();
+        assert_eq!(seed_ips(&rack, 0), [ip(1), ip(2)]);
+        assert_eq!(seed_ips(&rack, 4), [ip(3)]);
+        assert_eq!(seed_ips(&rack, 5), [ip(6)]);
+    }
+
+    #[test]
+    fn one_clique_is_the_rack_it_always_was() {
+        let tmp = short_temp_dir("dmrq").unwrap();
+        let rack = rack(3, 1, tmp.path()).unwrap();
+        let topology = Topology::load(&tmp.path().join("topology.json")).unwrap();
+        let names: Vec<&str> = rack.nodes().iter().map(RackNode::name).collect();
+        assert_eq!(topology, Topology::simulated_rack(1, names).unwrap());
+        assert_eq!(RackSpec::clique_id(0), Topology::simulated_clique(1));
+        let ip = |i: usize| rack.node(i).ip();
+        assert_eq!(seed_ips(&rack, 1), [ip(0), ip(2)]);
+    }
+
+    #[test]
+    fn a_rack_has_one_to_as_many_cliques_as_nodes() {
+        let tmp = short_temp_dir("dmrq").unwrap();
+        for cliques in [0, 4] {
+            let error = rack(3, cliques, tmp.path()).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!(
+                    "a rack of 3 nodes has 1 to 3 cliques, not {cliques}"
+                )),
+                "{error}"
+            );
+        }
+    }
 }

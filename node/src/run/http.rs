@@ -22,7 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use domaind_kube_api::health::Readiness;
 
-use super::state::NodeView;
+use domaind_gossip::GossipNode;
+
+use super::state::{GossipView, NodeView};
 use super::vitals::Vitals;
 
 /// How long the node actor may take to answer before the node is reported unhealthy.
@@ -68,15 +70,38 @@ pub async fn serve(
 pub async fn serve_state(
     addr: SocketAddr,
     node: Addr<NodeActor>,
+    gossip: Arc<GossipNode>,
+    cluster_id: String,
     stop: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let app = Router::new().route("/state", get(state)).with_state(node);
+    let sources = StateSources {
+        node,
+        gossip,
+        cluster_id,
+    };
+    let app = Router::new()
+        .route("/state", get(state))
+        .with_state(Arc::new(sources));
     domaind_kube_api::health::serve(addr, app, stop).await
 }
 
-async fn state(State(node): State<Addr<NodeActor>>) -> Response {
-    match tokio::time::timeout(LIVENESS_TIMEOUT, node.send(GetSnapshot)).await {
-        Ok(Ok(snapshot)) => Json(NodeView::from(snapshot)).into_response(),
+/// What `/state` is made of.
+struct StateSources {
+    node: Addr<NodeActor>,
+    gossip: Arc<GossipNode>,
+    cluster_id: String,
+}
+
+async fn state(State(sources): State<Arc<StateSources>>) -> Response {
+    match tokio::time::timeout(LIVENESS_TIMEOUT, sources.node.send(GetSnapshot)).await {
+        Ok(Ok(snapshot)) => {
+            let mut view = NodeView::from(snapshot);
+            view.gossip = GossipView {
+                cluster_id: sources.cluster_id.clone(),
+                members: sources.gossip.live_nodes().into_keys().collect(),
+            };
+            Json(view).into_response()
+        }
         _ => (
             StatusCode::SERVICE_UNAVAILABLE,
             "the node actor did not answer\n",

@@ -36,7 +36,7 @@ use tracing::{error, info, warn};
 
 pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs, SlicesOnExit, TlsMode};
 pub use info::RunInfo;
-pub use state::{DomainView, ImexView, NodeView};
+pub use state::{DomainView, GossipView, ImexView, NodeView};
 pub use vitals::Vitals;
 
 use crate::cdi::CdiWriter;
@@ -114,10 +114,11 @@ async fn serve(
         info!(file = %stale, "removed a CDI file an interrupted write left");
     }
 
+    let cluster_id = cluster_id_for_clique(&clique.0);
     let mut gossip_config = GossipConfig::new(
         node.clone(),
         SocketAddr::new(args.pod_ip, args.gossip_port),
-        cluster_id_for_clique(&clique.0),
+        cluster_id.clone(),
     );
     gossip_config.seeds = args.seeds.clone();
     gossip_config.timing.gossip_interval = args.gossip_interval;
@@ -207,9 +208,15 @@ async fn serve(
     .with_context(|| format!("cannot listen on {} (--http-addr)", args.http.http_addr))?;
     let (state_addr, state_task) = match args.state_addr.0 {
         Some(addr) => {
-            let (bound, task) = http::serve_state(addr, node_actor.clone(), stop_http.clone())
-                .await
-                .with_context(|| format!("cannot listen on {addr} (--state-addr)"))?;
+            let (bound, task) = http::serve_state(
+                addr,
+                node_actor.clone(),
+                gossip.clone(),
+                cluster_id,
+                stop_http.clone(),
+            )
+            .await
+            .with_context(|| format!("cannot listen on {addr} (--state-addr)"))?;
             (Some(bound), Some(task))
         }
         None => (None, None),

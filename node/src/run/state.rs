@@ -14,6 +14,20 @@ pub struct NodeView {
     pub claims: Vec<String>,
     pub imex: ImexView,
     pub domains: Vec<DomainView>,
+    /// Absent from daemons older than the field.
+    #[serde(default)]
+    pub gossip: GossipView,
+}
+
+/// What this node's gossip knows: which cluster it is in and who is live there. The
+/// chaos harness and the tests check from it that no member belongs to another clique.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GossipView {
+    /// The gossip cluster id: one per NVLink clique.
+    pub cluster_id: String,
+    /// Live members whose state carries a signed certificate, this node included, by
+    /// name.
+    pub members: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +101,7 @@ impl From<NodeSnapshot> for NodeView {
                     reporter: d.reporter,
                 })
                 .collect(),
+            gossip: GossipView::default(),
         }
     }
 }
