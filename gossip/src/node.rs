@@ -2,6 +2,8 @@
 //! chitchat's mutex and state types behind set/delete, a membership view and a stream
 //! of changes.
 
+use std::collections::{BTreeSet, HashSet};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -59,6 +61,8 @@ pub struct GossipNode {
     resigner: JoinHandle<()>,
     /// Set by `stop`: an end of the gossip task after it is expected, not news.
     stopping: Arc<AtomicBool>,
+    /// The newest seeds given to `set_seeds`.
+    seeds: std::sync::Mutex<Vec<SocketAddr>>,
 }
 
 impl Drop for GossipNode {
@@ -165,6 +169,7 @@ impl GossipNode {
             credentials,
             resigner,
             stopping: Arc::new(AtomicBool::new(false)),
+            seeds: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -215,6 +220,41 @@ impl GossipNode {
     /// The address peers dial to reach this node.
     pub fn gossip_addr(&self) -> std::net::SocketAddr {
         self.chitchat_id.gossip_advertise_addr
+    }
+
+    /// Seeds found after start (the Kubernetes backend's clique-mates, say), passed
+    /// to chitchat as exchanges rather than as its seed list, which cannot change once
+    /// it runs. Keeps them (see [`GossipNode::seeds`]) and starts one exchange at once
+    /// with each that is not the advertised address of a live member (this node's own
+    /// included); returns how many it started. Nothing is retried here: a seed that
+    /// does not answer is tried again when the caller calls again, and once one
+    /// exchange succeeds chitchat's own rounds keep the peer.
+    pub fn set_seeds(&self, seeds: Vec<SocketAddr>) -> usize {
+        let seeds: BTreeSet<SocketAddr> = seeds.into_iter().collect();
+        *self.seeds.lock().unwrap_or_else(|p| p.into_inner()) = seeds.iter().copied().collect();
+        let live: HashSet<SocketAddr> = self
+            .live
+            .borrow()
+            .keys()
+            .map(|id| id.gossip_advertise_addr)
+            .chain([self.gossip_addr()])
+            .collect();
+        let mut started = 0;
+        for seed in seeds {
+            if live.contains(&seed) {
+                continue;
+            }
+            // Fails only once the gossip task has ended, which `ended` reports.
+            if self.handle.gossip(seed).is_ok() {
+                started += 1;
+            }
+        }
+        started
+    }
+
+    /// The seeds of the newest `set_seeds`, in address order.
+    pub fn seeds(&self) -> Vec<SocketAddr> {
+        self.seeds.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Publishes a key of this node and passes it on at once (eager gossip); the
