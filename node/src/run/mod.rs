@@ -11,6 +11,7 @@
 mod args;
 mod http;
 mod info;
+pub mod seeds;
 mod state;
 mod tls;
 mod vitals;
@@ -35,6 +36,7 @@ use tracing::{error, info, warn};
 
 pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs, SlicesOnExit, TlsMode};
 pub use info::RunInfo;
+pub use seeds::{SeedDiscovery, SeedPlan, StaticSeeds};
 pub use state::{DomainView, ImexView, NodeView};
 pub use vitals::Vitals;
 
@@ -112,12 +114,31 @@ async fn serve(
         info!(file = %stale, "removed a CDI file an interrupted write left");
     }
 
+    let seed_plan = seeds::plan(args.seed_discovery, args.backend, &clique.0, &args.seeds)?;
+    seeds::announce(&seed_plan);
+    let static_names = match &seed_plan {
+        SeedPlan::Static(listed) => {
+            let (addresses, names) = seeds::split(listed);
+            Some((
+                addresses,
+                StaticSeeds::new(names, node.as_str(), seeds::system_resolver()),
+            ))
+        }
+        SeedPlan::Nobody | SeedPlan::ApiServer => None,
+    };
     let mut gossip_config = GossipConfig::new(
         node.clone(),
         SocketAddr::new(args.pod_ip, args.gossip_port),
         cluster_id_for_clique(&clique.0),
     );
-    gossip_config.seeds = args.seeds.clone();
+    if let Some((addresses, names)) = &static_names {
+        let resolved = names.resolve().await;
+        gossip_config.seeds = addresses
+            .iter()
+            .chain(&resolved)
+            .map(ToString::to_string)
+            .collect();
+    }
     gossip_config.timing.gossip_interval = args.gossip_interval;
     gossip_config.timing.eager = eager_gossip(args.gossip_push_fanout);
     let gossip = Arc::new(
@@ -126,6 +147,12 @@ async fn serve(
             .context("cannot start gossip")?,
     );
     let _gossip_watch = vitals::watch_gossip(vitals.clone(), &gossip);
+    let stop_seeds = CancellationToken::new();
+    let static_resolving = static_names
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(_, names)| {
+            tokio::spawn(names.follow(gossip.clone(), seeds::RESOLVE_INTERVAL, stop_seeds.clone()))
+        });
 
     let imex = Arc::new(ImexDaemon::new(imex_settings(&args)?));
     let mut kube = None;
@@ -133,13 +160,14 @@ async fn serve(
     let ports = match args.backend {
         Backend::Kube => {
             let client = domaind_kube_api::client().await?;
-            let backend = KubeBackend::start(
+            let mut backend = KubeBackend::start(
                 client,
                 KubeSettings {
                     node: node.to_string(),
                     driver: args.kube.driver_name.clone(),
                     clique: clique.0.clone(),
                     channel_devices: args.channel_devices,
+                    gossip_addr: Some(gossip.gossip_addr()),
                     default_readiness: args.default_readiness.into(),
                     api_timeout: args.kube.kube_api_timeout,
                     reconcile_timeout: args.reconcile_timeout,
@@ -147,6 +175,9 @@ async fn serve(
                 checkpoint,
                 cdi.clone(),
             );
+            if seed_plan == SeedPlan::ApiServer {
+                backend.discover_seeds(gossip.clone());
+            }
             let ports = Ports {
                 gossip: gossip.clone(),
                 imex,
@@ -286,6 +317,10 @@ async fn serve(
         // fault gossip may be what died, and the restart matters more.
         if fault.is_none() {
             tokio::time::sleep(args.gossip_interval * RETRACT_ROUNDS).await;
+        }
+        stop_seeds.cancel();
+        if let Some(task) = static_resolving {
+            let _ = task.await;
         }
         if let Err(error) = gossip.stop().await {
             warn!(%error, "gossip did not stop cleanly");
