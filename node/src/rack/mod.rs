@@ -65,6 +65,9 @@ pub struct RackSpec {
     /// bound to a pod on node `i`, which the chart's admission policy asks of a node
     /// daemon. Daemons past its end get none.
     pub node_env: Vec<Vec<(String, String)>>,
+    /// Every daemon is given the others' gossip addresses (`--seed`); false leaves
+    /// seeding to `--seed-discovery` (the API server's, with the Kubernetes backend).
+    pub static_seeds: bool,
 }
 
 /// Where the rack's claims come from and status goes.
@@ -102,6 +105,7 @@ impl RackSpec {
             kubelet_dirs: None,
             env: Vec::new(),
             node_env: Vec::new(),
+            static_seeds: true,
         }
     }
 }
@@ -218,8 +222,12 @@ impl LocalRack {
         &self.nodes[index]
     }
 
-    /// The gossip addresses of every node but `index`: its seeds.
+    /// The gossip addresses of every node but `index`: its seeds (none without
+    /// static seeds).
     fn seeds_for(&self, index: usize) -> Vec<String> {
+        if !self.spec.static_seeds {
+            return Vec::new();
+        }
         self.nodes
             .iter()
             .enumerate()
