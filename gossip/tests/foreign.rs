@@ -6,13 +6,13 @@ mod common;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use chitchat::ChitchatMessage;
 use chitchat::transport::Transport;
 use common::{Metrics, Pki, any_port, name, syn, wait_until, within};
-use domaind_gossip::metrics::FOREIGN_CLUSTER;
+use domaind_gossip::metrics::{CONNECT_FAILURES, FOREIGN_CLUSTER};
 use domaind_gossip::transport::{TlsTransport, TransportLimits};
 use domaind_gossip::{GossipConfig, GossipNode, cluster_id_for_clique};
 
@@ -30,7 +30,9 @@ fn sees(observer: &GossipNode, nodes: &[&str]) -> bool {
     live.len() == nodes.len() && nodes.iter().all(|n| live.contains_key(*n))
 }
 
-/// Log lines written while it is the thread's subscriber.
+/// Every WARN line of this test binary. A global subscriber: tracing caches whether
+/// a call site is enabled across threads, so a thread-local one can miss lines while
+/// another test's thread runs without it.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
 
@@ -44,21 +46,27 @@ impl Write for Captured {
     }
 }
 
-impl Captured {
-    fn install(&self) -> tracing::subscriber::DefaultGuard {
-        let writer = self.clone();
+fn logs() -> &'static Captured {
+    static LOGS: OnceLock<Captured> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Captured::default();
+        let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::WARN)
             .with_ansi(false)
             .with_writer(move || writer.clone())
             .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        logs
+    })
+}
 
-    fn lines_with(&self, text: &str) -> usize {
+impl Captured {
+    /// Lines holding every one of `texts`.
+    fn lines_with(&self, texts: &[&str]) -> usize {
         String::from_utf8_lossy(&self.0.lock().unwrap())
             .lines()
-            .filter(|line| line.contains(text))
+            .filter(|line| texts.iter().all(|text| line.contains(text)))
             .count()
     }
 }
@@ -66,8 +74,7 @@ impl Captured {
 #[tokio::test]
 async fn syns_of_another_clique_are_counted_unanswered_and_logged_once() {
     let metrics = Metrics::install();
-    let logs = Captured::default();
-    let _logging = logs.install();
+    let logs = logs();
     let pki = Pki::new();
     let ours = "cluster-1.0";
     let node = start(&pki, "node-a", 41, ours).await;
@@ -104,13 +111,14 @@ async fn syns_of_another_clique_are_counted_unanswered_and_logged_once() {
         matches!(answer, ChitchatMessage::SynAck { .. }),
         "a SynAck first, not BadCluster: {answer:?}"
     );
+    let peer = stranger_addr.to_string();
     assert_eq!(
-        logs.lines_with("from another cluster"),
+        logs.lines_with(&["from another cluster", &peer]),
         1,
         "one line for the peer"
     );
     assert_eq!(
-        logs.lines_with("wrong cluster"),
+        logs.lines_with(&["wrong cluster"]),
         0,
         "chitchat never saw them"
     );
@@ -154,6 +162,11 @@ async fn seeds_set_after_start_form_the_clique_and_seeds_of_other_cliques_are_re
     })
     .await;
     assert!(sees(&b0, &["b-0"]), "the other clique stays apart");
+    // The dead address is counted (and logged once) by the transport, nothing more.
+    wait_until(LIMIT, "the dead seed's connect failure counted", || {
+        metrics.counter(CONNECT_FAILURES, None) >= 1
+    })
+    .await;
 
     // Members are not contacted again; the others are.
     assert_eq!(a0.set_seeds(seeds), 2, "b-0 and the dead address");
