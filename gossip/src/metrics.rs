@@ -21,6 +21,10 @@ pub const BYTES_SENT: &str = "domaind_gossip_bytes_sent_total";
 pub const BYTES_RECEIVED: &str = "domaind_gossip_bytes_received_total";
 pub const CONNECT_FAILURES: &str = "domaind_gossip_connect_failures_total";
 pub const TLS_RELOADS: &str = "domaind_gossip_tls_reloads_total";
+/// Messages of another gossip cluster (another clique) dropped before chitchat, by
+/// `kind`: `syn` (a peer that has us as a seed), `bad_cluster` (a peer refusing ours).
+/// Zero at steady state; anything else is a stale or misconfigured seed.
+pub const FOREIGN_CLUSTER: &str = "domaind_gossip_foreign_cluster_total";
 
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +94,10 @@ pub(crate) fn tls_reload(result: &'static str) {
 
 pub(crate) fn state_refused(reason: &'static str, count: usize) {
     metrics::counter!(STATE_REFUSED, "reason" => reason).increment(count as u64);
+}
+
+pub(crate) fn foreign_cluster(kind: &'static str) {
+    metrics::counter!(FOREIGN_CLUSTER, "kind" => kind).increment(1);
 }
 
 pub(crate) fn state_signed(count: usize) {

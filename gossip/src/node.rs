@@ -2,6 +2,8 @@
 //! chitchat's mutex and state types behind set/delete, a membership view and a stream
 //! of changes.
 
+use std::collections::{BTreeSet, HashSet};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -60,8 +62,9 @@ pub struct GossipNode {
     resigner: JoinHandle<()>,
     /// Counts and exchanges pulses: who is live.
     pulse: PulseTask,
-    /// Where to turn while no peer is live.
-    seeds: watch::Sender<Vec<std::net::SocketAddr>>,
+    /// The seeds: from the configuration's addresses, then the newest `set_seeds`;
+    /// the pulse task turns to them while no peer is live.
+    seeds: watch::Sender<Vec<SocketAddr>>,
     /// Set by `stop`: an end of the gossip task after it is expected, not news.
     stopping: Arc<AtomicBool>,
 }
@@ -237,6 +240,41 @@ impl GossipNode {
         self.chitchat_id.gossip_advertise_addr
     }
 
+    /// Seeds found after start (the Kubernetes backend's clique-mates, say), passed
+    /// to chitchat as exchanges rather than as its seed list, which cannot change once
+    /// it runs. Keeps them (see [`GossipNode::seeds`]) and starts one exchange at once
+    /// with each that is not the advertised address of a live member (this node's own
+    /// included); returns how many it started. While no peer is live, the pulse task
+    /// asks one of them every round; once one exchange succeeds, gossip keeps the peer.
+    pub fn set_seeds(&self, seeds: Vec<SocketAddr>) -> usize {
+        let seeds: BTreeSet<SocketAddr> = seeds.into_iter().collect();
+        self.seeds.send_replace(seeds.iter().copied().collect());
+        let live: HashSet<SocketAddr> = self
+            .live
+            .borrow()
+            .keys()
+            .map(|id| id.gossip_advertise_addr)
+            .chain([self.gossip_addr()])
+            .collect();
+        let mut started = 0;
+        for seed in seeds {
+            if live.contains(&seed) {
+                continue;
+            }
+            // Fails only once the gossip task has ended, which `ended` reports.
+            if self.handle.gossip(seed).is_ok() {
+                started += 1;
+            }
+        }
+        started
+    }
+
+    /// The seeds of the newest `set_seeds` in address order (before any, those the
+    /// configuration gave as addresses).
+    pub fn seeds(&self) -> Vec<SocketAddr> {
+        self.seeds.borrow().clone()
+    }
+
     /// Publishes a key of this node and passes it on at once (eager gossip); the
     /// regular rounds repeat it to everyone.
     pub async fn set(&self, key: impl Into<String>, value: impl Into<String>) {
@@ -272,25 +310,6 @@ impl GossipNode {
                 error!(node = %self.node, key, %error, "cannot sign a gossip value; not published")
             }
         }
-    }
-
-    /// The addresses of this node's clique-mates as discovery knows them now. Each
-    /// that is not a live member's is asked for a chitchat exchange at once (a node
-    /// that appears is met now, not at the next round), and while no peer is live the
-    /// pulse task asks one of them every round.
-    pub fn set_seeds(&self, seeds: Vec<std::net::SocketAddr>) {
-        let live: std::collections::HashSet<_> = self
-            .live
-            .borrow()
-            .keys()
-            .map(|id| id.gossip_advertise_addr)
-            .collect();
-        for seed in seeds.iter().filter(|seed| !live.contains(seed)) {
-            if self.handle.gossip(*seed).is_err() {
-                break;
-            }
-        }
-        self.seeds.send_replace(seeds);
     }
 
     /// The live members (this node included), as of the newest news.
@@ -360,7 +379,7 @@ impl GossipNode {
 }
 
 /// The seeds given as addresses; names are chitchat's to resolve in its rounds.
-fn literal_seeds(seeds: &[String]) -> Vec<std::net::SocketAddr> {
+fn literal_seeds(seeds: &[String]) -> Vec<SocketAddr> {
     seeds.iter().filter_map(|seed| seed.parse().ok()).collect()
 }
 

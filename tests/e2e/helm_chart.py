@@ -47,7 +47,11 @@ UPGRADE_VALUES = merge(
     BASE_VALUES,
     {
         "logging": {"level": "debug"},
-        "node": {"channelDevices": 4, "admissionPolicy": {"enabled": False}},
+        "node": {
+            "channelDevices": 4,
+            "admissionPolicy": {"enabled": False},
+            "seeds": {"mode": "static"},
+        },
         "controller": {"rackMode": {"enabled": True}, "leaderElection": {"enabled": False}},
     },
 )
@@ -396,9 +400,14 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         expect_args(
             ds,
             "domaind",
-            ["--log=debug", "--channel-devices=4"],
-            ["--log=info", "--channel-devices=8"],
+            ["--log=debug", "--channel-devices=4", "--seed-discovery=static"],
+            ["--log=info", "--channel-devices=8", "--seed-discovery=api-server"],
         )
+        # Static seeds with no list: the headless Service over every daemon, which the
+        # default (seeds from the API server) does without.
+        if any(object_id(o).kind == "Service" for o in objects1):
+            raise E2EError("the default values rendered a Service: seeds come from the API server")
+        one(live2, "Service", "-gossip")
         deployment = one(live2, "Deployment", "-controller")
         expect_args(
             deployment,
@@ -422,7 +431,8 @@ def run(release: Release, keep: bool) -> dict[str, float]:
             )
         expect_none_live(dropped, "upgrade")
         log(
-            "upgraded to revision 2: DaemonSet args (--log=debug, --channel-devices=4), "
+            "upgraded to revision 2: DaemonSet args (--log=debug, --channel-devices=4, "
+            "--seed-discovery=static) and the gossip Service, "
             "controller args and ClusterRole (rack mode) changed in place; dropped: "
             + ", ".join(str(object_id(o)) for o in dropped)
         )

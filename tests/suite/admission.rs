@@ -55,6 +55,7 @@ fn slice_of(node: &Node, pool: &str) -> ResourceSlice {
         driver: DRIVER.to_owned(),
         clique: String::new(),
         channels: 2,
+        gossip_addr: None,
     };
     let owner = node.controller_owner_ref(&()).unwrap();
     let mut slice = desired_slices(&spec, 1, Some(&owner)).remove(0);

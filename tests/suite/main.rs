@@ -7,10 +7,12 @@
 //! - `formation`: the formation benchmark on real Kubernetes (ignored; run by hand).
 //! - `admission`: the chart's admission policies for the node daemon, with its tokens.
 //! - `certs`: gossip node certificates through the CSR signer on the real API server.
+//! - `discovery`: gossip seeds from the real API server, two cliques kept apart.
 
 mod admission;
 mod certs;
 mod cliques;
+mod discovery;
 mod formation;
 mod kube;
 mod kubelet;

@@ -2,7 +2,8 @@
 //! for real nodes, chitchat's in-memory one in simulations): a SynAck or Ack reaches
 //! chitchat without the node parts that fail `verify`. The rest of the message, its
 //! digest included, goes through: a peer that relays one bad part still gets its
-//! honest news applied and its exchange answered.
+//! honest news applied and its exchange answered. A Syn of another cluster (another
+//! clique) goes nowhere: see [`foreign`](super::foreign).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -13,9 +14,10 @@ use chitchat::transport::{Socket, Transport};
 use chitchat::{Chitchat, ChitchatMessage, Deserializable, Serializable};
 use rustls_pki_types::UnixTime;
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::credentials::{CredentialsWatch, StateCredentials};
+use super::foreign::{Foreign, ForeignLog, foreign};
 use super::verify::{CertCache, Checker, Held, Refusal};
 use crate::metrics;
 use crate::transport::episodes::Episodes;
@@ -29,6 +31,24 @@ pub(crate) struct StateCheck {
     chitchat: OnceLock<Arc<tokio::sync::Mutex<Chitchat>>>,
     certs: Mutex<Certs>,
     episodes: Mutex<Episodes>,
+    foreign_log: Mutex<ForeignLog>,
+}
+
+/// What the receive-side check makes of one message.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// To chitchat as it is.
+    Pass,
+    /// To chitchat without the node parts that failed the checks.
+    Filtered(ChitchatMessage),
+    /// Not for chitchat at all: another cluster's.
+    Drop,
+}
+
+impl Verdict {
+    fn from_filter(filtered: Option<ChitchatMessage>) -> Self {
+        filtered.map_or(Self::Pass, Self::Filtered)
+    }
 }
 
 impl std::fmt::Debug for StateCheck {
@@ -56,7 +76,61 @@ impl StateCheck {
                 under: None,
             }),
             episodes: Mutex::new(Episodes::default()),
+            foreign_log: Mutex::new(ForeignLog::default()),
         })
+    }
+
+    /// The whole check of a message built by chitchat itself (the in-memory
+    /// transport); see [`StateCheck::filter`].
+    pub(crate) async fn check(&self, from: SocketAddr, message: &ChitchatMessage) -> Verdict {
+        if self.refuse_foreign(from, message) {
+            return Verdict::Drop;
+        }
+        Verdict::from_filter(self.filter(from, message).await)
+    }
+
+    /// The whole check of a message received as `wire`; see [`StateCheck::filter_wire`].
+    pub(crate) async fn check_wire(
+        &self,
+        from: SocketAddr,
+        message: &ChitchatMessage,
+        wire: &[u8],
+    ) -> Verdict {
+        if self.refuse_foreign(from, message) {
+            return Verdict::Drop;
+        }
+        Verdict::from_filter(self.filter_wire(from, wire).await)
+    }
+
+    /// True when `message` is another cluster's: counted, logged once per peer per
+    /// period, and not to be answered.
+    fn refuse_foreign(&self, from: SocketAddr, message: &ChitchatMessage) -> bool {
+        let Some(foreign) = foreign(&self.cluster, message) else {
+            return false;
+        };
+        metrics::foreign_cluster(foreign.kind());
+        let news = self
+            .foreign_log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .note(from, Instant::now());
+        match (&foreign, news) {
+            (Foreign::Syn(theirs), true) => warn!(
+                peer = %from,
+                cluster = %theirs,
+                ours = %self.cluster,
+                "gossip Syn from another cluster (another clique) dropped unanswered: a stale or misconfigured seed? (further ones from this peer are counted in domaind_gossip_foreign_cluster_total, logged at most once an hour)"
+            ),
+            (Foreign::BadCluster, true) => warn!(
+                peer = %from,
+                ours = %self.cluster,
+                "a gossip peer of another cluster (another clique) refused our Syn: a stale or misconfigured seed? (further refusals from this peer are counted in domaind_gossip_foreign_cluster_total, logged at most once an hour)"
+            ),
+            (_, false) => {
+                debug!(peer = %from, kind = foreign.kind(), "gossip message of another cluster dropped")
+            }
+        }
+        true
     }
 
     pub(crate) fn attach(&self, chitchat: Arc<tokio::sync::Mutex<Chitchat>>) {
@@ -239,13 +313,19 @@ impl Socket for SignedSocket {
     }
 
     async fn recv(&mut self) -> anyhow::Result<(SocketAddr, ChitchatMessage)> {
-        if self.checking.is_none() {
-            self.checking = Some(self.inner.recv().await?);
+        loop {
+            if self.checking.is_none() {
+                self.checking = Some(self.inner.recv().await?);
+            }
+            let (from, message) = self.checking.as_ref().expect("a message to check");
+            let verdict = self.check.check(*from, message).await;
+            let (from, message) = self.checking.take().expect("a message to check");
+            match verdict {
+                Verdict::Pass => return Ok((from, message)),
+                Verdict::Filtered(filtered) => return Ok((from, filtered)),
+                Verdict::Drop => {}
+            }
         }
-        let (from, message) = self.checking.as_ref().expect("a message to check");
-        let filtered = self.check.filter(*from, message).await;
-        let (from, message) = self.checking.take().expect("a message to check");
-        Ok((from, filtered.unwrap_or(message)))
     }
 }
 

@@ -12,10 +12,12 @@
 //! - `owner`: this node's writes, signed at the version chitchat gives them.
 //! - [`verify`]: the checks on one node's part of a delta (pure).
 //! - `check`: the transport that runs them on every message before chitchat.
+//! - [`foreign`]: Syns of another cluster, dropped unanswered.
 
 mod check;
 pub mod credentials;
 pub mod envelope;
+pub mod foreign;
 pub(crate) mod owner;
 pub mod verify;
 
@@ -23,7 +25,7 @@ use std::collections::BTreeMap;
 
 use chitchat::{DeletionStatus, NodeState};
 
-pub(crate) use check::{SignedTransport, StateCheck};
+pub(crate) use check::{SignedTransport, StateCheck, Verdict};
 pub use envelope::CERT_KEY;
 pub use verify::Refusal;
 

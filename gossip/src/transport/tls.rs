@@ -40,7 +40,7 @@ use super::{frame, guard};
 use crate::identity::{NodeName, node_name_of};
 use crate::metrics::{self, RefusedConnection};
 use crate::pulse::{PulseEndpoint, PulseOut};
-use crate::signed::StateCheck;
+use crate::signed::{StateCheck, Verdict};
 use crate::tls::NodeTls;
 
 /// A TLS transport for one node: its certificate, its generation, its limits.
@@ -287,10 +287,12 @@ impl Drop for TlsSocket {
     }
 }
 
-/// The state check of one received message; `None` when it goes as it is.
-async fn check(state: Option<&StateCheck>, inbound: Option<&Inbound>) -> Option<ChitchatMessage> {
-    let (state, (from, _, wire)) = state.zip(inbound)?;
-    state.filter_wire(*from, wire).await
+/// The state check of one received message.
+async fn check(state: Option<&StateCheck>, inbound: Option<&Inbound>) -> Verdict {
+    match state.zip(inbound) {
+        Some((state, (from, message, wire))) => state.check_wire(*from, message, wire).await,
+        None => Verdict::Pass,
+    }
 }
 
 #[async_trait]
@@ -323,9 +325,13 @@ impl Socket for TlsSocket {
                     }
                     self.checking = Some((from, message, wire));
                 }
-                filtered = check(self.shared.state.as_deref(), self.checking.as_ref()), if self.checking.is_some() => {
+                verdict = check(self.shared.state.as_deref(), self.checking.as_ref()), if self.checking.is_some() => {
                     let (from, message, _) = self.checking.take().expect("checked while checking");
-                    return Ok((from, filtered.unwrap_or(message)));
+                    match verdict {
+                        Verdict::Pass => return Ok((from, message)),
+                        Verdict::Filtered(filtered) => return Ok((from, filtered)),
+                        Verdict::Drop => {}
+                    }
                 }
                 accepted = self.listener.accept() => match accepted {
                     Ok((stream, peer)) => self.admit(stream, peer),

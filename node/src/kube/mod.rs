@@ -10,6 +10,7 @@
 //! | [`events`](KubeEventSink) | `EventSink`: Events on the CD through kube-runtime's recorder |
 //! | [`slices`] | what this node's ResourceSlices should hold, and the writes to get there (pure) |
 //! | [`publisher`](SlicePublisher) | keeps them so: watches them, writes with backoff |
+//! | [`peers`] | gossip seeds: the clique-mates' addresses from their slices, watched |
 //! | [`reconcile`] | rebuilds prepared claims when the checkpoint is missing or corrupt |
 //! | [`stale`](KubeStaleClaimNotices) | whether a checkpointed claim's objects still exist; the event of its release |
 //!
@@ -22,12 +23,14 @@ pub mod claim;
 mod claims;
 mod domains;
 mod events;
+pub mod peers;
 mod publisher;
 pub mod reconcile;
 pub mod slices;
 mod stale;
 mod status;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +44,7 @@ use tracing::{info, warn};
 pub use claims::KubeClaimSource;
 pub use domains::{DomainCache, domain_ref};
 pub use events::{KubeEventSink, domain_reference, kube_event};
+pub use peers::{Peers, SeedSink};
 pub use publisher::{SlicePublisher, delete_node_slices, slice_selector, watch_slices};
 pub use reconcile::{ReconcileSettings, ReconcilingCheckpointStore};
 pub use slices::PoolSpec;
@@ -66,6 +70,8 @@ pub struct KubeSettings {
     pub clique: String,
     /// Channel devices in this node's ResourceSlices.
     pub channel_devices: u32,
+    /// This node's gossip address, published on its slices for its clique-mates.
+    pub gossip_addr: Option<SocketAddr>,
     pub default_readiness: ReadinessPolicy,
     /// Each API call.
     pub api_timeout: Duration,
@@ -122,6 +128,7 @@ impl KubeBackend {
             driver: settings.driver.clone(),
             clique: settings.clique.clone(),
             channels: settings.channel_devices,
+            gossip_addr: settings.gossip_addr,
         });
         let publishing = tokio::spawn(
             SlicePublisher::new(client.clone(), pool_rx, settings.api_timeout).run(
@@ -188,6 +195,31 @@ impl KubeBackend {
                 self.settings.api_timeout,
             )),
         )
+    }
+
+    /// Follows this node's clique-mates in the API server and hands their gossip
+    /// addresses to `sink` (see [`peers`]), until [`stop`](Self::stop). Nothing for
+    /// the empty clique: a node without fabric gossips with nobody.
+    pub fn discover_seeds(&mut self, sink: Arc<dyn SeedSink>) {
+        let Some(events) = peers::watch_clique_slices(
+            self.client.clone(),
+            &self.settings.driver,
+            &self.settings.clique,
+        ) else {
+            info!("no clique: no gossip seeds to discover");
+            return;
+        };
+        info!(
+            selector = peers::clique_selector(&self.settings.clique).unwrap_or_default(),
+            "gossip seeds: following this clique's ResourceSlices"
+        );
+        self.tasks.push(tokio::spawn(peers::follow(
+            events,
+            Peers::new(self.settings.node.clone(), self.settings.clique.clone()),
+            sink,
+            peers::RESEED_INTERVAL,
+            self.stop.clone(),
+        )));
     }
 
     /// Publishes the node's slices with another clique (they are rewritten at a new

@@ -8,6 +8,11 @@
 //! slice carries the pool's generation and slice count, and the scheduler uses only a
 //! pool whose slices of the newest generation are all there.
 //!
+//! A node with fabric also labels its slices with its clique
+//! ([`CLIQUE_SLICE_LABEL`], see [`clique_label_value`]) and annotates them with its
+//! gossip address ([`GOSSIP_ADDRESS_ANNOTATION`]): its clique-mates find it there
+//! ([`peers`](super::peers)), each watching only its own clique's slices.
+//!
 //! Several channel devices let several pods of one ComputeDomain land on one node
 //! (each claim is allocated one device). Which device a claim got does not matter to
 //! what it is given: a `Single` claim gets the domain's channel, whatever device the
@@ -15,6 +20,7 @@
 //! same channel number (see the prepare service).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 
 use k8s_openapi::api::resource::v1::{
     Device, DeviceAttribute, ResourcePool, ResourceSlice, ResourceSliceSpec,
@@ -34,6 +40,39 @@ pub const MAX_CHANNEL_DEVICES: u32 = 2048;
 /// A Kubernetes object name's limit (a DNS subdomain).
 const NAME_LIMIT: usize = 253;
 
+/// On the slices of a node with fabric: its clique, as [`clique_label_value`] writes
+/// it. Clique-mates select on it, so that none caches the whole fleet's slices.
+pub const CLIQUE_SLICE_LABEL: &str = "resource.nvidia.com/cliqueID";
+
+/// On the slices of a node with fabric: the `ip:port` its gossip listens on.
+pub const GOSSIP_ADDRESS_ANNOTATION: &str = "resource.nvidia.com/gossipAddress";
+
+/// A label value's limit.
+const LABEL_VALUE_LIMIT: usize = 63;
+
+/// The value of [`CLIQUE_SLICE_LABEL`] for `clique`; `None` for the empty clique (no
+/// fabric: nobody's peer). A clique is `<clusterUUID>.<cliqueId>`, a valid label value
+/// as it is; one that is not (too long, odd characters) is written as `h-` and a
+/// checksum, which stays valid and the same on every node. Checksums can collide, so
+/// readers check the devices' `cliqueID` too.
+pub fn clique_label_value(clique: &str) -> Option<String> {
+    if clique.is_empty() {
+        return None;
+    }
+    let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let valid = clique.len() <= LABEL_VALUE_LIMIT
+        && edge_ok(clique.chars().next())
+        && edge_ok(clique.chars().last())
+        && clique
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    Some(if valid {
+        clique.to_owned()
+    } else {
+        format!("h-{:08x}", crc32fast::hash(clique.as_bytes()))
+    })
+}
+
 /// What this node publishes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolSpec {
@@ -43,6 +82,23 @@ pub struct PoolSpec {
     pub clique: String,
     /// Channel devices: 1 to [`MAX_CHANNEL_DEVICES`].
     pub channels: u32,
+    /// Where clique-mates reach this node's gossip; published only with a clique.
+    pub gossip_addr: Option<SocketAddr>,
+}
+
+impl PoolSpec {
+    /// The labels and annotations of every slice of the pool.
+    fn discovery_metadata(&self) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let Some(label) = clique_label_value(&self.clique) else {
+            return Default::default();
+        };
+        let labels = BTreeMap::from([(CLIQUE_SLICE_LABEL.to_owned(), label)]);
+        let annotations = self
+            .gossip_addr
+            .map(|addr| BTreeMap::from([(GOSSIP_ADDRESS_ANNOTATION.to_owned(), addr.to_string())]))
+            .unwrap_or_default();
+        (labels, annotations)
+    }
 }
 
 /// The name of a channel device.
@@ -103,6 +159,7 @@ pub fn desired_slices(
     let channels: Vec<u32> = (0..pool.channels.clamp(1, MAX_CHANNEL_DEVICES)).collect();
     let chunks: Vec<&[u32]> = channels.chunks(MAX_DEVICES_PER_SLICE).collect();
     let count = i64::try_from(chunks.len()).expect("at most 16 slices");
+    let (labels, annotations) = pool.discovery_metadata();
     chunks
         .iter()
         .enumerate()
@@ -110,6 +167,8 @@ pub fn desired_slices(
             metadata: ObjectMeta {
                 name: Some(slice_name(&pool.node, &pool.driver, index)),
                 owner_references: owner.map(|o| vec![o.clone()]),
+                labels: (!labels.is_empty()).then(|| labels.clone()),
+                annotations: (!annotations.is_empty()).then(|| annotations.clone()),
                 ..ObjectMeta::default()
             },
             spec: ResourceSliceSpec {
@@ -173,7 +232,17 @@ fn holds(observed: &ResourceSlice, desired: &ResourceSlice) -> bool {
                 .flatten()
                 .any(|o| o.uid == wanted.uid && o.kind == wanted.kind)
         });
+    // Only our own keys: others' labels and annotations are theirs.
+    let ours = |map: &Option<BTreeMap<String, String>>, key: &str| {
+        map.as_ref().and_then(|m| m.get(key)).cloned()
+    };
+    let (seen, wanted) = (&observed.metadata, &desired.metadata);
+    let discovery_held = ours(&seen.labels, CLIQUE_SLICE_LABEL)
+        == ours(&wanted.labels, CLIQUE_SLICE_LABEL)
+        && ours(&seen.annotations, GOSSIP_ADDRESS_ANNOTATION)
+            == ours(&wanted.annotations, GOSSIP_ADDRESS_ANNOTATION);
     spec.0.driver == spec.1.driver
+        && discovery_held
         && spec.0.node_name == spec.1.node_name
         && spec.0.pool == spec.1.pool
         && devices(spec.0) == devices(spec.1)
@@ -256,6 +325,7 @@ mod tests {
             driver: DRIVER.into(),
             clique: CLIQUE.into(),
             channels,
+            gossip_addr: None,
         }
     }
 
@@ -284,8 +354,58 @@ mod tests {
         assert_eq!(ours["kind"], "ResourceSlice");
         assert_eq!(
             ours["metadata"],
-            json!({"name": "gb200-rack1-n01-compute-domain.nvidia.com-0"})
+            json!({
+                "name": "gb200-rack1-n01-compute-domain.nvidia.com-0",
+                "labels": {CLIQUE_SLICE_LABEL: CLIQUE},
+            })
         );
+    }
+
+    #[test]
+    fn a_node_with_fabric_publishes_its_clique_label_and_gossip_address() {
+        let mut spec = pool(300);
+        spec.gossip_addr = Some("10.0.0.7:7946".parse().unwrap());
+        for slice in desired_slices(&spec, 1, None) {
+            assert_eq!(slice.metadata.labels.unwrap()[CLIQUE_SLICE_LABEL], CLIQUE);
+            assert_eq!(
+                slice.metadata.annotations.unwrap()[GOSSIP_ADDRESS_ANNOTATION],
+                "10.0.0.7:7946"
+            );
+        }
+        // Without fabric: nobody's peer, nothing to find.
+        spec.clique = String::new();
+        let bare = desired_slices(&spec, 1, None).remove(0);
+        assert_eq!(
+            (bare.metadata.labels, bare.metadata.annotations),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn a_moved_gossip_address_is_written_again() {
+        let mut spec = pool(2);
+        spec.gossip_addr = Some("10.0.0.7:7946".parse().unwrap());
+        let published = desired_slices(&spec, 1, None);
+        assert!(plan(&spec, None, &published, 1).is_empty());
+        spec.gossip_addr = Some("10.0.0.8:7946".parse().unwrap());
+        let moved = plan(&spec, None, &published, 1);
+        assert_eq!(moved.apply, desired_slices(&spec, 2, None));
+    }
+
+    #[test]
+    fn clique_label_values_are_valid_and_the_same_everywhere() {
+        assert_eq!(clique_label_value(""), None);
+        assert_eq!(clique_label_value(CLIQUE).as_deref(), Some(CLIQUE));
+        for odd in [
+            format!("{CLIQUE}.{}", "9".repeat(40)),
+            "clique/with:slashes".to_owned(),
+            ".leading-dot".to_owned(),
+        ] {
+            let value = clique_label_value(&odd).unwrap();
+            assert!(value.starts_with("h-") && value.len() == 10, "{value}");
+            assert_eq!(clique_label_value(&odd), Some(value));
+        }
+        assert_ne!(clique_label_value("a/1"), clique_label_value("a/2"));
     }
 
     #[test]

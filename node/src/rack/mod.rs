@@ -76,6 +76,9 @@ pub struct RackSpec {
     /// bound to a pod on node `i`, which the chart's admission policy asks of a node
     /// daemon. Daemons past its end get none.
     pub node_env: Vec<Vec<(String, String)>>,
+    /// Every daemon is given the others' gossip addresses (`--seed`); false leaves
+    /// seeding to `--seed-discovery` (the API server's, with the Kubernetes backend).
+    pub static_seeds: bool,
 }
 
 /// Where the rack's claims come from and status goes.
@@ -124,6 +127,7 @@ impl RackSpec {
             kubelet_dirs: None,
             env: Vec::new(),
             node_env: Vec::new(),
+            static_seeds: true,
         }
     }
 }
@@ -272,8 +276,12 @@ impl LocalRack {
             .collect()
     }
 
-    /// The gossip addresses of node `index`'s clique-mates: its seeds.
+    /// The gossip addresses of node `index`'s clique-mates: its seeds (none without
+    /// static seeds).
     fn seeds_for(&self, index: usize) -> Vec<String> {
+        if !self.spec.static_seeds {
+            return Vec::new();
+        }
         let clique = self.clique_of(index);
         self.nodes
             .iter()

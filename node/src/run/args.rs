@@ -10,6 +10,7 @@ use domaind_actors::model::{DEFAULT_MAX_SLOTS, ReadinessPolicy, Slot};
 use domaind_gossip::NodeName;
 use domaind_kube_api::args::{HttpArgs, KubeArgs, NodeHttp};
 
+use super::seeds::SeedDiscovery;
 use crate::cdi::DEFAULT_CDI_DIR;
 
 #[derive(Debug, Clone, Args)]
@@ -40,10 +41,18 @@ pub struct RunArgs {
     #[arg(long, env = "DOMAIND_GOSSIP_PORT", default_value_t = 7946)]
     pub gossip_port: u16,
 
-    /// Gossip seeds, `host:port` (a headless Service name works); any one live seed is
-    /// enough. Repeat the flag, or separate with commas.
+    /// Gossip seeds, `ip:port` or `host:port`, for --seed-discovery static; any one
+    /// live clique-mate is enough. A name is resolved every minute and gives at most 32
+    /// of its addresses. Repeat the flag, or separate with commas.
     #[arg(long = "seed", env = "DOMAIND_SEEDS", value_delimiter = ',')]
     pub seeds: Vec<String>,
+
+    /// Where gossip seeds come from: `api-server` (the clique-mates' addresses on
+    /// their ResourceSlices, watched; --backend kube), `static` (--seed), or `auto`
+    /// (api-server with --backend kube and no --seed, static otherwise). A node without
+    /// fabric gossips with nobody either way.
+    #[arg(long, env = "DOMAIND_SEED_DISCOVERY", value_enum, default_value_t = SeedDiscovery::Auto)]
+    pub seed_discovery: SeedDiscovery,
 
     /// How often chitchat's anti-entropy rounds run. Each sends every clique-mate's
     /// digest (about 50 bytes a node) to three peers; news does not wait for them (it is

@@ -11,6 +11,7 @@
 mod args;
 mod http;
 mod info;
+pub mod seeds;
 mod state;
 mod tls;
 mod vitals;
@@ -36,6 +37,7 @@ use tracing::{error, info, warn};
 
 pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs, SlicesOnExit, TlsMode};
 pub use info::RunInfo;
+pub use seeds::{SeedDiscovery, SeedPlan, StaticSeeds};
 pub use state::{DomainView, GossipView, ImexView, NodeView};
 pub use vitals::Vitals;
 
@@ -115,12 +117,31 @@ async fn serve(
     }
 
     let cluster_id = cluster_id_for_clique(&clique.0);
+    let seed_plan = seeds::plan(args.seed_discovery, args.backend, &clique.0, &args.seeds)?;
+    seeds::announce(&seed_plan);
+    let static_names = match &seed_plan {
+        SeedPlan::Static(listed) => {
+            let (addresses, names) = seeds::split(listed);
+            Some((
+                addresses,
+                StaticSeeds::new(names, node.as_str(), seeds::system_resolver()),
+            ))
+        }
+        SeedPlan::Nobody | SeedPlan::ApiServer => None,
+    };
     let mut gossip_config = GossipConfig::new(
         node.clone(),
         SocketAddr::new(args.pod_ip, args.gossip_port),
         cluster_id.clone(),
     );
-    gossip_config.seeds = args.seeds.clone();
+    if let Some((addresses, names)) = &static_names {
+        let resolved = names.resolve().await;
+        gossip_config.seeds = addresses
+            .iter()
+            .chain(&resolved)
+            .map(ToString::to_string)
+            .collect();
+    }
     gossip_config.timing.gossip_interval = args.gossip_interval;
     gossip_config.timing.pulse = PulseTiming {
         interval: args.pulse_interval,
@@ -133,6 +154,12 @@ async fn serve(
             .context("cannot start gossip")?,
     );
     let _gossip_watch = vitals::watch_gossip(vitals.clone(), &gossip);
+    let stop_seeds = CancellationToken::new();
+    let static_resolving = static_names
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(_, names)| {
+            tokio::spawn(names.follow(gossip.clone(), seeds::RESOLVE_INTERVAL, stop_seeds.clone()))
+        });
 
     let imex = Arc::new(ImexDaemon::new(imex_settings(&args)?));
     let mut kube = None;
@@ -140,13 +167,14 @@ async fn serve(
     let ports = match args.backend {
         Backend::Kube => {
             let client = domaind_kube_api::client().await?;
-            let backend = KubeBackend::start(
+            let mut backend = KubeBackend::start(
                 client,
                 KubeSettings {
                     node: node.to_string(),
                     driver: args.kube.driver_name.clone(),
                     clique: clique.0.clone(),
                     channel_devices: args.channel_devices,
+                    gossip_addr: Some(gossip.gossip_addr()),
                     default_readiness: args.default_readiness.into(),
                     api_timeout: args.kube.kube_api_timeout,
                     reconcile_timeout: args.reconcile_timeout,
@@ -154,6 +182,9 @@ async fn serve(
                 checkpoint,
                 cdi.clone(),
             );
+            if seed_plan == SeedPlan::ApiServer {
+                backend.discover_seeds(gossip.clone());
+            }
             let ports = Ports {
                 gossip: gossip.clone(),
                 imex,
@@ -299,6 +330,10 @@ async fn serve(
         // fault gossip may be what died, and the restart matters more.
         if fault.is_none() {
             tokio::time::sleep(args.pulse_interval * RETRACT_ROUNDS).await;
+        }
+        stop_seeds.cancel();
+        if let Some(task) = static_resolving {
+            let _ = task.await;
         }
         if let Err(error) = gossip.stop().await {
             warn!(%error, "gossip did not stop cleanly");

@@ -33,6 +33,7 @@ fn pool(channels: u32) -> PoolSpec {
         driver: DRIVER.into(),
         clique: CLIQUE.into(),
         channels,
+        gossip_addr: None,
     }
 }
 
