@@ -428,3 +428,68 @@ async fn ack_that_would_trip_chitchats_assertion_is_refused_and_gossip_lives_on(
         node.stop().await.unwrap();
     }
 }
+
+/// A certified node outside the clique sends pulses that are garbage, that promise
+/// more counts than a pulse may carry, and that are well-formed but speak of nodes
+/// nobody knows: each malformed one is refused and counted, and the clique's own
+/// pulses go on (nobody is declared dead for lack of them).
+#[tokio::test]
+async fn bad_pulses_are_refused_and_counted_and_liveness_lives_on() {
+    use domaind_gossip::pulse::wire::{Beats, Kind, MAX_BEATS, Pulse};
+    use domaind_gossip::pulse::{NODES_SILENT, PULSES_REFUSED};
+    const CLUSTER: Duration = Duration::from_secs(30);
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let mut nodes = Vec::new();
+    for (i, octet) in [51u8, 52].into_iter().enumerate() {
+        let node = format!("node-{i}");
+        let mut config =
+            GossipConfig::new(name(&node), any_port(octet), cluster_id_for_clique("c-1.0"));
+        config.seeds = nodes
+            .iter()
+            .map(|n: &GossipNode| n.gossip_addr().to_string())
+            .collect();
+        nodes.push(
+            GossipNode::start_tls(config, pki.node_tls(&node), TransportLimits::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let all = ["node-0", "node-1"];
+    common::wait_until(CLUSTER, "the two nodes to see each other", || {
+        nodes.iter().all(|n| sees_all(n, &all))
+    })
+    .await;
+
+    let attacker = ChitchatId::new("node-x", 1, SocketAddr::new(loopback(53), 7946));
+    let mut too_many = vec![1u8, 1];
+    too_many.extend_from_slice(&(MAX_BEATS as u16 + 1).to_be_bytes());
+    let strangers = Pulse {
+        kind: Kind::Push,
+        beats: Beats::Keyed(vec![(0xdead_beef, 7), (0x0bad_f00d, 9)]),
+    }
+    .encode();
+    let config = client_config(pki.ca.cert_pem(), Some(&pki.issue("node-x")));
+    let tcp = tcp_from(53, nodes[1].gossip_addr()).await;
+    let mut stream = TlsConnector::from(config)
+        .connect(ServerName::try_from("node-1").unwrap(), tcp)
+        .await
+        .unwrap();
+    for pulse in [&[0xff, 0x00, 0x01][..], &too_many, &strangers] {
+        let body = frame::encode_pulse(&attacker, pulse, frame::DEFAULT_MAX_FRAME_BYTES).unwrap();
+        stream
+            .write_all(&frame::encode_with_prefix(&body))
+            .await
+            .unwrap();
+    }
+    common::wait_until(CLUSTER, "both bad pulses to be counted", || {
+        metrics.counter(PULSES_REFUSED, Some(("reason", "malformed"))) == 1
+            && metrics.counter(PULSES_REFUSED, Some(("reason", "oversized"))) == 1
+    })
+    .await;
+
+    // Longer than the dead-after time: the clique's pulses kept both alive.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(nodes.iter().all(|n| sees_all(n, &all)));
+    assert_eq!(metrics.counter(NODES_SILENT, None), 0);
+}
