@@ -177,6 +177,10 @@ async fn run(
     let mut pulses = liveness.subscribe();
     let mut last_push: Option<Instant> = None;
     let mut pending = Pending::Nothing;
+    // A node that knew nobody and now knows its clique (it joined, or came back from
+    // a partition) tells them all of itself at once, as it would of a change: relays
+    // alone can leave a clique-mate waiting for an anti-entropy round.
+    let mut alone = view.borrow().len() <= 1;
     loop {
         let push_at = (pending != Pending::Nothing)
             .then(|| last_push.map(|at| at + config.interval))
@@ -201,6 +205,10 @@ async fn run(
         let now_live = handle
             .with_chitchat(|chitchat| live_nodes(chitchat, &liveness))
             .await;
+        if alone && now_live.len() > 1 {
+            pending = Pending::Own;
+        }
+        alone = now_live.len() <= 1;
         view.send_if_modified(|current| {
             let changed = !same_view(current, &now_live);
             if changed {

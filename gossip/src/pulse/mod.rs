@@ -25,7 +25,7 @@ pub mod memory;
 pub mod table;
 pub mod wire;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -212,6 +212,7 @@ async fn run(
     let mut ticks = tokio::time::interval(timing.interval);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut refusals = Episodes::default();
+    let mut mended: HashMap<SocketAddr, Instant> = HashMap::new();
     loop {
         tokio::select! {
             _ = ticks.tick() => {
@@ -255,12 +256,34 @@ async fn run(
                 if let Some(reply) = received.reply {
                     out.send(from, Bytes::from(reply.encode()));
                 }
+                if received.tables_differ && mend_now(&mut mended, from, now) {
+                    debug!(peer = %from, "pulse tables differ; exchanging state now");
+                    let _ = handle.gossip(from);
+                }
                 if let Some(live) = live {
                     liveness.publish(&live);
                 }
             }
         }
     }
+}
+
+/// Two nodes whose tables differ (one knows a node the other does not: a node just
+/// joined, or just came back) exchange state at once rather than at chitchat's next
+/// round, at most once per peer per `MEND_EVERY`: a table that stays different (a dead
+/// node forgotten on one side first) costs little.
+const MEND_EVERY: Duration = Duration::from_secs(2);
+
+fn mend_now(mended: &mut HashMap<SocketAddr, Instant>, peer: SocketAddr, now: Instant) -> bool {
+    if mended
+        .get(&peer)
+        .is_some_and(|at| now.saturating_duration_since(*at) < MEND_EVERY)
+    {
+        return false;
+    }
+    mended.retain(|_, at| now.saturating_duration_since(*at) < MEND_EVERY);
+    mended.insert(peer, now);
+    true
 }
 
 /// A node that knows no live peer asks a random seed for a chitchat exchange, one per

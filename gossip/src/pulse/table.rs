@@ -60,6 +60,10 @@ pub struct PulseTable {
 pub struct Received {
     /// Nodes whose count went up.
     pub advanced: usize,
+    /// The sender holds another table: it knows of a node this one does not, or the
+    /// other way round. Chitchat's anti-entropy would mend it at its next round; an
+    /// exchange now mends it at once.
+    pub tables_differ: bool,
     /// The answer to send back, for a push.
     pub reply: Option<Pulse>,
 }
@@ -296,6 +300,7 @@ impl PulseTable {
                 }
             }
         }
+        let tables_differ = !same_table;
         let reply = (pulse.kind == Kind::Push).then(|| {
             let behind = |place: usize, mine: u64| match said[place] {
                 Some(theirs) => newer(u64::from(theirs), mine as u16).is_some(),
@@ -307,7 +312,11 @@ impl PulseTable {
                 self.keyed(Kind::Reply, behind)
             }
         });
-        Received { advanced, reply }
+        Received {
+            advanced,
+            tables_differ,
+            reply,
+        }
     }
 
     fn node_is_live(&self, place: usize, now: Instant, dead_after: Duration) -> bool {
@@ -512,16 +521,18 @@ mod tests {
             a.beat();
             b.beat();
         }
-        let reply = b.receive(&a.push(), t0).reply.unwrap();
+        let received = b.receive(&a.push(), t0);
+        assert!(received.tables_differ);
+        let reply = received.reply.unwrap();
         assert!(matches!(reply.beats, Beats::Keyed(_)), "{reply:?}");
-        a.receive(&reply, t0);
+        assert!(a.receive(&reply, t0).tables_differ);
         assert_eq!(a.beat_of(&id("b")), Some(2));
         // b could not read a's push by position, so a is not yet counted there...
         assert_eq!(b.beat_of(&id("a")), None);
         // ...until b learns of c and the tables agree.
         b.sync([(id("a"), mark(1)), (id("c"), mark(1))], t0);
         assert_eq!(a.table, b.table);
-        b.receive(&a.push(), t0);
+        assert!(!b.receive(&a.push(), t0).tables_differ);
         assert_eq!(b.beat_of(&id("a")), Some(2));
     }
 
