@@ -154,6 +154,12 @@ impl GossipNode {
             .map_err(|e| GossipError::Start(anyhow::anyhow!("signing this node's state: {e}")))?;
         let handle = Arc::new(handle);
         let (seeds, seeds_rx) = watch::channel(literal_seeds(&config.seeds));
+        // Every seed at once, not one per round as chitchat's rounds would: nodes that
+        // start together (a rack powering up) then know each other as soon as the
+        // last one is up, rather than after rounds of relays.
+        for seed in seeds_rx.borrow().iter() {
+            let _ = handle.gossip(*seed);
+        }
         let (pulse, liveness) = PulseTask::spawn(
             handle.clone(),
             pulse_endpoint,

@@ -462,10 +462,11 @@ async fn bad_pulses_are_refused_and_counted_and_liveness_lives_on() {
     .await;
 
     let attacker = ChitchatId::new("node-x", 1, SocketAddr::new(loopback(53), 7946));
-    let mut too_many = vec![1u8, 1];
+    let mut too_many = vec![1u8, 1, 0, 0, 0, 0, 0, 0, 0, 0];
     too_many.extend_from_slice(&(MAX_BEATS as u16 + 1).to_be_bytes());
     let strangers = Pulse {
         kind: Kind::Push,
+        state: 0,
         beats: Beats::Keyed(vec![(0xdead_beef, 7), (0x0bad_f00d, 9)]),
     }
     .encode();

@@ -25,7 +25,7 @@ pub mod memory;
 pub mod table;
 pub mod wire;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -49,6 +49,8 @@ use crate::transport::episodes::Episodes;
 
 /// Pulses received and dropped because they are malformed or too large.
 pub const PULSES_REFUSED: &str = "domaind_gossip_pulses_refused_total";
+/// Exchanges started because a pulse showed a peer holding other state.
+pub const MENDS: &str = "domaind_gossip_mends_total";
 /// Nodes this node stopped counting as live because their pulse stopped.
 pub const NODES_SILENT: &str = "domaind_gossip_nodes_silent_total";
 
@@ -212,7 +214,7 @@ async fn run(
     let mut ticks = tokio::time::interval(timing.interval);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut refusals = Episodes::default();
-    let mut mended: HashMap<SocketAddr, Instant> = HashMap::new();
+    let mut last_mend: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = ticks.tick() => {
@@ -256,8 +258,11 @@ async fn run(
                 if let Some(reply) = received.reply {
                     out.send(from, Bytes::from(reply.encode()));
                 }
-                if received.tables_differ && mend_now(&mut mended, from, now) {
-                    debug!(peer = %from, "pulse tables differ; exchanging state now");
+                let differ = received.tables_differ || received.states_differ;
+                if differ && last_mend.is_none_or(|at| now.saturating_duration_since(at) >= MEND_EVERY) {
+                    last_mend = Some(now);
+                    metrics::counter!(MENDS).increment(1);
+                    debug!(peer = %from, tables = received.tables_differ, "a peer holds other gossip state; exchanging now");
                     let _ = handle.gossip(from);
                 }
                 if let Some(live) = live {
@@ -268,23 +273,12 @@ async fn run(
     }
 }
 
-/// Two nodes whose tables differ (one knows a node the other does not: a node just
-/// joined, or just came back) exchange state at once rather than at chitchat's next
-/// round, at most once per peer per `MEND_EVERY`: a table that stays different (a dead
-/// node forgotten on one side first) costs little.
-const MEND_EVERY: Duration = Duration::from_secs(2);
-
-fn mend_now(mended: &mut HashMap<SocketAddr, Instant>, peer: SocketAddr, now: Instant) -> bool {
-    if mended
-        .get(&peer)
-        .is_some_and(|at| now.saturating_duration_since(*at) < MEND_EVERY)
-    {
-        return false;
-    }
-    mended.retain(|_, at| now.saturating_duration_since(*at) < MEND_EVERY);
-    mended.insert(peer, now);
-    true
-}
+/// A node told by a pulse that its peer holds other state (another table: a node
+/// joined or came back; other versions: news a push missed) exchanges state with that
+/// peer at once rather than at chitchat's next round, at most once per `MEND_EVERY`:
+/// while news spreads, states differ everywhere for a moment, and at steady state they
+/// are the same and nothing is exchanged.
+const MEND_EVERY: Duration = Duration::from_millis(500);
 
 /// A node that knows no live peer asks a random seed for a chitchat exchange, one per
 /// round: that is how it joins, and how it finds its way back after its peers all

@@ -3,8 +3,8 @@
 //!
 //! The table lists the nodes chitchat holds signed state for. Each has a pulse count,
 //! learned from pulses, and the time of the last evidence that it lives: its count
-//! went up, or chitchat brought news of it (its heartbeat or its state's version rose),
-//! or it has just appeared. A node is live while its last evidence is younger than
+//! went up, or, until its pulse is heard, chitchat brought news of it (its heartbeat or
+//! its state's version rose), or it has just appeared. A node is live while its last evidence is younger than
 //! `dead_after`. The first count heard of a node only sets where it stands: a count
 //! relayed long after its node died says nothing about now.
 
@@ -38,6 +38,21 @@ struct Node {
     mark: Mark,
 }
 
+impl Node {
+    /// Chitchat's news of a node is evidence of life only until its pulse is heard:
+    /// after a node died, its last news keeps spreading for a while, and counted as
+    /// evidence it would bring the node back for another dead-after time, again and
+    /// again. Pulses are the evidence once there are any.
+    fn take_mark(&mut self, mark: Mark, now: Instant) {
+        if self.mark != mark {
+            self.mark = mark;
+            if self.beat.is_none() {
+                self.evidence = now;
+            }
+        }
+    }
+}
+
 /// A node's view of its clique's pulses.
 #[derive(Debug)]
 pub struct PulseTable {
@@ -50,6 +65,9 @@ pub struct PulseTable {
     /// Identifies the order: peers with the same hash read each other's beats by
     /// position.
     table: u64,
+    /// Identifies what this node holds of the clique's state (every node's max
+    /// version, this one's included): a peer with another is due an exchange.
+    state: u64,
     /// Each key's place in `nodes`; a key two nodes share is `None` and read for
     /// neither.
     by_key: HashMap<u32, Option<usize>>,
@@ -64,6 +82,9 @@ pub struct Received {
     /// other way round. Chitchat's anti-entropy would mend it at its next round; an
     /// exchange now mends it at once.
     pub tables_differ: bool,
+    /// The sender holds other versions of some node's state: news one of them has not
+    /// had yet (a push that missed it, say). An exchange now mends that too.
+    pub states_differ: bool,
     /// The answer to send back, for a push.
     pub reply: Option<Pulse>,
 }
@@ -93,6 +114,19 @@ fn table_hash<'a>(order: impl Iterator<Item = &'a ChitchatId>) -> u64 {
     u64::from_be_bytes(hash.as_ref()[..8].try_into().expect("8 bytes"))
 }
 
+/// Every node's max version, in table order (the same on every node holding the same
+/// state). Not a secret: a cheap identity (SHA-256 because it is at hand), computed
+/// once per round.
+fn state_hash(nodes: &[Node]) -> u64 {
+    let mut bytes = Vec::with_capacity(nodes.len() * 12);
+    for node in nodes {
+        bytes.extend_from_slice(&node.key.to_be_bytes());
+        bytes.extend_from_slice(&node.mark.max_version.to_be_bytes());
+    }
+    let hash = digest(&SHA256, &bytes);
+    u64::from_be_bytes(hash.as_ref()[..8].try_into().expect("8 bytes"))
+}
+
 /// The full count a 16-bit beat stands for, given the one held; `None` when it is not
 /// newer.
 fn newer(held: u64, low: u16) -> Option<u64> {
@@ -106,6 +140,7 @@ impl PulseTable {
             nodes: Vec::new(),
             mine: 0,
             table: 0,
+            state: 0,
             by_key: HashMap::new(),
             me,
         };
@@ -135,8 +170,20 @@ impl PulseTable {
     /// leaves the table. Called every round: when nobody came or went (the usual case)
     /// it only compares.
     pub fn sync(&mut self, known: impl IntoIterator<Item = (ChitchatId, Mark)>, now: Instant) {
-        let mut known: Vec<(ChitchatId, Mark)> =
-            known.into_iter().filter(|(id, _)| *id != self.me).collect();
+        let mut mine = None;
+        let mut known: Vec<(ChitchatId, Mark)> = known
+            .into_iter()
+            .filter(|(id, mark)| {
+                let is_me = *id == self.me;
+                if is_me {
+                    mine = Some(*mark);
+                }
+                !is_me
+            })
+            .collect();
+        if let Some(mark) = mine {
+            self.nodes[self.mine].mark = mark;
+        }
         // Chitchat lists its nodes in id order already: this costs one pass.
         known.sort_by(|a, b| a.0.cmp(&b.0));
         let same_nodes = known.len() + 1 == self.nodes.len()
@@ -144,22 +191,20 @@ impl PulseTable {
                 .peers()
                 .zip(&known)
                 .all(|((_, node), (id, _))| node.id == *id);
-        if !same_nodes {
-            self.rebuild(known, now);
-            return;
-        }
-        let mine = self.mine;
-        let peers = self
-            .nodes
-            .iter_mut()
-            .enumerate()
-            .filter(|(place, _)| *place != mine);
-        for ((_, node), (_, mark)) in peers.zip(known) {
-            if node.mark != mark {
-                node.mark = mark;
-                node.evidence = now;
+        if same_nodes {
+            let mine = self.mine;
+            let peers = self
+                .nodes
+                .iter_mut()
+                .enumerate()
+                .filter(|(place, _)| *place != mine);
+            for ((_, node), (_, mark)) in peers.zip(known) {
+                node.take_mark(mark, now);
             }
+        } else {
+            self.rebuild(known, now);
         }
+        self.state = state_hash(&self.nodes);
     }
 
     /// A new order: nodes kept keep what the table knew of them; new ones show life now.
@@ -169,15 +214,14 @@ impl PulseTable {
             .drain(..)
             .map(|node| (node.id.clone(), node))
             .collect();
-        let my_beat = before.remove(&self.me).and_then(|node| node.beat);
+        let (my_beat, my_mark) = before
+            .remove(&self.me)
+            .map_or((None, Mark::default()), |node| (node.beat, node.mark));
         let mut nodes: Vec<Node> = known
             .into_iter()
             .map(|(id, mark)| match before.remove(&id) {
                 Some(mut node) => {
-                    if node.mark != mark {
-                        node.mark = mark;
-                        node.evidence = now;
-                    }
+                    node.take_mark(mark, now);
                     node
                 }
                 None => Node {
@@ -194,7 +238,7 @@ impl PulseTable {
             id: self.me.clone(),
             beat: Some(my_beat.unwrap_or(0)),
             evidence: now,
-            mark: Mark::default(),
+            mark: my_mark,
         });
         nodes.sort_by(|a, b| a.id.cmp(&b.id));
         self.mine = nodes
@@ -229,6 +273,7 @@ impl PulseTable {
             .unzip();
         Pulse {
             kind,
+            state: self.state,
             beats: Beats::Positions {
                 table: self.table,
                 len: self.nodes.len(),
@@ -250,6 +295,7 @@ impl PulseTable {
             .collect();
         Pulse {
             kind,
+            state: self.state,
             beats: Beats::Keyed(beats),
         }
     }
@@ -301,6 +347,7 @@ impl PulseTable {
             }
         }
         let tables_differ = !same_table;
+        let states_differ = pulse.state != self.state;
         let reply = (pulse.kind == Kind::Push).then(|| {
             let behind = |place: usize, mine: u64| match said[place] {
                 Some(theirs) => newer(u64::from(theirs), mine as u16).is_some(),
@@ -315,6 +362,7 @@ impl PulseTable {
         Received {
             advanced,
             tables_differ,
+            states_differ,
             reply,
         }
     }
@@ -463,7 +511,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn news_in_chitchat_is_evidence_too() {
+    async fn news_in_chitchat_is_evidence_until_the_pulse_is_heard() {
         let t0 = Instant::now();
         let mut a = rack(&["a", "b"], "a", t0);
         let later = t0 + Duration::from_secs(2);
@@ -476,6 +524,17 @@ mod tests {
             later + DEAD_AFTER + Duration::from_millis(1),
             DEAD_AFTER
         ));
+        // Once b's pulse is heard, only its pulse is: its news still spreading after it
+        // died does not bring it back.
+        let mut b = rack(&["a", "b"], "b", t0);
+        b.beat();
+        a.receive(&b.push(), later);
+        let dead = later + DEAD_AFTER * 2;
+        a.sync([(id("b"), mark(3))], dead);
+        assert!(!a.is_live(&id("b"), dead, DEAD_AFTER));
+        b.beat();
+        a.receive(&b.push(), dead);
+        assert!(a.is_live(&id("b"), dead, DEAD_AFTER));
     }
 
     #[tokio::test(start_paused = true)]
@@ -534,6 +593,26 @@ mod tests {
         assert_eq!(a.table, b.table);
         assert!(!b.receive(&a.push(), t0).tables_differ);
         assert_eq!(b.beat_of(&id("a")), Some(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn peers_holding_other_versions_are_told_apart() {
+        let t0 = Instant::now();
+        let mut a = rack(&["a", "b", "c"], "a", t0);
+        let mut b = rack(&["a", "b", "c"], "b", t0);
+        assert!(!b.receive(&a.push(), t0).states_differ);
+        // a hears of c's new value; b has not yet.
+        let newer = Mark {
+            heartbeat: 1,
+            max_version: 2,
+        };
+        a.sync([(id("b"), mark(1)), (id("c"), newer)], t0);
+        let received = b.receive(&a.push(), t0);
+        assert!(received.states_differ && !received.tables_differ);
+        // So does a, from b's reply.
+        assert!(a.receive(&received.reply.unwrap(), t0).states_differ);
+        b.sync([(id("a"), mark(1)), (id("c"), newer)], t0);
+        assert!(!b.receive(&a.push(), t0).states_differ);
     }
 
     #[tokio::test(start_paused = true)]

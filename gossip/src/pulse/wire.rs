@@ -1,9 +1,16 @@
 //! A pulse on the wire: heartbeats, two bytes each.
 //!
 //! ```text
-//! by position: kind | 0 | table: u64 | n: u16 | bitmap: ⌈n/8⌉ bytes | beat: u16 per bit set
-//! keyed:       kind | 1 | n: u16 | n × (key: u32, beat: u16)
+//! by position: kind | 0 | state: u64 | table: u64 | n: u16 | bitmap: ⌈n/8⌉ bytes | beat: u16 per bit set
+//! keyed:       kind | 1 | state: u64 | n: u16 | n × (key: u32, beat: u16)
 //! kind: 1 = push, 2 = reply
+//! ```
+//!
+//! `state` identifies what the sender holds of its clique's state (every node's max
+//! version): a receiver holding something else knows an exchange would bring news one
+//! way or the other.
+//!
+//! ```text
 //! ```
 //!
 //! Heartbeats travel as their low 16 bits: a receiver holds the full count and adds
@@ -45,6 +52,8 @@ pub enum Beats {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pulse {
     pub kind: Kind,
+    /// A hash of the sender's clique state: each node's max version.
+    pub state: u64,
     pub beats: Beats,
 }
 
@@ -90,6 +99,7 @@ impl Pulse {
                 beats,
             } => {
                 out.put_u8(FORM_POSITIONS);
+                out.put_u64(self.state);
                 out.put_u64(*table);
                 out.put_u16(*len as u16);
                 let mut bitmap = vec![0u8; len.div_ceil(8)];
@@ -103,6 +113,7 @@ impl Pulse {
             }
             Beats::Keyed(beats) => {
                 out.put_u8(FORM_KEYED);
+                out.put_u64(self.state);
                 out.put_u16(beats.len() as u16);
                 for (key, beat) in beats {
                     out.put_u32(*key);
@@ -134,7 +145,10 @@ impl Pulse {
             2 => Kind::Reply,
             other => return Err(PulseError::Kind(other)),
         };
-        let beats = match bytes.get_u8() {
+        let form = bytes.get_u8();
+        need(bytes, 8)?;
+        let state = bytes.get_u64();
+        let beats = match form {
             FORM_POSITIONS => {
                 need(bytes, 10)?;
                 let table = bytes.get_u64();
@@ -175,7 +189,7 @@ impl Pulse {
         if !bytes.is_empty() {
             return Err(PulseError::Trailing(bytes.len()));
         }
-        Ok(Self { kind, beats })
+        Ok(Self { kind, state, beats })
     }
 }
 
@@ -194,6 +208,7 @@ mod tests {
     fn each_form_reads_back_as_written() {
         round_trip(Pulse {
             kind: Kind::Push,
+            state: 42,
             beats: Beats::Positions {
                 table: 0xfeed,
                 len: 3,
@@ -203,6 +218,7 @@ mod tests {
         });
         round_trip(Pulse {
             kind: Kind::Reply,
+            state: 0,
             beats: Beats::Positions {
                 table: 7,
                 len: 11,
@@ -212,6 +228,7 @@ mod tests {
         });
         round_trip(Pulse {
             kind: Kind::Reply,
+            state: u64::MAX,
             beats: Beats::Keyed(vec![(1, 2), (u32::MAX, 0)]),
         });
     }
@@ -220,6 +237,7 @@ mod tests {
     fn a_push_by_position_costs_two_bytes_and_a_bit_a_node() {
         let pulse = Pulse {
             kind: Kind::Push,
+            state: 2,
             beats: Beats::Positions {
                 table: 1,
                 len: 144,
@@ -227,15 +245,19 @@ mod tests {
                 beats: vec![0; 144],
             },
         };
-        assert_eq!(pulse.encode().len(), 12 + 18 + 288);
+        assert_eq!(pulse.encode().len(), 20 + 18 + 288);
     }
 
     #[test]
     fn bad_pulses_are_refused_with_a_reason() {
         assert_eq!(Pulse::decode(&[]), Err(PulseError::Truncated));
         assert_eq!(Pulse::decode(&[9, 0]), Err(PulseError::Kind(9)));
-        assert_eq!(Pulse::decode(&[1, 7]), Err(PulseError::Form(7)));
-        let mut too_many = vec![1, 1];
+        assert_eq!(
+            Pulse::decode(&[1, 7, 0, 0, 0, 0, 0, 0, 0, 0]),
+            Err(PulseError::Form(7))
+        );
+        assert_eq!(Pulse::decode(&[1, 0, 0]), Err(PulseError::Truncated));
+        let mut too_many = vec![1, 1, 0, 0, 0, 0, 0, 0, 0, 0];
         too_many.extend_from_slice(&(MAX_BEATS as u16 + 1).to_be_bytes());
         assert_eq!(
             Pulse::decode(&too_many),
@@ -244,6 +266,7 @@ mod tests {
         assert_eq!(PulseError::TooMany(0).reason(), "oversized");
         let mut trailing = Pulse {
             kind: Kind::Push,
+            state: 0,
             beats: Beats::Keyed(vec![(1, 1)]),
         }
         .encode();
@@ -251,6 +274,7 @@ mod tests {
         assert_eq!(Pulse::decode(&trailing), Err(PulseError::Trailing(1)));
         // A count that promises more beats than follow.
         let mut short = vec![1, 0];
+        short.extend_from_slice(&9u64.to_be_bytes());
         short.extend_from_slice(&5u64.to_be_bytes());
         short.extend_from_slice(&3u16.to_be_bytes());
         short.extend_from_slice(&[0b111, 0, 1]);
@@ -267,7 +291,7 @@ mod tests {
         fn replies_read_back(len in 1usize..300, seed in any::<u64>()) {
             let positions: Vec<usize> = (0..len).filter(|p| (seed >> (p % 64)) & 1 == 1).collect();
             let beats = positions.iter().map(|&p| p as u16).collect();
-            round_trip(Pulse { kind: Kind::Reply, beats: Beats::Positions { table: seed, len, positions, beats } });
+            round_trip(Pulse { kind: Kind::Reply, state: !seed, beats: Beats::Positions { table: seed, len, positions, beats } });
         }
     }
 }

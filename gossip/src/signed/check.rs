@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use anyhow::Context as _;
 use async_trait::async_trait;
 use chitchat::transport::{Socket, Transport};
-use chitchat::{Chitchat, ChitchatMessage, Deserializable, Serializable};
+use chitchat::{Chitchat, ChitchatId, ChitchatMessage, Deserializable, Serializable};
 use rustls_pki_types::UnixTime;
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -173,15 +173,16 @@ impl StateCheck {
         if parts.is_empty() {
             return None;
         }
-        let held: Vec<Option<Held>> = match self.chitchat.get() {
+        let (held, me): (Vec<Option<Held>>, Option<ChitchatId>) = match self.chitchat.get() {
             Some(chitchat) => {
                 let chitchat = chitchat.lock().await;
-                parts
+                let held = parts
                     .iter()
                     .map(|part| chitchat.node_state(&part.id).map(Held::of))
-                    .collect()
+                    .collect();
+                (held, Some(chitchat.self_chitchat_id().clone()))
             }
-            None => vec![None; parts.len()],
+            None => (vec![None; parts.len()], None),
         };
         let credentials = self.credentials.borrow().clone();
         let mut kept = Vec::with_capacity(parts.len());
@@ -203,6 +204,14 @@ impl StateCheck {
                 now: UnixTime::now(),
             };
             for (part, held) in parts.into_iter().zip(&held) {
+                // This node's own state relayed back to it: a peer answered a digest
+                // older than what it heard from others since. Honest, and never to be
+                // applied (chitchat would let it set our versions); dropped quietly.
+                if me.as_ref() == Some(&part.id) {
+                    refused += 1;
+                    metrics::state_refused("own_state", 1);
+                    continue;
+                }
                 match checker.check(&part, held.as_ref()) {
                     Ok(passed) => {
                         if passed.stale > 0 {

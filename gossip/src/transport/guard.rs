@@ -53,8 +53,10 @@ impl Violation {
 }
 
 /// Checks one chitchat message (its wire form, without our frame header) addressed to
-/// `receiver`.
-pub fn check(message: &[u8], receiver: &ChitchatId) -> Result<(), Violation> {
+/// `receiver`. Without a receiver, parts about the receiver itself pass: the state
+/// check that follows strips them (`signed::StateCheck`), so that an honest echo of a
+/// node's own state does not cost the rest of the frame.
+pub fn check(message: &[u8], receiver: Option<&ChitchatId>) -> Result<(), Violation> {
     // A digest only reports heartbeats and versions; chitchat applies nothing from it
     // that one of its assertions depends on.
     let Some(delta) = wire::split(message)?.delta else {
@@ -66,7 +68,7 @@ pub fn check(message: &[u8], receiver: &ChitchatId) -> Result<(), Violation> {
     Ok(())
 }
 
-fn verdict(part: &NodePart, receiver: &ChitchatId) -> Result<(), Violation> {
+fn verdict(part: &NodePart, receiver: Option<&ChitchatId>) -> Result<(), Violation> {
     // Mirrors chitchat's decoder: a key-value raises the max version, a
     // `SetMaxVersion` overwrites it (it does not take the maximum: this is the op that
     // can lower the max version below the keys already read).
@@ -99,7 +101,7 @@ fn verdict(part: &NodePart, receiver: &ChitchatId) -> Result<(), Violation> {
     // owner (a restart takes a new generation, hence a new id). Applied, it would let a
     // peer set the owner's versions, and the owner's next write (`max_version + 1`,
     // then `assert!(version > max_version)`) would panic.
-    if part.id == *receiver {
+    if receiver.is_some_and(|receiver| part.id == *receiver) {
         return Err(Violation::AboutReceiver { max_version });
     }
     Ok(())
@@ -192,7 +194,7 @@ mod tests {
                 compress,
             );
             decodes(&bytes);
-            let violation = check(&bytes, &node("me")).unwrap_err();
+            let violation = check(&bytes, Some(&node("me"))).unwrap_err();
             assert_eq!(violation.reason(), "version_above_max");
             assert!(violation.to_string().contains("\"k\" at version 10"));
         }
@@ -211,7 +213,7 @@ mod tests {
         );
         decodes(&bytes);
         assert_eq!(
-            check(&bytes, &node("me")).unwrap_err().reason(),
+            check(&bytes, Some(&node("me"))).unwrap_err().reason(),
             "version_above_max"
         );
     }
@@ -229,7 +231,7 @@ mod tests {
             false,
         );
         decodes(&bytes);
-        let violation = check(&bytes, &node("me")).unwrap_err();
+        let violation = check(&bytes, Some(&node("me"))).unwrap_err();
         assert!(violation.to_string().contains("\"b\""), "{violation}");
     }
 
@@ -246,7 +248,7 @@ mod tests {
             for compress in [false, true] {
                 let bytes = ack(ops, compress);
                 decodes(&bytes);
-                assert_eq!(check(&bytes, &node("me")), Ok(()));
+                assert_eq!(check(&bytes, Some(&node("me"))), Ok(()));
             }
         }
     }
@@ -257,13 +259,16 @@ mod tests {
         let bytes = ack(&[Op::Node(me.clone()), Op::Kv("k", u64::MAX)], false);
         decodes(&bytes);
         assert_eq!(
-            check(&bytes, &me).unwrap_err().reason(),
+            check(&bytes, Some(&me)).unwrap_err().reason(),
             "delta_about_receiver"
         );
         // An earlier generation of the same node is another node to chitchat.
         let earlier = ChitchatId::new("me", 0, me.gossip_advertise_addr);
         let bytes = ack(&[Op::Node(earlier), Op::Kv("k", 4)], false);
-        assert_eq!(check(&bytes, &me), Ok(()));
+        assert_eq!(check(&bytes, Some(&me)), Ok(()));
+        // Left to the state check, which strips it.
+        let bytes = ack(&[Op::Node(me), Op::Kv("k", u64::MAX)], false);
+        assert_eq!(check(&bytes, None), Ok(()));
     }
 
     #[test]
@@ -280,7 +285,7 @@ mod tests {
         ));
         decodes(&bytes);
         assert_eq!(
-            check(&bytes, &node("me")).unwrap_err().reason(),
+            check(&bytes, Some(&node("me"))).unwrap_err().reason(),
             "version_above_max"
         );
     }
@@ -296,7 +301,7 @@ mod tests {
             bytes.extend(&compressed);
         }
         bytes.push(BLOCK_END);
-        assert_eq!(check(&bytes, &node("me")), Err(Violation::Inflated));
+        assert_eq!(check(&bytes, Some(&node("me"))), Err(Violation::Inflated));
     }
 
     #[test]
@@ -304,15 +309,15 @@ mod tests {
         let syn = crate::transport::frame::syn_for_tests("c");
         let mut bytes = Vec::new();
         syn.serialize(&mut bytes);
-        assert_eq!(check(&bytes, &node("me")), Ok(()));
-        assert_eq!(check(&header(TYPE_BAD_CLUSTER), &node("me")), Ok(()));
+        assert_eq!(check(&bytes, Some(&node("me"))), Ok(()));
+        assert_eq!(check(&header(TYPE_BAD_CLUSTER), Some(&node("me"))), Ok(()));
     }
 
     #[test]
     fn truncations_are_malformed_not_panics() {
         let bytes = ack(&[Op::Node(node("a")), Op::Kv("k", 3), Op::SetMax(3)], true);
         for len in 0..bytes.len() {
-            let verdict = check(&bytes[..len], &node("me"));
+            let verdict = check(&bytes[..len], Some(&node("me")));
             assert!(
                 matches!(verdict, Err(Violation::Malformed(_))),
                 "{len}: {verdict:?}"
@@ -325,7 +330,7 @@ mod tests {
         fn random_bytes_never_panic(tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
             let mut bytes = header(TYPE_ACK);
             bytes.extend(tail);
-            let _ = check(&bytes, &node("me"));
+            let _ = check(&bytes, Some(&node("me")));
         }
     }
 }

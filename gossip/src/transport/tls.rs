@@ -425,7 +425,10 @@ async fn serve_connection(
             }
         };
         metrics::frame_received(body.len() + 4);
-        match accept_frame(&body, &node, peer.ip(), &shared.sender) {
+        // With a state check, parts about this node are stripped there rather than
+        // cost the whole frame.
+        let receiver = shared.state.is_none().then_some(&shared.sender);
+        match accept_frame(&body, &node, peer.ip(), receiver) {
             Ok(Accepted::Chitchat(inbound_message)) => match inbound.try_send(inbound_message) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
@@ -474,12 +477,13 @@ enum Accepted {
 
 /// Decodes a frame and checks that it speaks for the node its connection is
 /// authenticated as, from the address that node advertises, and that chitchat can
-/// apply it to `receiver`'s state without tripping one of its assertions.
+/// apply it to `receiver`'s state without tripping one of its assertions (with no
+/// receiver given, parts about the receiver are left to the state check).
 fn accept_frame(
     body: &[u8],
     authenticated: &NodeName,
     source_ip: IpAddr,
-    receiver: &ChitchatId,
+    receiver: Option<&ChitchatId>,
 ) -> Result<Accepted, Rejection> {
     let frame_error = |e: frame::FrameError| Rejection {
         reason: e.reason(),
@@ -727,7 +731,7 @@ mod tests {
             &body("node-a", "127.0.0.2:7000"),
             &node,
             "127.0.0.2".parse().unwrap(),
-            &receiver(),
+            Some(&receiver()),
         ) else {
             panic!("a frame of the certified node is accepted")
         };
@@ -750,7 +754,7 @@ mod tests {
             &pulse("node-a", "127.0.0.2:7000"),
             &node,
             source,
-            &receiver(),
+            Some(&receiver()),
         ) else {
             panic!("a pulse of the certified node is accepted")
         };
@@ -759,7 +763,7 @@ mod tests {
             ("127.0.0.2:7000".parse().unwrap(), &[1u8, 2][..])
         );
         let refused = |body: Bytes| {
-            accept_frame(&body, &node, source, &receiver())
+            accept_frame(&body, &node, source, Some(&receiver()))
                 .err()
                 .unwrap()
                 .reason
@@ -781,7 +785,7 @@ mod tests {
             &body("node-b", "127.0.0.2:7000"),
             &node,
             "127.0.0.2".parse().unwrap(),
-            &receiver(),
+            Some(&receiver()),
         )
         .err()
         .unwrap();
@@ -795,7 +799,7 @@ mod tests {
             &body("node-a", "127.0.0.9:7000"),
             &node,
             "127.0.0.2".parse().unwrap(),
-            &receiver(),
+            Some(&receiver()),
         )
         .err()
         .unwrap();
