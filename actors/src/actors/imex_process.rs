@@ -294,16 +294,14 @@ impl ImexProcessActor {
             return;
         }
         let imex = self.imex.clone();
-        self.exit_watch =
-            Some(
-                ctx.spawn(async move { imex.exited().await }.into_actor(self).map(
-                    |(), act, ctx| {
-                        act.exit_watch = None;
-                        // The status query reports the exit and why; the restart follows.
-                        act.poll_in(Duration::ZERO, ctx);
-                    },
-                )),
-            );
+        let told = async move { imex.exited().await }
+            .into_actor(self)
+            .map(|(), act, ctx| {
+                act.exit_watch = None;
+                // The status query reports the exit and why; the restart follows.
+                act.poll_in(Duration::ZERO, ctx);
+            });
+        self.exit_watch = Some(ctx.spawn(told));
     }
 
     fn poll(&mut self, ctx: &mut Context<Self>) {
