@@ -2,6 +2,7 @@
 //! processes on loopback forms a ComputeDomain through the kubelet's socket, loses a
 //! node to SIGKILL, heals, and takes the node back.
 
+mod idle;
 mod table;
 
 use std::io::{IsTerminal as _, Write as _};
@@ -49,6 +50,17 @@ pub struct DemoArgs {
     /// The daemons' gossip interval.
     #[arg(long, default_value = "150ms", value_parser = humantime::parse_duration)]
     pub gossip_interval: Duration,
+
+    /// After the scenario, leave the rack alone (20 s to settle) and then measure, over
+    /// this long, the CPU each daemon uses (itself, the status tools it runs, its IMEX
+    /// daemon; from /proc) and the IMEX status questions it asks; printed as a table
+    /// (or as `idle` in the --json summary).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub idle: Option<Duration>,
+
+    /// The daemons' --imex-poll-steady (theirs by default).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub imex_poll_steady: Option<Duration>,
 }
 
 /// The ComputeDomain the demo forms.
@@ -80,6 +92,9 @@ pub struct Summary {
     pub events: usize,
     /// Where the rack's files were; removed when the demo ends.
     pub rack_dir: PathBuf,
+    /// With `--idle`: what each daemon cost while the rack idled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle: Option<idle::IdleCost>,
     pub ok: bool,
 }
 
@@ -118,6 +133,11 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     spec.subnet = args.subnet;
     spec.gossip_interval = args.gossip_interval;
     spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
+    if let Some(steady) = args.imex_poll_steady {
+        spec.extra_args.push("--imex-poll-steady".into());
+        spec.extra_args
+            .push(humantime::format_duration(steady).to_string());
+    }
     let mut rack = LocalRack::create(spec)?;
     let domain = DemoDomain {
         namespace: "default".into(),
@@ -248,6 +268,23 @@ async fn scenario(
         "{killed} rejoined: Ready {nodes}/{nodes} in {rejoin_ms} ms"
     ));
 
+    let idle = match args.idle {
+        Some(window) => {
+            observer.say(&format!(
+                "Leaving the rack alone for {} s, then measuring {} s of idle",
+                idle::SETTLE.as_secs(),
+                window.as_secs_f64()
+            ));
+            tokio::time::sleep(idle::SETTLE).await;
+            let cost = idle::measure(rack, window).await?;
+            if !args.json {
+                print!("{}", idle::render(&cost));
+            }
+            Some(cost)
+        }
+        None => None,
+    };
+
     let events = rack.local().read_events(&domain.uid)?.len();
     let summary = Summary {
         nodes,
@@ -259,6 +296,7 @@ async fn scenario(
         rejoin_ms,
         events,
         rack_dir: rack.spec().root.clone(),
+        idle,
         ok: true,
     };
     observer.summary(&summary);
