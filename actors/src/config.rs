@@ -4,6 +4,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::model::{CliqueId, DEFAULT_MAX_SLOTS, NodeId, ReadinessPolicy, Slot};
+use crate::rules::imex_poll::ImexPollConfig;
 use crate::rules::peer_health::PeerHealthConfig;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -40,8 +41,9 @@ pub struct NodeConfig {
     /// after this long.
     pub reporter_settle_max: Duration,
     pub peer_health: PeerHealthConfig,
-    /// How often the IMEX daemon's readiness is queried.
-    pub imex_poll_interval: Duration,
+    /// When the IMEX daemon's status is queried: quickly after a change, then less
+    /// and less often, down to `steady` once it is ready (`rules::imex_poll`).
+    pub imex_poll: ImexPollConfig,
     /// Restarts of the IMEX daemon wait this long, doubling with each failure in a
     /// row (a start that fails, a daemon that exits) up to the max.
     pub imex_restart_backoff_min: Duration,
@@ -77,7 +79,7 @@ impl NodeConfig {
             reporter_settle: Duration::from_millis(200),
             reporter_settle_max: Duration::from_secs(2),
             peer_health: PeerHealthConfig::default(),
-            imex_poll_interval: Duration::from_millis(250),
+            imex_poll: ImexPollConfig::default(),
             imex_restart_backoff_min: Duration::from_millis(200),
             imex_restart_backoff_max: Duration::from_secs(30),
             imex_healthy_after: Duration::from_secs(10),

@@ -80,6 +80,12 @@ pub trait Imex: Send + Sync + 'static {
     async fn reload(&self) -> Result<(), PortError>;
     async fn status(&self) -> Result<ImexStatus, PortError>;
     async fn stop(&self) -> Result<(), PortError>;
+    /// Resolves once a daemon has exited on its own and no `status` has reported that
+    /// exit yet (at once if one already did); a `stop` is no such exit. The caller
+    /// then asks `status`, which says why. Polls grow slow while all is well, so a
+    /// crash must not wait for one: an adapter that runs the daemon as its child
+    /// learns of the exit from the child itself.
+    async fn exited(&self);
 }
 
 /// Where a domain's status is written (the ComputeDomain's status, or a file).

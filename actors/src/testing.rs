@@ -253,6 +253,8 @@ struct FabricState {
 #[derive(Debug, Clone, Default)]
 pub struct FakeImexFabric {
     state: Arc<Mutex<FabricState>>,
+    /// Woken on every crash, as a child's exit wakes the real adapter.
+    exits: Arc<tokio::sync::Notify>,
 }
 
 fn link(a: &str, b: &str) -> (NodeId, NodeId) {
@@ -283,6 +285,15 @@ impl FakeImexFabric {
             d.running = false;
             d.exited = Some("crashed (FakeImexFabric::crash)".into());
         }
+        self.exits.notify_waiters();
+    }
+
+    /// Whether `node`'s daemon exited and no status query reported it yet.
+    fn unreported_exit(&self, node: &str) -> bool {
+        lock(&self.state)
+            .daemons
+            .get(node)
+            .is_some_and(|d| d.exited.is_some())
     }
 
     pub fn hang(&self, node: &str, hung: bool) {
@@ -422,6 +433,19 @@ impl Imex for FakeImex {
             d.running = false;
         }
         Ok(())
+    }
+
+    async fn exited(&self) {
+        loop {
+            // Armed before the check, so that a crash in between still wakes us.
+            let notified = self.fabric.exits.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.fabric.unreported_exit(&self.node) {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 

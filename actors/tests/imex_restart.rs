@@ -30,7 +30,7 @@ const POLL: Duration = Duration::from_millis(250);
 /// before its first status query, as a daemon that cannot bind its port does; later
 /// starts stay up until [`FakeShortLivedImex::crash`]. Starts can also be refused.
 #[derive(Debug, Clone, Default)]
-struct FakeShortLivedImex(Arc<Mutex<Daemon>>);
+struct FakeShortLivedImex(Arc<Mutex<Daemon>>, Arc<tokio::sync::Notify>);
 
 #[derive(Debug, Default)]
 struct Daemon {
@@ -50,6 +50,8 @@ impl FakeShortLivedImex {
         let mut d = self.daemon();
         d.running = false;
         d.exited = Some("exited (signal: 9 (SIGKILL))".into());
+        drop(d);
+        self.1.notify_waiters();
     }
 
     fn starts(&self) -> Vec<Instant> {
@@ -79,6 +81,8 @@ impl Imex for FakeShortLivedImex {
         } else {
             d.running = true;
         }
+        drop(d);
+        self.1.notify_waiters();
         Ok(())
     }
 
@@ -104,6 +108,18 @@ impl Imex for FakeShortLivedImex {
         self.daemon().running = false;
         Ok(())
     }
+
+    async fn exited(&self) {
+        loop {
+            let notified = self.1.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.daemon().exited.is_some() {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 struct Owner;
@@ -118,7 +134,7 @@ impl Handler<ImexReport> for Owner {
 fn supervise(imex: &FakeShortLivedImex) -> (Addr<ImexProcessActor>, Addr<Owner>) {
     let ip = std::net::IpAddr::from([10, 0, 0, 1]);
     let mut config = NodeConfig::new("node-a", ip, CliqueId("c.0".into()));
-    config.imex_poll_interval = POLL;
+    config.imex_poll.unready = POLL;
     config.imex_restart_backoff_min = MIN;
     config.imex_restart_backoff_max = MAX;
     config.imex_healthy_after = HEALTHY_AFTER;

@@ -5,6 +5,12 @@
 //! restarts the daemon with backoff when it exits on its own. It reports every poll to
 //! the domain that owns it.
 //!
+//! Polls follow [`PollSchedule`]: at once after a start or an apply, then doubling,
+//! up to `imex_poll.steady` (5 s) while the daemon is ready and answers the same.
+//! An exit is not left to the schedule: the port tells of it (`Imex::exited`) and
+//! the actor asks at once, so a crash is restarted without waiting for a poll.
+//! Every question is counted in `domaind_imex_status_queries_total`.
+//!
 //! Restarts cannot loop fast: every failure in a row (a start refused, a daemon that
 //! exited) doubles the wait up to `imex_restart_backoff_max`, and only a daemon that
 //! stayed up `imex_healthy_after` resets it. A successful start does not: a daemon that
@@ -25,6 +31,7 @@ use tracing::{info, warn};
 use crate::config::NodeConfig;
 use crate::model::Slot;
 use crate::ports::{Imex, ImexStatus, PortError};
+use crate::rules::imex_poll::{Answer, PollSchedule};
 use crate::rules::peers::PeerSet;
 
 /// Restarts scheduled, by `cause`: `exited` (the daemon ended on its own) or
@@ -32,6 +39,8 @@ use crate::rules::peers::PeerSet;
 pub const IMEX_RESTARTS: &str = "domaind_imex_restarts_total";
 /// How long the next restart waits (0 while the daemon runs or nothing waits).
 pub const IMEX_RESTART_BACKOFF: &str = "domaind_imex_restart_backoff_seconds";
+/// Status questions asked of the daemon (each runs the status tool once or twice).
+pub const IMEX_STATUS_QUERIES: &str = "domaind_imex_status_queries_total";
 
 /// What the daemon reported, for the peer set of `version`.
 #[derive(Debug, Clone, PartialEq, Eq, Message)]
@@ -88,7 +97,7 @@ pub struct GetImexLifecycle;
 
 pub struct ImexProcessActor {
     imex: Arc<dyn Imex>,
-    poll_interval: Duration,
+    schedule: PollSchedule,
     owner: Option<WeakRecipient<ImexReport>>,
     desired: Option<(u64, PeerSet)>,
     applied: Option<u64>,
@@ -101,15 +110,17 @@ pub struct ImexProcessActor {
     not_before: Option<Instant>,
     exited_unexpectedly: bool,
     detached: bool,
-    poller: Option<SpawnHandle>,
-    /// After a start or an apply, the delay before the next quick poll: a forming
-    /// domain waits on IMEX turning ready, and the regular interval is too slow for it.
-    quick_poll: Option<Duration>,
+    /// The next poll, when one is scheduled.
+    next_poll: Option<SpawnHandle>,
+    /// A status question is out.
+    polling: bool,
+    /// A poll was asked for while a question was out or a start, apply or stop ran:
+    /// it goes out when that ends, since its answer may predate the change.
+    poll_wanted: bool,
+    /// Waits for the port to tell of the daemon's exit.
+    exit_watch: Option<SpawnHandle>,
     lifecycle: ImexLifecycle,
 }
-
-/// Quick polls start at the regular interval divided by this, and double up to it.
-const QUICK_POLL_DIVISOR: u32 = 8;
 
 impl std::fmt::Debug for ImexProcessActor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -123,7 +134,7 @@ impl ImexProcessActor {
     pub fn new(imex: Arc<dyn Imex>, config: &NodeConfig) -> Self {
         Self {
             imex,
-            poll_interval: config.imex_poll_interval,
+            schedule: PollSchedule::new(config.imex_poll),
             owner: None,
             desired: None,
             applied: None,
@@ -138,8 +149,10 @@ impl ImexProcessActor {
             not_before: None,
             exited_unexpectedly: false,
             detached: false,
-            poller: None,
-            quick_poll: None,
+            next_poll: None,
+            polling: false,
+            poll_wanted: false,
+            exit_watch: None,
             lifecycle: ImexLifecycle::default(),
         }
     }
@@ -185,6 +198,7 @@ impl ImexProcessActor {
                         act.applied = Some(version);
                         act.not_before = None;
                         if starting {
+                            act.watch_exit(ctx);
                             act.started_at = Some(Instant::now());
                             act.lifecycle.restart_delay = None;
                             metrics::gauge!(IMEX_RESTART_BACKOFF).set(0.0);
@@ -198,10 +212,10 @@ impl ImexProcessActor {
                         } else {
                             act.lifecycle.applies += 1;
                         }
-                        // Ask at once rather than at the next tick, and then again
-                        // soon: a domain forming waits on this answer.
-                        act.quick_poll = Some(act.poll_interval / QUICK_POLL_DIVISOR);
-                        act.poll(ctx);
+                        // A domain forming waits on this answer: ask at once, and
+                        // again soon.
+                        let delay = act.schedule.changed();
+                        act.poll_in(delay, ctx);
                     }
                     Err(error) => {
                         act.lifecycle.failures += 1;
@@ -219,6 +233,7 @@ impl ImexProcessActor {
                         }
                     }
                 }
+                act.poll_if_wanted(ctx);
                 act.drive(ctx);
             }),
         );
@@ -242,18 +257,67 @@ impl ImexProcessActor {
                     Ok(()) => info!("IMEX daemon stopped: this node serves no domain"),
                     Err(error) => warn!(%error, "IMEX daemon did not stop cleanly"),
                 }
+                act.poll_if_wanted(ctx);
                 act.drive(ctx);
             },
         ));
     }
 
-    fn poll(&mut self, ctx: &mut Context<Self>) {
-        if self.desired.is_none() || self.busy {
+    /// Schedules the next poll `delay` from now, replacing any scheduled before.
+    fn poll_in(&mut self, delay: Duration, ctx: &mut Context<Self>) {
+        if let Some(handle) = self.next_poll.take() {
+            ctx.cancel_future(handle);
+        }
+        if self.detached {
+            return;
+        }
+        if delay.is_zero() {
+            self.poll(ctx);
+        } else {
+            self.next_poll = Some(ctx.run_later(delay, |act, ctx| {
+                act.next_poll = None;
+                act.poll(ctx);
+            }));
+        }
+    }
+
+    fn poll_if_wanted(&mut self, ctx: &mut Context<Self>) {
+        if std::mem::take(&mut self.poll_wanted) {
+            self.poll(ctx);
+        }
+    }
+
+    /// Asks the port to tell when the daemon exits on its own; one wait serves every
+    /// daemon this actor starts, since it ends only on an exit nobody reported yet.
+    fn watch_exit(&mut self, ctx: &mut Context<Self>) {
+        if self.exit_watch.is_some() || self.detached {
             return;
         }
         let imex = self.imex.clone();
+        let told = async move { imex.exited().await }
+            .into_actor(self)
+            .map(|(), act, ctx| {
+                act.exit_watch = None;
+                // The status query reports the exit and why; the restart follows.
+                act.poll_in(Duration::ZERO, ctx);
+            });
+        self.exit_watch = Some(ctx.spawn(told));
+    }
+
+    fn poll(&mut self, ctx: &mut Context<Self>) {
+        if self.desired.is_none() || self.detached {
+            return;
+        }
+        if self.busy || self.polling {
+            self.poll_wanted = true;
+            return;
+        }
+        self.polling = true;
+        metrics::counter!(IMEX_STATUS_QUERIES).increment(1);
+        let imex = self.imex.clone();
         ctx.spawn(async move { imex.status().await }.into_actor(self).map(
             |result: Result<ImexStatus, PortError>, act, ctx| {
+                act.polling = false;
                 let status = match result {
                     Ok(status) => status,
                     Err(error) => {
@@ -286,12 +350,16 @@ impl ImexProcessActor {
                     act.drive(ctx);
                 }
                 let ready = act.running && status.ready;
-                match act.quick_poll.take() {
-                    Some(delay) if !ready && act.running && delay < act.poll_interval => {
-                        act.quick_poll = Some(delay * 2);
-                        ctx.run_later(delay, |act, ctx| act.poll(ctx));
-                    }
-                    _ => {}
+                let delay = act.schedule.answered(Answer {
+                    running: act.running,
+                    ready,
+                    links: status.links.clone(),
+                });
+                if act.poll_wanted && !act.busy {
+                    act.poll_wanted = false;
+                    act.poll_in(Duration::ZERO, ctx);
+                } else {
+                    act.poll_in(delay, ctx);
                 }
                 if let Some(owner) = act.owner.as_ref().and_then(WeakRecipient::upgrade) {
                     owner.do_send(ImexReport {
@@ -329,10 +397,25 @@ impl ImexProcessActor {
 impl Actor for ImexProcessActor {
     type Context = Context<Self>;
 
+    // Nothing to ask before a domain wants a daemon: the first start schedules the
+    // polls. A supervisor restart keeps our fields but drops every future we had
+    // spawned, so a restarted actor watches and asks again, and drives what was cut.
     fn started(&mut self, ctx: &mut Self::Context) {
-        if !self.detached {
-            self.poller = Some(ctx.run_interval(self.poll_interval, |act, ctx| act.poll(ctx)));
+        self.busy = false;
+        self.polling = false;
+        self.next_poll = None;
+        self.exit_watch = None;
+        if self.detached {
+            return;
         }
+        if self.running {
+            self.watch_exit(ctx);
+        }
+        if self.desired.is_some() {
+            let delay = self.schedule.changed();
+            self.poll_in(delay, ctx);
+        }
+        self.drive(ctx);
     }
 }
 
@@ -363,8 +446,11 @@ impl Handler<Detach> for ImexProcessActor {
     // Detached, with no timer left, we stop once the last address is dropped.
     fn handle(&mut self, Detach { stop_daemon }: Detach, ctx: &mut Self::Context) {
         self.detached = true;
-        if let Some(poller) = self.poller.take() {
-            ctx.cancel_future(poller);
+        for handle in [self.next_poll.take(), self.exit_watch.take()]
+            .into_iter()
+            .flatten()
+        {
+            ctx.cancel_future(handle);
         }
         self.owner = None;
         self.desired = None;

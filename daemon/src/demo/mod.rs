@@ -5,6 +5,7 @@
 //! and the demo checks on every look that no node has a gossip member or IMEX peer
 //! of another clique.
 
+mod idle;
 mod table;
 
 use std::io::{IsTerminal as _, Write as _};
@@ -59,6 +60,17 @@ pub struct DemoArgs {
     /// 150 ms whatever this is).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub gossip_interval: Duration,
+
+    /// After the scenario, leave the rack alone (20 s to settle) and then measure, over
+    /// this long, the CPU each daemon uses (itself, the status tools it runs, its IMEX
+    /// daemon; from /proc) and the IMEX status questions it asks; printed as a table
+    /// (or as `idle` in the --json summary).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub idle: Option<Duration>,
+
+    /// The daemons' --imex-poll-steady (theirs by default).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub imex_poll_steady: Option<Duration>,
 }
 
 /// The ComputeDomain the demo forms.
@@ -81,7 +93,7 @@ pub struct Summary {
     /// SIGKILL → every survivor dropped the node from its IMEX peers.
     pub heal_ms: u64,
     /// SIGKILL → the status lists the node NotReady. Later than `heal_ms`: a Ready
-    /// domain's degradation is held ~3 s so that the whole loss is one write.
+    /// domain's degradation is held ~5 s so that the whole loss is one write.
     pub status_ms: u64,
     /// Restart → the status Ready with every node again.
     pub rejoin_ms: u64,
@@ -90,6 +102,9 @@ pub struct Summary {
     pub events: usize,
     /// Where the rack's files were; removed when the demo ends.
     pub rack_dir: PathBuf,
+    /// With `--idle`: what each daemon cost while the rack idled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle: Option<idle::IdleCost>,
     pub ok: bool,
 }
 
@@ -147,6 +162,11 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     spec.subnet = args.subnet;
     spec.gossip_interval = args.gossip_interval;
     spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
+    if let Some(steady) = args.imex_poll_steady {
+        spec.extra_args.push("--imex-poll-steady".into());
+        spec.extra_args
+            .push(humantime::format_duration(steady).to_string());
+    }
     let mut rack = LocalRack::create(spec)?;
     let domains: Vec<DemoDomain> = (0..cliques)
         .map(|clique| DemoDomain {
@@ -363,6 +383,23 @@ async fn scenario(
         ));
     }
 
+    let idle = match args.idle {
+        Some(window) => {
+            observer.say(&format!(
+                "Leaving the rack alone for {} s, then measuring {} s of idle",
+                idle::SETTLE.as_secs(),
+                window.as_secs_f64()
+            ));
+            tokio::time::sleep(idle::SETTLE).await;
+            let cost = idle::measure(rack, window).await?;
+            if !args.json {
+                print!("{}", idle::render(&cost));
+            }
+            Some(cost)
+        }
+        None => None,
+    };
+
     let mut summaries = Vec::new();
     for (c, domain) in domains.iter().enumerate() {
         summaries.push(Summary {
@@ -375,6 +412,8 @@ async fn scenario(
             rejoin_ms: rejoin_ms[c],
             events: rack.local().read_events(&domain.uid)?.len(),
             rack_dir: rack.spec().root.clone(),
+            // The whole rack's, measured once: on the first clique's summary.
+            idle: if c == 0 { idle.clone() } else { None },
             ok: true,
         });
     }

@@ -15,7 +15,11 @@
 //!   the last rewrite).
 //! - SIGUSR1s closer together than `reload_min_interval` coalesce into one, sent when
 //!   the interval has passed: IMEX acts on at most one per ~5 s.
-//! - `status` notices an exited child and says why it ended (exit status and last
+//! - Each child is owned by a task that waits on it ([`watch_child`]): an exit is
+//!   known the moment it happens, and `exited` tells the ImexProcess actor, whose
+//!   polls are seconds apart while all is well. Signals go through that task too, so
+//!   none can reach a reaped child's reused pid.
+//! - `status` reports an exited child and says why it ended (exit status and last
 //!   lines of output; the ImexProcess actor restarts it with backoff), then asks
 //!   `nvidia-imex-ctl -c <config> -q` for READY, and when not ready `-N -j` for
 //!   per-peer links.
@@ -39,7 +43,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::Deserialize;
 use tokio::process::{Child, Command};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio::time::{Instant, timeout};
 use tracing::{info, warn};
 
@@ -65,11 +69,13 @@ pub struct ImexDaemon {
 struct Inner {
     settings: ImexSettings,
     state: Mutex<State>,
+    /// Woken whenever a child exits, on its own or stopped.
+    exits: Arc<Notify>,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    child: Option<Child>,
+    child: Option<Running>,
     /// The running child's output.
     output: Option<OutputTail>,
     /// The running child answered a status query: its signal handlers are in place.
@@ -84,6 +90,77 @@ struct State {
     nodes_config: String,
     last_reload: Option<Instant>,
     reload_pending: bool,
+}
+
+/// A spawned child, owned by its [`watch_child`] task.
+#[derive(Debug)]
+struct Running {
+    pid: Option<u32>,
+    /// How it ended, once it has (set by the task after reaping it).
+    ended: watch::Receiver<Option<String>>,
+    /// Requests to the task; dropping it kills the child, as `kill_on_drop` did when
+    /// we held the child ourselves.
+    asks: mpsc::UnboundedSender<Ask>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Ask {
+    Signal(Signal),
+    Kill,
+}
+
+impl Running {
+    fn ended(&self) -> Option<String> {
+        self.ended.borrow().clone()
+    }
+
+    fn signal(&self, signal: Signal) {
+        let _ = self.asks.send(Ask::Signal(signal));
+    }
+
+    /// Waits up to `limit` for the child to end; whether it did.
+    async fn wait(&mut self, limit: Duration) -> Option<String> {
+        match timeout(limit, self.ended.wait_for(Option::is_some)).await {
+            Ok(Ok(ended)) => ended.clone(),
+            // The task is gone without a word: it was dropped with the runtime.
+            Ok(Err(_)) => Some("gone with its watcher".into()),
+            Err(_) => None,
+        }
+    }
+}
+
+/// Owns `child` until it ends: signals it when asked, kills it when asked or when the
+/// [`Running`] handle is dropped, and reaps it, publishing how it ended and waking
+/// `exits`. Only this task reaps the child, so a pid it signals is still the child's.
+fn watch_child(mut child: Child, exits: Arc<Notify>) -> Running {
+    let pid = child.id();
+    let (ended_tx, ended) = watch::channel(None);
+    let (asks, mut ask_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break status,
+                ask = ask_rx.recv() => match ask {
+                    Some(Ask::Signal(signal)) => {
+                        if let Some(pid) = child.id() {
+                            let _ = kill(Pid::from_raw(pid as i32), signal);
+                        }
+                    }
+                    Some(Ask::Kill) | None => {
+                        let _ = child.start_kill();
+                        break child.wait().await;
+                    }
+                },
+            }
+        };
+        let ended = match status {
+            Ok(status) => status.to_string(),
+            Err(error) => format!("cannot be waited for: {error}"),
+        };
+        let _ = ended_tx.send(Some(ended));
+        exits.notify_waiters();
+    });
+    Running { pid, ended, asks }
 }
 
 #[derive(Debug)]
@@ -130,6 +207,7 @@ impl ImexDaemon {
             inner: Arc::new(Inner {
                 settings,
                 state: Mutex::new(State::default()),
+                exits: Arc::default(),
             }),
         }
     }
@@ -146,7 +224,8 @@ impl ImexDaemon {
             .await
             .child
             .as_ref()
-            .and_then(Child::id)
+            .filter(|c| c.ended().is_none())
+            .and_then(|c| c.pid)
     }
 }
 
@@ -207,7 +286,7 @@ impl Inner {
         {
             warn!(%error, "cannot record the IMEX daemon's pid; were domaind killed, it would be left running");
         }
-        state.child = Some(child);
+        state.child = Some(watch_child(child, self.exits.clone()));
         state.output = Some(output);
         state.answered = false;
         state.reload_deferred = false;
@@ -217,34 +296,28 @@ impl Inner {
         Ok(())
     }
 
-    /// Whether the child still runs; reaps it if it exited.
+    /// Whether the child still runs; if it ended, keeps how for the next status.
     fn alive(&self, state: &mut State) -> bool {
-        let Some(child) = state.child.as_mut() else {
+        let Some(child) = state.child.as_ref() else {
             return false;
         };
-        match child.try_wait() {
-            Ok(None) => true,
-            Ok(Some(status)) => {
-                metrics::counter!(IMEX_EXITS).increment(1);
-                warn!(%status, "IMEX daemon exited");
-                state.child = None;
-                state.exited = Some(Exit {
-                    status: status.to_string(),
-                    output: state.output.take(),
-                });
-                leftover::forget(&self.settings.config_dir);
-                false
-            }
-            Err(error) => {
-                warn!(%error, "cannot tell whether the IMEX daemon runs; assuming it does not");
-                state.child = None;
-                state.exited = Some(Exit {
-                    status: format!("cannot be waited for: {error}"),
-                    output: state.output.take(),
-                });
-                false
-            }
-        }
+        let Some(status) = child.ended() else {
+            return true;
+        };
+        metrics::counter!(IMEX_EXITS).increment(1);
+        warn!(%status, "IMEX daemon exited");
+        state.child = None;
+        state.exited = Some(Exit {
+            status,
+            output: state.output.take(),
+        });
+        leftover::forget(&self.settings.config_dir);
+        false
+    }
+
+    /// An exit that no status has reported yet.
+    fn unreported_exit(state: &State) -> bool {
+        state.exited.is_some() || state.child.as_ref().is_some_and(|c| c.ended().is_some())
     }
 
     async fn stop_child(&self, state: &mut State) {
@@ -252,23 +325,24 @@ impl Inner {
         let Some(mut child) = state.child.take() else {
             return;
         };
-        if let Some(pid) = child.id() {
-            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-        }
-        match timeout(self.settings.stop_timeout, child.wait()).await {
-            Ok(Ok(status)) => info!(%status, "IMEX daemon stopped"),
-            _ => {
+        child.signal(Signal::SIGTERM);
+        match child.wait(self.settings.stop_timeout).await {
+            Some(status) => info!(%status, "IMEX daemon stopped"),
+            None => {
                 warn!(timeout = ?self.settings.stop_timeout, "IMEX daemon ignored SIGTERM; killing it");
-                let _ = child.kill().await;
+                let _ = child.asks.send(Ask::Kill);
+                // SIGKILL cannot be ignored; the bound only guards against a task gone.
+                child.wait(self.settings.stop_timeout).await;
             }
         }
         leftover::forget(&self.settings.config_dir);
     }
 
     fn signal_reload(&self, state: &mut State) {
-        let Some(pid) = state.child.as_ref().and_then(Child::id) else {
+        let Some(child) = state.child.as_ref().filter(|c| c.ended().is_none()) else {
             return;
         };
+        let pid = child.pid.unwrap_or_default();
         if !state.answered {
             if !std::mem::replace(&mut state.reload_deferred, true) {
                 metrics::counter!(IMEX_RELOADS_DEFERRED).increment(1);
@@ -279,13 +353,9 @@ impl Inner {
             }
             return;
         }
-        match kill(Pid::from_raw(pid as i32), Signal::SIGUSR1) {
-            Ok(()) => {
-                metrics::counter!(IMEX_RELOADS).increment(1);
-                info!(pid, "IMEX daemon asked to reload (SIGUSR1)");
-            }
-            Err(error) => warn!(pid, %error, "cannot signal the IMEX daemon"),
-        }
+        child.signal(Signal::SIGUSR1);
+        metrics::counter!(IMEX_RELOADS).increment(1);
+        info!(pid, "IMEX daemon asked to reload (SIGUSR1)");
         state.last_reload = Some(Instant::now());
     }
 
@@ -505,5 +575,18 @@ impl Imex for ImexDaemon {
         let mut state = self.inner.state.lock().await;
         self.inner.stop_child(&mut state).await;
         Ok(())
+    }
+
+    async fn exited(&self) {
+        loop {
+            // Armed before the check, so that an exit in between still wakes us.
+            let notified = self.inner.exits.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if Inner::unreported_exit(&*self.inner.state.lock().await) {
+                return;
+            }
+            notified.await;
+        }
     }
 }

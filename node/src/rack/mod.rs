@@ -14,6 +14,7 @@
 //! ports outside the OS's ephemeral range ([`imex_ports`]).
 
 mod control;
+pub mod cpu;
 pub mod imex_ports;
 mod node;
 mod probe;

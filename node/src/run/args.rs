@@ -260,9 +260,26 @@ pub struct RunArgs {
     #[arg(long, env = "DOMAIND_HEALTH_GRPC_ADDR")]
     pub health_grpc_addr: Option<SocketAddr>,
 
+    /// How often IMEX's status is queried once it is ready and nothing changes (after a
+    /// start, a reload or a peer joining or leaving it is queried within tens of
+    /// milliseconds, backing off to this). A link lost at steady state is seen this
+    /// late at most; an exit is seen at once whatever this says.
+    #[arg(long, env = "DOMAIND_IMEX_POLL_STEADY", default_value = "5s", value_parser = parse_poll_steady)]
+    pub imex_poll_steady: Duration,
+
     /// How long a graceful stop may take before the process exits anyway.
     #[arg(long, env = "DOMAIND_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
     pub shutdown_timeout: Duration,
+}
+
+/// `--imex-poll-steady`: from 10 ms (below that the status tool's own start-up is
+/// the poll) to 60 s (past that a lost link waits on it more than on its grace).
+fn parse_poll_steady(text: &str) -> Result<Duration, String> {
+    let value = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&value) {
+        return Err(format!("{text} is not between 10ms and 60s"));
+    }
+    Ok(value)
 }
 
 pub const DEFAULT_STATE_ADDR: &str = "127.0.0.1:9466";
@@ -369,5 +386,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(bad.contains("expected IP:PORT or `off`"), "{bad}");
+    }
+
+    #[test]
+    fn the_steady_imex_poll_is_5_s_unless_set_within_its_bounds() {
+        assert_eq!(parse(&[]).unwrap().imex_poll_steady, Duration::from_secs(5));
+        let set = parse(&["--imex-poll-steady", "250ms"]).unwrap();
+        assert_eq!(set.imex_poll_steady, Duration::from_millis(250));
+        for bad in ["1ms", "2m", "often"] {
+            let error = parse(&["--imex-poll-steady", bad]).unwrap_err().to_string();
+            assert!(error.contains("--imex-poll-steady"), "{bad}: {error}");
+        }
+        let error = parse(&["--imex-poll-steady", "2m"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("not between 10ms and 60s"), "{error}");
     }
 }

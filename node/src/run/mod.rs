@@ -223,6 +223,10 @@ async fn serve(
     config.max_slots = args.max_slots;
     config.default_readiness = args.default_readiness.into();
     config.prepare_deadline = args.prepare_deadline;
+    config.imex_poll.steady = args.imex_poll_steady;
+    // Never slower while unready than when ready: a short steady interval (a
+    // measurement of the old schedule) shortens both.
+    config.imex_poll.unready = config.imex_poll.unready.min(args.imex_poll_steady);
     let node_actor = NodeActor::new(config, ports).start();
 
     let readiness = Arc::new(http::Readiness::default());

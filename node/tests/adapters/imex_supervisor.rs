@@ -78,7 +78,11 @@ fn a_crashed_daemon_is_restarted_with_backoff() {
         let ip = IpAddr::from([127, 0, 0, 80]);
         let daemon = ImexDaemon::new(settings(dir.path(), ip));
         let mut config = NodeConfig::new("node-a", ip, CliqueId("c.0".into()));
-        config.imex_poll_interval = Duration::from_millis(100);
+        config.imex_poll.unready = Duration::from_millis(100);
+        // Once it is ready, no poll comes within the test's limit: only the adapter's
+        // exit watch can notice the crash.
+        config.imex_poll.quick = LIMIT * 10;
+        config.imex_poll.steady = LIMIT * 10;
         let supervisor = ImexProcessActor::new(Arc::new(daemon.clone()), &config).start();
         let reports = Arc::new(Mutex::new(Vec::new()));
         let owner = Reports(reports.clone()).start();
@@ -97,7 +101,8 @@ fn a_crashed_daemon_is_restarted_with_backoff() {
         wait(ready).await;
         let first_pid = daemon.pid().await.unwrap();
 
-        // Crash it: the supervisor notices at its next poll and starts it again.
+        // Crash it: the adapter sees the child end, the supervisor asks at once and
+        // starts it again.
         let s = daemon.settings();
         tokio::process::Command::new(&s.ctl.program)
             .args(&s.ctl.args)
@@ -124,6 +129,59 @@ fn a_crashed_daemon_is_restarted_with_backoff() {
         wait_async(|| async { daemon.pid().await.is_none() }).await;
         drop(owner);
     });
+}
+
+/// The adapter tells of a daemon's own exit without being asked, and of nothing else:
+/// not of a stop, not of a daemon still running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adapter_tells_of_an_exit_as_it_happens() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = IpAddr::from([127, 0, 0, 86]);
+    let daemon = ImexDaemon::new(settings(dir.path(), ip));
+    daemon.start(&alone(ip)).await.unwrap();
+    wait_async(|| async { daemon.status().await.is_ok_and(|s| s.ready) }).await;
+
+    let watcher = tokio::spawn({
+        let daemon = daemon.clone();
+        async move { daemon.exited().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!watcher.is_finished(), "a running daemon did not exit");
+    let pid = daemon.pid().await.unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    tokio::time::timeout(LIMIT, watcher)
+        .await
+        .expect("the exit is told without a status query")
+        .unwrap();
+    assert_eq!(daemon.pid().await, None);
+    // Still unreported: told again at once, until a status says why.
+    tokio::time::timeout(LIMIT, daemon.exited()).await.unwrap();
+    let status = daemon.status().await.unwrap();
+    assert!(!status.running);
+    assert!(
+        status
+            .exited
+            .as_deref()
+            .is_some_and(|why| why.contains("SIGKILL")),
+        "{status:?}"
+    );
+
+    // A stop is no exit to tell of.
+    daemon.start(&alone(ip)).await.unwrap();
+    wait_async(|| async { daemon.status().await.is_ok_and(|s| s.ready) }).await;
+    let watcher = tokio::spawn({
+        let daemon = daemon.clone();
+        async move { daemon.exited().await }
+    });
+    daemon.stop().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!watcher.is_finished(), "a stop was told as an exit");
+    watcher.abort();
+    assert!(daemon.status().await.unwrap().exited.is_none());
 }
 
 async fn wait(mut condition: impl FnMut() -> bool) {
@@ -398,7 +456,7 @@ fn a_held_port_delays_the_daemon_until_it_is_free() {
         s.server_port = port;
         let daemon = ImexDaemon::new(s);
         let mut config = NodeConfig::new("node-a", ip, CliqueId("c.0".into()));
-        config.imex_poll_interval = Duration::from_millis(100);
+        config.imex_poll.unready = Duration::from_millis(100);
         config.imex_restart_backoff_min = Duration::from_millis(20);
         config.imex_restart_backoff_max = Duration::from_millis(200);
         let supervisor = ImexProcessActor::new(Arc::new(daemon.clone()), &config).start();
