@@ -10,7 +10,8 @@ pub const FRAMES_REJECTED: &str = "domaind_gossip_frames_rejected_total";
 pub const FRAMES_DROPPED: &str = "domaind_gossip_frames_dropped_total";
 /// Node parts of incoming deltas not applied because their state is not signed by its
 /// owner, or would take back what this node holds (see `signed`); `stale` counts
-/// values older than those held, which chitchat ignores.
+/// values older than those held, which chitchat ignores, and `own_state` this node's
+/// own state relayed back to it (stripped, honest).
 pub const STATE_REFUSED: &str = "domaind_gossip_state_refused_total";
 /// Values this node signed and published (its own writes, and re-signing after a
 /// certificate rotation).
