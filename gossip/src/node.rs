@@ -350,17 +350,23 @@ impl GossipNode {
             .map_err(GossipError::Stopped)
     }
 
-    /// Resolves, with the reason, when the gossip task ends without `stop` having been
-    /// asked for: it panicked, failed or was aborted. Chitchat catches nothing, and the
+    /// Resolves, with the reason, when the gossip task or the pulse task ends without
+    /// `stop` having been asked for: it panicked, failed or was aborted. Chitchat catches nothing, and the
     /// rest of the process goes on without noticing, so the owner watches this.
     /// Resolves as the task ends (a channel closes or is written), no polling.
     pub fn ended(&self) -> impl Future<Output = String> + Send + 'static + use<> {
         let termination = self.handle.termination_watcher();
+        let pulses = self.pulse.ended();
         let stopping = self.stopping.clone();
         async move {
-            let reason = match termination.await {
-                Ok(()) => "gossip stopped on its own".to_string(),
-                Err(error) => format!("gossip stopped: {error:#}"),
+            // Pulses are liveness: without them peers declare this node dead while
+            // chitchat runs on, so their end is the gossip plane's end too.
+            let reason = tokio::select! {
+                ended = termination => match ended {
+                    Ok(()) => "gossip stopped on its own".to_string(),
+                    Err(error) => format!("gossip stopped: {error:#}"),
+                },
+                reason = pulses => reason,
             };
             if stopping.load(Ordering::Acquire) {
                 // Asked for: nothing to report, ever.

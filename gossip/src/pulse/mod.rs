@@ -36,7 +36,6 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand::seq::IteratorRandom;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
@@ -152,7 +151,9 @@ impl Liveness {
 
 /// The running pulse task; aborted when dropped.
 pub(crate) struct PulseTask {
-    task: JoinHandle<()>,
+    task: tokio::task::AbortHandle,
+    /// Why the task ended, once it has: it returned, panicked or was aborted.
+    ended: watch::Receiver<Option<String>>,
 }
 
 impl Drop for PulseTask {
@@ -164,6 +165,17 @@ impl Drop for PulseTask {
 impl PulseTask {
     pub(crate) fn abort(&self) {
         self.task.abort();
+    }
+
+    /// Resolves with the reason once the task has ended, however it ended.
+    pub(crate) fn ended(&self) -> impl Future<Output = String> + Send + 'static + use<> {
+        let mut ended = self.ended.clone();
+        async move {
+            match ended.wait_for(Option::is_some).await {
+                Ok(reason) => reason.clone().unwrap_or_default(),
+                Err(_) => "gossip stopped: its pulses ended".to_string(),
+            }
+        }
     }
 
     pub(crate) fn spawn(
@@ -180,7 +192,21 @@ impl PulseTask {
             live,
         });
         let task = tokio::spawn(run(handle, liveness.clone(), endpoint, timing, seeds));
-        (Self { task }, liveness)
+        let abort = task.abort_handle();
+        let (ended_tx, ended) = watch::channel(None);
+        // Liveness stops with this task: whoever watches the node's health must hear
+        // of it, a panic included.
+        tokio::spawn(async move {
+            let reason = match task.await {
+                Ok(()) => "gossip stopped: its pulses ended on their own".to_string(),
+                Err(error) if error.is_panic() => {
+                    format!("gossip stopped: its pulse task panicked: {error}")
+                }
+                Err(_) => "gossip stopped: its pulse task was aborted".to_string(),
+            };
+            ended_tx.send_replace(Some(reason));
+        });
+        (Self { task: abort, ended }, liveness)
     }
 }
 
@@ -294,5 +320,45 @@ fn reach_for_seeds(handle: &ChitchatHandle, seeds: &Seeds, rng: &mut SmallRng) {
     if let Some(seed) = seed {
         debug!(%seed, "no live gossip peer; asking a seed");
         let _ = handle.gossip(seed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use chitchat::transport::ChannelTransport;
+    use chitchat::{ChitchatConfig, FailureDetectorConfig, spawn_chitchat};
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_end_of_the_pulse_task_is_told_however_it_ends() {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 7001));
+        let config = ChitchatConfig {
+            chitchat_id: ChitchatId::new("a".to_owned(), 1, addr),
+            cluster_id: "c".to_owned(),
+            gossip_interval: Duration::from_secs(10),
+            listen_addr: addr,
+            seed_nodes: Vec::new(),
+            failure_detector_config: FailureDetectorConfig::default(),
+            marked_for_deletion_grace_period: Duration::from_secs(3600),
+            catchup_callback: None,
+            extra_liveness_predicate: None,
+        };
+        let handle = spawn_chitchat(config, Vec::new(), &ChannelTransport::with_mtu(65_507))
+            .await
+            .unwrap();
+        let (_, seeds) = watch::channel(Vec::new());
+        let (pulse, _) = PulseTask::spawn(
+            Arc::new(handle),
+            MemoryPulses::new().open(addr),
+            PulseTiming::default(),
+            seeds,
+        );
+        let ended = pulse.ended();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        pulse.abort();
+        assert_eq!(ended.await, "gossip stopped: its pulse task was aborted");
     }
 }
