@@ -156,7 +156,7 @@ fn main() {
         sizes
     };
     println!(
-        "domain core over the in-memory transport, simulated time (pulses every 150 ms, anti-entropy every 10 s, IMEX polled every 250 ms)"
+        "domain core over the in-memory transport, simulated time (pulses every 150 ms, anti-entropy every 10 s, IMEX polled on change and every 5 s when ready)"
     );
     println!(
         "{:>5} | {:>10} | {:>14} | {:>11} | {:>12} | {:>18} | {:>16} | {:>17} | {:>8}",
