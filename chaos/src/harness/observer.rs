@@ -97,14 +97,7 @@ impl Harness {
                 }
                 continue;
             };
-            let code = tokio::task::block_in_place(|| self.rack.stop(node, Duration::ZERO));
-            let log_tail = self.log_tail(node);
-            self.findings.crash(CrashRecord {
-                node: name.clone(),
-                at_ms: self.ms_since_start(Instant::now()),
-                during: self.current.map(|(kind, _)| kind),
-                log_tail,
-            });
+            let code = self.reap_crashed(node, &name);
             self.record(Violation::new(
                 Invariant::Crash,
                 Some(&name),
@@ -119,6 +112,24 @@ impl Harness {
                 }
             }
         }
+    }
+
+    /// Reaps a daemon that exited on its own and records the crash with its log's
+    /// tail; returns its exit.
+    pub(super) fn reap_crashed(
+        &mut self,
+        node: usize,
+        name: &str,
+    ) -> anyhow::Result<Option<i32>> {
+        let code = tokio::task::block_in_place(|| self.rack.stop(node, Duration::ZERO));
+        let log_tail = self.log_tail(node);
+        self.findings.crash(CrashRecord {
+            node: name.to_owned(),
+            at_ms: self.ms_since_start(Instant::now()),
+            during: self.current.map(|(kind, _)| kind),
+            log_tail,
+        });
+        code
     }
 
     pub(super) fn log_tail(&self, node: usize) -> Vec<String> {

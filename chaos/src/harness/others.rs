@@ -4,7 +4,6 @@
 //! cliques invariant to look at on every observation, beside the first clique's
 //! faults. A daemon of theirs that dies on its own is a crash like any other.
 
-use std::time::{Duration, Instant};
 
 use domaind_node::dra::DraVersion;
 use domaind_node::local::ComputeDomainRef;
@@ -16,7 +15,6 @@ use super::{Harness, PREPARE_LIMIT, START_LIMIT};
 use crate::cliques::{CliqueSighting, crossings};
 use crate::invariants::{Invariant, Violation};
 use crate::observe;
-use crate::report::CrashRecord;
 
 /// The other cliques' nodes (rack indices) and their prepares under way.
 #[derive(Default)]
@@ -102,14 +100,7 @@ impl Harness {
     /// A daemon of another clique that exited on its own: a crash, started again.
     pub(super) fn reap_other(&mut self, node: usize) {
         let name = self.rack.node(node).name().to_owned();
-        let code = tokio::task::block_in_place(|| self.rack.stop(node, Duration::ZERO));
-        let log_tail = self.log_tail(node);
-        self.findings.crash(CrashRecord {
-            node: name.clone(),
-            at_ms: self.ms_since_start(Instant::now()),
-            during: self.current.map(|(kind, _)| kind),
-            log_tail,
-        });
+        let code = self.reap_crashed(node, &name);
         let again = self.rack.start(node).map_err(|e| format!("{e:#}"));
         self.record(Violation::new(
             Invariant::Crash,
