@@ -29,6 +29,29 @@ pub mod tls;
 pub mod transport;
 
 pub use chitchat::transport::{ChannelTransport, Socket, Transport};
+
+/// A lone chitchat node on the in-memory transport, for unit tests of what runs beside
+/// it; its rounds are an hour apart, so nothing happens that the test did not ask for.
+#[cfg(test)]
+pub(crate) async fn lone_chitchat_for_tests(
+    node: &str,
+    addr: std::net::SocketAddr,
+) -> chitchat::ChitchatHandle {
+    let config = chitchat::ChitchatConfig {
+        chitchat_id: chitchat::ChitchatId::new(node.to_owned(), 1, addr),
+        cluster_id: "c".to_owned(),
+        gossip_interval: std::time::Duration::from_secs(3600),
+        listen_addr: addr,
+        seed_nodes: Vec::new(),
+        failure_detector_config: chitchat::FailureDetectorConfig::default(),
+        marked_for_deletion_grace_period: std::time::Duration::from_secs(3600),
+        catchup_callback: None,
+        extra_liveness_predicate: None,
+    };
+    chitchat::spawn_chitchat(config, Vec::new(), &ChannelTransport::with_mtu(65_507))
+        .await
+        .expect("the in-memory address is free")
+}
 pub use config::{GossipConfig, GossipTiming, cluster_id_for_clique, default_generation};
 pub use eager::{EAGER_PUSHES, EagerGossip};
 pub use identity::{NodeName, NodeNameError};

@@ -116,11 +116,7 @@ impl Harness {
 
     /// Reaps a daemon that exited on its own and records the crash with its log's
     /// tail; returns its exit.
-    pub(super) fn reap_crashed(
-        &mut self,
-        node: usize,
-        name: &str,
-    ) -> anyhow::Result<Option<i32>> {
+    pub(super) fn reap_crashed(&mut self, node: usize, name: &str) -> anyhow::Result<Option<i32>> {
         let code = tokio::task::block_in_place(|| self.rack.stop(node, Duration::ZERO));
         let log_tail = self.log_tail(node);
         self.findings.crash(CrashRecord {

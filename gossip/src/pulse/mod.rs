@@ -327,28 +327,12 @@ fn reach_for_seeds(handle: &ChitchatHandle, seeds: &Seeds, rng: &mut SmallRng) {
 mod tests {
     use std::net::SocketAddr;
 
-    use chitchat::transport::ChannelTransport;
-    use chitchat::{ChitchatConfig, FailureDetectorConfig, spawn_chitchat};
-
     use super::*;
 
     #[tokio::test(start_paused = true)]
     async fn the_end_of_the_pulse_task_is_told_however_it_ends() {
         let addr = SocketAddr::from(([127, 0, 0, 1], 7001));
-        let config = ChitchatConfig {
-            chitchat_id: ChitchatId::new("a".to_owned(), 1, addr),
-            cluster_id: "c".to_owned(),
-            gossip_interval: Duration::from_secs(10),
-            listen_addr: addr,
-            seed_nodes: Vec::new(),
-            failure_detector_config: FailureDetectorConfig::default(),
-            marked_for_deletion_grace_period: Duration::from_secs(3600),
-            catchup_callback: None,
-            extra_liveness_predicate: None,
-        };
-        let handle = spawn_chitchat(config, Vec::new(), &ChannelTransport::with_mtu(65_507))
-            .await
-            .unwrap();
+        let handle = crate::lone_chitchat_for_tests("a", addr).await;
         let (_, seeds) = watch::channel(Vec::new());
         let (pulse, _) = PulseTask::spawn(
             Arc::new(handle),

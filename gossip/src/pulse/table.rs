@@ -148,10 +148,6 @@ impl PulseTable {
         table
     }
 
-    pub fn me(&self) -> &ChitchatId {
-        &self.me
-    }
-
     /// This node's count, one up per round.
     pub fn beat(&mut self) {
         let node = &mut self.nodes[self.mine];

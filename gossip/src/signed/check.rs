@@ -343,8 +343,7 @@ mod tests {
     use std::collections::VecDeque;
     use std::time::Duration;
 
-    use chitchat::transport::ChannelTransport;
-    use chitchat::{ChitchatConfig, ChitchatId, FailureDetectorConfig, spawn_chitchat};
+    use chitchat::ChitchatId;
 
     use super::*;
     use crate::identity::NodeName;
@@ -381,20 +380,7 @@ mod tests {
             .credentials(&node)
             .unwrap();
         let addr: SocketAddr = "127.0.0.1:7000".parse().unwrap();
-        let config = ChitchatConfig {
-            chitchat_id: ChitchatId::new("node-a", 1, addr),
-            cluster_id: "c".into(),
-            gossip_interval: Duration::from_secs(3600),
-            listen_addr: addr,
-            seed_nodes: Vec::new(),
-            failure_detector_config: FailureDetectorConfig::default(),
-            marked_for_deletion_grace_period: Duration::from_secs(3600),
-            catchup_callback: None,
-            extra_liveness_predicate: None,
-        };
-        let handle = spawn_chitchat(config, Vec::new(), &ChannelTransport::with_mtu(65_507))
-            .await
-            .unwrap();
+        let handle = crate::lone_chitchat_for_tests("node-a", addr).await;
         let check = StateCheck::new("c".into(), credentials.fixed());
         check.attach(handle.chitchat());
 
