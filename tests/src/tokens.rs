@@ -220,6 +220,25 @@ pub async fn node_tokens_from_env(
     Some(NodeTokens::mint(client, &template, nodes, dir, pod_prefix).await)
 }
 
+/// [`node_tokens_from_env`] for the nodes of a rack about to be created: each daemon
+/// gets its own token through `node_env` (the rack spec's per-node environment; empty
+/// without tokens). Keep what it returns for as long as the rack runs: the tokens'
+/// pods are deleted with it.
+pub async fn node_tokens_for_rack(
+    node_env: &mut Vec<Vec<(String, String)>>,
+    client: &Client,
+    nodes: &[String],
+    dir: &Path,
+    pod_prefix: &str,
+) -> Option<NodeTokens> {
+    let tokens = node_tokens_from_env(client, nodes, dir, pod_prefix).await;
+    *node_env = tokens
+        .as_ref()
+        .map(NodeTokens::node_env)
+        .unwrap_or_default();
+    tokens
+}
+
 /// A kubeconfig holds a token: readable by its owner only.
 fn write_private(path: &Path, document: &Value) {
     use std::io::Write as _;

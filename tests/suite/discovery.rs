@@ -30,7 +30,7 @@ use kube::{Client, ResourceExt};
 use domaind_e2e::cluster::{
     DRIVER, LIMIT, env_list, install_crd_and_device_classes, skip, wait_for,
 };
-use domaind_e2e::tokens::{NodeTokens, node_tokens_from_env};
+use domaind_e2e::tokens::node_tokens_for_rack;
 
 /// Rack numbers no other test uses: the simulated cliques they make are this test's
 /// alone, whatever other tests left in the cluster.
@@ -109,17 +109,14 @@ async fn daemons_find_only_their_clique_mates_in_the_api_server() {
     spec.backend = RackBackend::Kube;
     spec.static_seeds = false;
     spec.extra_args = vec!["--slices-on-exit".into(), "delete".into()];
-    let tokens = node_tokens_from_env(
+    let tokens = node_tokens_for_rack(
+        &mut spec.node_env,
         &client,
         &names,
         tmp.path(),
         &format!("k-discovery-{}", std::process::id()),
     )
     .await;
-    spec.node_env = tokens
-        .as_ref()
-        .map(NodeTokens::node_env)
-        .unwrap_or_default();
     let mut rack = LocalRack::create(spec).unwrap();
     // The rack writes one clique for all; this test wants two.
     let mut topology = Topology::simulated_rack(RACK_A, names[..2].iter().cloned()).unwrap();

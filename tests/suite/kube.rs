@@ -40,7 +40,7 @@ use domaind_e2e::cluster::{
     LIMIT, allocate_claim, create_namespace, env_list, install_crd_and_device_classes, skip,
     spawn_controller, wait_for, wait_node_lost_event,
 };
-use domaind_e2e::tokens::{NodeTokens, node_tokens_from_env};
+use domaind_e2e::tokens::node_tokens_for_rack;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
@@ -95,17 +95,14 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     spec.names = Some(names.clone());
     spec.ips = Some(ips);
     spec.backend = RackBackend::Kube;
-    let tokens = node_tokens_from_env(
+    let tokens = node_tokens_for_rack(
+        &mut spec.node_env,
         &client,
         &names,
         tmp.path(),
         &format!("kube-e2e-{}", std::process::id()),
     )
     .await;
-    spec.node_env = tokens
-        .as_ref()
-        .map(NodeTokens::node_env)
-        .unwrap_or_default();
     spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
     let mut rack = LocalRack::create(spec).unwrap();
     rack.start_all().unwrap();

@@ -45,7 +45,7 @@ use domaind_e2e::cluster::{
     DRIVER, create_namespace, documents, env_list, install_crd_and_device_classes, repo_file, skip,
     spawn_controller, wait_every, wait_for, wait_node_lost_event,
 };
-use domaind_e2e::tokens::{NodeTokens, node_tokens_from_env};
+use domaind_e2e::tokens::node_tokens_for_rack;
 
 const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
 const CD_NAME: &str = "compute-domain-0";
@@ -255,17 +255,14 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
     spec.ips = Some(ips.clone());
     spec.backend = RackBackend::Kube;
     spec.kubelet_dirs = Some(names.iter().map(|n| state.join("nodes").join(n)).collect());
-    let tokens = node_tokens_from_env(
+    let _tokens = node_tokens_for_rack(
+        &mut spec.node_env,
         &client,
         &names,
         tmp.path(),
         &format!("kubelet-e2e-{}", std::process::id()),
     )
     .await;
-    spec.node_env = tokens
-        .as_ref()
-        .map(NodeTokens::node_env)
-        .unwrap_or_default();
     let mut rack = LocalRack::create(spec).unwrap();
     rack.start_all().unwrap();
     tokio::task::block_in_place(|| rack.wait_all_ready(domaind_e2e::cluster::LIMIT)).unwrap();
