@@ -12,8 +12,7 @@ pub mod rules;
 pub mod testing;
 
 pub use actors::node::{
-    Depart, GetClaims, GetSnapshot, NodeActor, NodeSnapshot, Prepare, RecordDevices, Shutdown,
-    Unprepare,
+    Complete, Depart, GetClaims, GetSnapshot, NodeActor, NodeSnapshot, Prepare, Shutdown, Unprepare,
 };
 pub use config::NodeConfig;
 pub use outcome::{PrepareError, Prepared};

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
@@ -102,11 +103,38 @@ pub trait StatusSink: Send + Sync + 'static {
 /// Something users should see about a domain (Kubernetes Events on the CD).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DomainEvent {
-    NodeJoined { node: NodeId },
-    NodeLost { node: NodeId },
-    Ready { message: String },
-    NotReady { message: String },
-    PrepareRefused { claim: String, reason: String },
+    NodeJoined {
+        node: NodeId,
+    },
+    NodeLost {
+        node: NodeId,
+    },
+    Ready {
+        message: String,
+    },
+    NotReady {
+        message: String,
+    },
+    PrepareRefused {
+        claim: String,
+        reason: String,
+    },
+    /// A node found damaged records in its checkpoint at start and set them aside;
+    /// `lost_claims` were left out (and, with the API server, rebuilt from it).
+    CheckpointDamaged {
+        node: NodeId,
+        records: usize,
+        lost_claims: Vec<String>,
+    },
+    /// A node cannot write its state directory: it serves prepares from memory.
+    StateNotPersisted {
+        node: NodeId,
+        error: String,
+    },
+    /// A node writes its state directory again: what it held in memory is on disk.
+    StatePersisted {
+        node: NodeId,
+    },
 }
 
 #[async_trait]
@@ -163,10 +191,54 @@ pub struct Checkpoint {
     pub slots: BTreeMap<DomainUid, Slot>,
 }
 
+/// One change to what survives a restart. A store records changes, not whole
+/// checkpoints: what a prepare costs on disk must not grow with the claims held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CheckpointChange {
+    /// A claim accepted or updated: its whole record, which replaces any earlier one.
+    Claim(ClaimRecord),
+    /// A claim released, by uid.
+    ClaimGone(String),
+    /// The slot this node holds in a domain.
+    Slot { domain: DomainUid, slot: Slot },
+    /// The node no longer holds a slot in this domain.
+    SlotGone(DomainUid),
+}
+
+impl Checkpoint {
+    /// The checkpoint after `change`.
+    pub fn apply(&mut self, change: CheckpointChange) {
+        match change {
+            CheckpointChange::Claim(record) => {
+                self.claims.insert(record.claim.uid.clone(), record);
+            }
+            CheckpointChange::ClaimGone(uid) => {
+                self.claims.remove(&uid);
+            }
+            CheckpointChange::Slot { domain, slot } => {
+                self.slots.insert(domain, slot);
+            }
+            CheckpointChange::SlotGone(domain) => {
+                self.slots.remove(&domain);
+            }
+        }
+    }
+}
+
+/// A record's completion: resolves once the changes are recorded.
+pub type Recorded = BoxFuture<'static, Result<(), PortError>>;
+
 #[async_trait]
 pub trait CheckpointStore: Send + Sync + 'static {
+    /// What was recorded before this process started. Called once, before any
+    /// [`record`](Self::record).
     async fn load(&self) -> Result<Checkpoint, PortError>;
-    async fn save(&self, checkpoint: &Checkpoint) -> Result<(), PortError>;
+
+    /// Records `changes`. They are taken in before this returns, so calls are recorded
+    /// in the order they were made, whenever their futures are polled; the future
+    /// resolves once they (and everything taken before them) are recorded. With no
+    /// changes it is a barrier: it resolves once everything taken before is.
+    fn record(&self, changes: Vec<CheckpointChange>) -> Recorded;
 }
 
 /// Wall-clock time, for seniority (`joined_at_ms`). Timeouts use tokio's clock.

@@ -13,8 +13,8 @@ use tokio_stream::wrappers::WatchStream;
 
 use crate::model::{ClaimInfo, ClaimRef, DomainRef, NodeId, Slot};
 use crate::ports::{
-    Checkpoint, CheckpointStore, ClaimError, ClaimSource, Clock, DomainEvent, EventSink, Gossip,
-    Imex, ImexStatus, PortError, StatusSink,
+    Checkpoint, CheckpointChange, CheckpointStore, ClaimError, ClaimSource, Clock, DomainEvent,
+    EventSink, Gossip, Imex, ImexStatus, PortError, Recorded, StatusSink,
 };
 use crate::rules::peers::PeerSet;
 use crate::rules::status::DomainStatus;
@@ -592,14 +592,25 @@ impl ClaimSource for FakeClaimSource {
 }
 
 /// A checkpoint kept in memory; it outlives the node that wrote it, as a file would.
+/// Like the file store, it takes every change in, in call order, and a failed record
+/// leaves its changes taken but not saved: the next record that succeeds saves them.
 #[derive(Debug, Clone, Default)]
 pub struct FakeCheckpointStore {
+    taken: Arc<Mutex<Checkpoint>>,
     saved: Arc<Mutex<Option<Checkpoint>>>,
     saves: Arc<Mutex<usize>>,
     failure: Arc<Mutex<Failure>>,
 }
 
 impl FakeCheckpointStore {
+    /// A store whose last saved checkpoint is `checkpoint`, as a node finds it at start.
+    pub fn holding(checkpoint: Checkpoint) -> Self {
+        let store = Self::default();
+        *lock(&store.taken) = checkpoint.clone();
+        *lock(&store.saved) = Some(checkpoint);
+        store
+    }
+
     pub fn saved(&self) -> Option<Checkpoint> {
         lock(&self.saved).clone()
     }
@@ -619,13 +630,21 @@ impl FakeCheckpointStore {
 #[async_trait]
 impl CheckpointStore for FakeCheckpointStore {
     async fn load(&self) -> Result<Checkpoint, PortError> {
-        Ok(lock(&self.saved).clone().unwrap_or_default())
+        let saved = lock(&self.saved).clone().unwrap_or_default();
+        *lock(&self.taken) = saved.clone();
+        Ok(saved)
     }
-    async fn save(&self, checkpoint: &Checkpoint) -> Result<(), PortError> {
-        lock(&self.failure).take()?;
-        *lock(&self.saves) += 1;
-        *lock(&self.saved) = Some(checkpoint.clone());
-        Ok(())
+
+    fn record(&self, changes: Vec<CheckpointChange>) -> Recorded {
+        let mut taken = lock(&self.taken);
+        for change in changes {
+            taken.apply(change);
+        }
+        let result = lock(&self.failure).take().map(|()| {
+            *lock(&self.saves) += 1;
+            *lock(&self.saved) = Some(taken.clone());
+        });
+        Box::pin(std::future::ready(result))
     }
 }
 

@@ -6,7 +6,8 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{Rack, claim_ref, domain, run};
+use common::{Rack, claim_ref, domain, prepare_on, run};
+use domaind_actors::PrepareError;
 use domaind_actors::actors::domain::Crash;
 use domaind_actors::actors::node::GetDomain;
 use domaind_actors::model::{DomainUid, Phase, ReadinessPolicy};
@@ -15,7 +16,6 @@ use domaind_actors::ports::{ClaimError, DomainEvent, PrepareState};
 use domaind_actors::rules::peer_health::PeerHealthConfig;
 use domaind_actors::rules::status::digest;
 use domaind_actors::testing::{GossipCall, ImexCall};
-use domaind_actors::{Prepare, PrepareError};
 
 const LIMIT: Duration = Duration::from_secs(30);
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
@@ -39,7 +39,7 @@ async fn prepare_all(
         .map(|node| {
             let addr = rack.nodes[*node].addr.clone();
             let claim = claim_ref(&format!("{uid}-{node}"));
-            actix::spawn(async move { addr.send(Prepare(claim)).await.unwrap() })
+            actix::spawn(prepare_on(addr, claim))
         })
         .collect();
     let mut results = Vec::new();

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use domaind_kube_api::crd::ComputeDomainStatus;
-use domaind_node::checkpoint::{CHECKPOINT_FILE, Decoded, decode};
+use domaind_node::checkpoint;
 use domaind_node::imex::hosts;
 use domaind_node::run::{NodeView, RunInfo};
 
@@ -184,24 +184,35 @@ pub fn read_nodes_config(path: &Path) -> FileRead<usize> {
     FileRead::Read(names)
 }
 
-/// The claim uids of a checkpoint, read without the store's side effects.
+/// The claim uids of a checkpoint, read without the store's side effects. A write in
+/// flight (a last line not yet whole) is not damage; a damaged record is.
 pub fn read_checkpoint(state_dir: &Path) -> FileRead<BTreeSet<String>> {
-    let path = state_dir.join(CHECKPOINT_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return FileRead::Missing,
-        Err(e) => return FileRead::Bad(format!("cannot read {}: {e}", path.display())),
-    };
-    match decode(&bytes) {
-        Ok(Decoded::Current { checkpoint, .. }) => {
-            FileRead::Read(checkpoint.claims.keys().cloned().collect())
+    let replay = match checkpoint::inspect(state_dir) {
+        Ok(Some(replay)) => replay,
+        Ok(None) => return FileRead::Missing,
+        Err(e) => {
+            return FileRead::Bad(format!(
+                "cannot read the checkpoint in {}: {e}",
+                state_dir.display()
+            ));
         }
-        Ok(Decoded::Newer { format }) => FileRead::Bad(format!(
-            "{} has format {format}, newer than this harness reads",
-            path.display()
-        )),
-        Err(corruption) => FileRead::Bad(format!("{}: {corruption}", path.display())),
+    };
+    if let Some(format) = replay.newer {
+        return FileRead::Bad(format!(
+            "the checkpoint in {} has format {format}, newer than this harness reads",
+            state_dir.display()
+        ));
     }
+    if let Some(damaged) = replay.damaged.first() {
+        return FileRead::Bad(format!(
+            "the checkpoint in {} has {} damaged record(s), the first at line {}: {}",
+            state_dir.display(),
+            replay.damaged.len(),
+            damaged.line,
+            damaged.damage
+        ));
+    }
+    FileRead::Read(replay.checkpoint.claims.keys().cloned().collect())
 }
 
 /// Certificate reloads in a Prometheus text exposition: `(rotated, refused)`.

@@ -14,8 +14,8 @@ use domaind_actors::testing::{
     FakeStatusSink, StatusWrite,
 };
 use domaind_actors::{
-    GetSnapshot, NodeActor, NodeConfig, NodeSnapshot, Ports, Prepare, PrepareError, Prepared,
-    Shutdown, Unprepare,
+    Complete, GetSnapshot, NodeActor, NodeConfig, NodeSnapshot, Ports, Prepare, PrepareError,
+    Prepared, Shutdown, Unprepare,
 };
 use domaind_gossip::pki::{DevCa, NodeCertRequest};
 use domaind_gossip::pulse::MemoryPulses;
@@ -358,9 +358,21 @@ impl SimCluster {
         let claim = claim.to_owned();
         actix::spawn(async move {
             for _ in 0..30 {
-                let Ok(answer) = actor.send(Prepare(claim_ref.clone())).await else {
+                let Ok(mut answer) = actor.send(Prepare(claim_ref.clone())).await else {
                     return;
                 };
+                // As the kubelet plugin does: the answer is recorded before it is given.
+                if answer.is_ok() {
+                    let complete = Complete {
+                        claim_uid: claim.clone(),
+                        devices: Vec::new(),
+                    };
+                    match actor.send(complete).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => answer = Err(error),
+                        Err(_) => return,
+                    }
+                }
                 let retry = answer.as_ref().err().is_some_and(PrepareError::retryable);
                 prepared
                     .lock()

@@ -278,7 +278,7 @@ fn a_node_out_of_the_domain_must_not_run_imex() {
 #[test]
 fn lost_and_resurrected_claims_are_caught_in_real_checkpoint_files() {
     use domaind_actors::ports::CheckpointStore as _;
-    use domaind_node::checkpoint::{CHECKPOINT_FILE, CheckpointConfig, FileCheckpointStore};
+    use domaind_node::checkpoint::{CheckpointConfig, FileCheckpointStore, JOURNAL_FILE};
 
     let dir = tempfile::tempdir().unwrap();
     let now = Instant::now();
@@ -288,7 +288,11 @@ fn lost_and_resurrected_claims_are_caught_in_real_checkpoint_files() {
     // A checkpoint written by the daemon's own store, holding no claim.
     let store = FileCheckpointStore::open(CheckpointConfig::new(dir.path())).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(store.save(&Default::default())).unwrap();
+    runtime.block_on(async {
+        store.load().await.unwrap();
+        let claim = domaind_actors::ports::CheckpointChange::ClaimGone("never-held".into());
+        store.record(vec![claim]).await.unwrap();
+    });
     obs.nodes[0].checkpoint = read_checkpoint(dir.path());
     let violations = check(&world, &obs, now);
     assert!(
@@ -299,8 +303,8 @@ fn lost_and_resurrected_claims_are_caught_in_real_checkpoint_files() {
         "{violations:#?}"
     );
 
-    // A corrupt file.
-    std::fs::write(dir.path().join(CHECKPOINT_FILE), b"{\"format\":1,").unwrap();
+    // A damaged record.
+    std::fs::write(dir.path().join(JOURNAL_FILE), b"00000000 {\"v\":2,\n").unwrap();
     obs.nodes[0].checkpoint = read_checkpoint(dir.path());
     assert!(!only(&check(&world, &obs, now), Invariant::Checkpoint).is_empty());
 

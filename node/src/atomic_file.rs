@@ -31,10 +31,31 @@ pub(crate) fn is_temp_of(name: &str, target: &str) -> bool {
 /// Directories this module creates: readable by all, as `/var/run/cdi` must be.
 const DIR_MODE: u32 = 0o755;
 
-/// Replaces `dir/target` with `bytes`, created with `mode` (before the umask). `dir`
-/// is created (mode 0755) if missing: a state directory may have been removed under
-/// a running daemon.
+/// Whether a write must survive a power loss, or only a crash of the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// Flushed to disk (file and directory) before the call returns.
+    PowerLoss,
+    /// Left in the page cache: readers and a restarted process see it, a reboot may
+    /// not. For files that mean nothing after a reboot anyway.
+    ProcessCrash,
+}
+
+/// Replaces `dir/target` with `bytes`, created with `mode` (before the umask), durably.
+/// `dir` is created (mode 0755) if missing: a state directory may have been removed
+/// under a running daemon.
 pub(crate) fn replace(dir: &Path, target: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    replace_with(dir, target, bytes, mode, Durability::PowerLoss)
+}
+
+/// [`replace`], as durable as `durability` asks.
+pub(crate) fn replace_with(
+    dir: &Path,
+    target: &str,
+    bytes: &[u8],
+    mode: u32,
+    durability: Durability,
+) -> io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(DIR_MODE)
@@ -45,30 +66,36 @@ pub(crate) fn replace(dir: &Path, target: &str, bytes: &[u8], mode: u32) -> io::
         .permissions(Permissions::from_mode(mode))
         .tempfile_in(dir)?;
     temp.write_all(bytes)?;
-    temp.as_file().sync_all()?;
+    if durability == Durability::PowerLoss {
+        temp.as_file().sync_all()?;
+    }
     // On failure the temporary file is dropped, and so removed.
     temp.persist(dir.join(target))
         .map_err(|error| error.error)?;
-    sync_dir(dir)
+    if durability == Durability::PowerLoss {
+        sync_dir(dir)?;
+    }
+    Ok(())
 }
 
-/// Removes `dir/target`; a file that is already gone is not an error. Returns whether
-/// there was one.
+/// Removes `dir/target`, durably; a file that is already gone is not an error. Returns
+/// whether there was one.
 pub(crate) fn remove(dir: &Path, target: &str) -> io::Result<bool> {
+    remove_with(dir, target, Durability::PowerLoss)
+}
+
+/// [`remove`], as durable as `durability` asks.
+pub(crate) fn remove_with(dir: &Path, target: &str, durability: Durability) -> io::Result<bool> {
     match fs::remove_file(dir.join(target)) {
         Ok(()) => {
-            sync_dir(dir)?;
+            if durability == Durability::PowerLoss {
+                sync_dir(dir)?;
+            }
             Ok(true)
         }
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(error) => Err(error),
     }
-}
-
-/// Renames `dir/from` to `dir/to`, durably.
-pub(crate) fn rename(dir: &Path, from: &str, to: &str) -> io::Result<()> {
-    fs::rename(dir.join(from), dir.join(to))?;
-    sync_dir(dir)
 }
 
 /// Removes the temporary files that writes of any target `belongs` accepts left behind

@@ -42,6 +42,42 @@ impl EventText {
                 "PrepareRefused",
                 format!("claim {claim} refused: {reason}"),
             ),
+            DomainEvent::CheckpointDamaged {
+                node,
+                records,
+                lost_claims,
+            } => (
+                EventType::Warning,
+                "CheckpointDamaged",
+                if lost_claims.is_empty() {
+                    format!(
+                        "node {node} found {records} damaged record(s) in its checkpoint and set \
+                         them aside; no claim's state depended on them"
+                    )
+                } else {
+                    format!(
+                        "node {node} found {records} damaged record(s) in its checkpoint and set \
+                         them aside; claims whose state was lost with them (rebuilt from the API \
+                         server where there is one): {}",
+                        lost_claims.join(", ")
+                    )
+                },
+            ),
+            DomainEvent::StateNotPersisted { node, error } => (
+                EventType::Warning,
+                "StateNotPersisted",
+                format!(
+                    "node {node} cannot write its state directory ({error}); it serves prepares \
+                     from memory and writes them once it can; a restart before then forgets them"
+                ),
+            ),
+            DomainEvent::StatePersisted { node } => (
+                EventType::Normal,
+                "StatePersisted",
+                format!(
+                    "node {node} writes its state directory again; nothing held in memory was lost"
+                ),
+            ),
         };
         Self {
             type_,

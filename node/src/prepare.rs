@@ -10,7 +10,7 @@ use std::sync::Arc;
 use actix::Addr;
 use async_trait::async_trait;
 use domaind_actors::model::{AllocatedDevice, ClaimRef};
-use domaind_actors::{NodeActor, Prepare, PrepareError, RecordDevices, Unprepare};
+use domaind_actors::{Complete, NodeActor, Prepare, PrepareError, Unprepare};
 use tracing::{info, warn};
 
 use crate::cdi::{CdiWriter, ClaimChannels, ClaimUid};
@@ -107,8 +107,10 @@ impl NodePlugin for PrepareService {
             warn!(claim = %claim.uid, %message, "claim's devices not prepared");
             ClaimFailure::retryable(message)
         })?;
+        // Recorded as completed, with its devices, before the answer: an answered
+        // prepare survives a restart.
         self.node
-            .send(RecordDevices {
+            .send(Complete {
                 claim_uid: claim.uid.clone(),
                 devices: ids.clone(),
             })

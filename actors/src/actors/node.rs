@@ -18,14 +18,16 @@ use crate::config::NodeConfig;
 use crate::model::{ClaimRef, DomainUid};
 use crate::outcome::{PrepareError, Prepared, domain_label};
 use crate::ports::{
-    Checkpoint, CheckpointStore, ClaimError, ClaimRecord, DomainEvent, PortError, Ports,
-    PrepareState,
+    Checkpoint, CheckpointChange, ClaimError, ClaimRecord, DomainEvent, PortError, Ports,
+    PrepareState, Recorded,
 };
 
 pub const PREPARES: &str = "domaind_prepare_total";
 pub const CHECKPOINT_FAILURES: &str = "domaind_checkpoint_failures_total";
 
-/// The kubelet's NodePrepareResources, for one claim.
+/// The kubelet's NodePrepareResources, for one claim: admits the claim (recorded in the
+/// checkpoint before anything else happens) and answers once its readiness policy
+/// holds. The caller then prepares the claim's devices and sends [`Complete`].
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<Prepared, PrepareError>")]
 pub struct Prepare(pub ClaimRef);
@@ -51,10 +53,12 @@ pub struct Shutdown {
 #[rtype(result = "()")]
 pub struct Depart;
 
-/// The CDI device ids a prepared claim was given, for the checkpoint.
+/// A prepare about to be answered with success: the claim is recorded as completed,
+/// with the CDI device ids it was given, in one change. Resolves once that is recorded,
+/// so that an answered prepare is never lost.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<(), PrepareError>")]
-pub struct RecordDevices {
+pub struct Complete {
     pub claim_uid: String,
     pub devices: Vec<String>,
 }
@@ -72,42 +76,15 @@ pub struct NodeSnapshot {
     pub imex: ImexLifecycle,
 }
 
-/// Saves checkpoints in the order they were made, newest wins.
-struct CheckpointSaver {
-    store: Arc<dyn CheckpointStore>,
-    saved: tokio::sync::Mutex<u64>,
-    /// The version last saved, readable without waiting for a save in flight.
-    saved_version: std::sync::atomic::AtomicU64,
-}
-
-impl CheckpointSaver {
-    async fn save(&self, version: u64, checkpoint: Checkpoint) -> Result<(), PortError> {
-        let mut saved = self.saved.lock().await;
-        if version <= *saved {
-            return Ok(());
-        }
-        self.store.save(&checkpoint).await?;
-        *saved = version;
-        self.saved_version
-            .store(version, std::sync::atomic::Ordering::Release);
-        Ok(())
-    }
-
-    fn saved_version(&self) -> u64 {
-        self.saved_version
-            .load(std::sync::atomic::Ordering::Acquire)
-    }
-}
-
 pub struct NodeActor {
     config: Arc<NodeConfig>,
     ports: Ports,
     imex: Option<Addr<ImexProcessActor>>,
     bridge: Option<Addr<GossipBridge>>,
     domains: BTreeMap<DomainUid, Addr<DomainActor>>,
+    /// What the checkpoint holds once every change recorded so far is: kept here, so
+    /// that the store only ever hears of changes.
     checkpoint: Checkpoint,
-    version: u64,
-    saver: Arc<CheckpointSaver>,
 }
 
 impl std::fmt::Debug for NodeActor {
@@ -120,11 +97,6 @@ impl std::fmt::Debug for NodeActor {
 
 impl NodeActor {
     pub fn new(config: NodeConfig, ports: Ports) -> Self {
-        let saver = Arc::new(CheckpointSaver {
-            store: ports.checkpoint.clone(),
-            saved: tokio::sync::Mutex::new(0),
-            saved_version: Default::default(),
-        });
         Self {
             config: Arc::new(config),
             ports,
@@ -132,8 +104,6 @@ impl NodeActor {
             bridge: None,
             domains: BTreeMap::new(),
             checkpoint: Checkpoint::default(),
-            version: 0,
-            saver,
         }
     }
 
@@ -163,22 +133,29 @@ impl NodeActor {
         self.checkpoint.claims.values().next()
     }
 
-    fn save(&mut self) -> impl std::future::Future<Output = Result<(), PortError>> + use<> {
-        self.version += 1;
-        let (saver, version, checkpoint) =
-            (self.saver.clone(), self.version, self.checkpoint.clone());
+    /// Applies `changes` here and hands them to the store, in this order: the store
+    /// takes them in before this returns, so changes are recorded in the order they were
+    /// made. No changes: waits for everything recorded before.
+    fn record(
+        &mut self,
+        changes: Vec<CheckpointChange>,
+    ) -> impl std::future::Future<Output = Result<(), PortError>> + use<> {
+        for change in &changes {
+            self.checkpoint.apply(change.clone());
+        }
+        let recorded: Recorded = self.ports.checkpoint.record(changes);
         async move {
-            let result = saver.save(version, checkpoint).await;
+            let result = recorded.await;
             if let Err(error) = &result {
                 metrics::counter!(CHECKPOINT_FAILURES).increment(1);
-                error!(%error, "checkpoint not saved");
+                error!(%error, "checkpoint not recorded");
             }
             result
         }
     }
 
     /// Accepts a resolved claim: refuses a second domain, records, starts or joins the
-    /// domain. Returns the domain to wait on and the checkpoint save to await first.
+    /// domain. Returns the domain to wait on and the checkpoint record to await first.
     fn admit(
         &mut self,
         claim: ClaimRef,
@@ -233,13 +210,10 @@ impl NodeActor {
             state: PrepareState::PrepareStarted,
             devices: Vec::new(),
         };
-        self.checkpoint
-            .claims
-            .insert(record.claim.uid.clone(), record.clone());
+        let recorded = self.record(vec![CheckpointChange::Claim(record.clone())]);
         let domain = self.domain(&record, ctx);
         domain.do_send(AddClaim(record));
-        let save = self.save();
-        Ok((domain, save))
+        Ok((domain, recorded))
     }
 }
 
@@ -293,21 +267,15 @@ impl Handler<Prepare> for NodeActor {
             .and_then(|r| self.domains.get(&r.info.domain.uid))
             .cloned();
         if let Some(domain) = known {
-            // A claim is only answered once it is on disk: an earlier save may have
-            // failed.
-            let behind = self.saver.saved_version() < self.version;
-            let save = behind.then(|| self.save());
+            // A claim is only answered once it is recorded: the record that admitted it
+            // may have failed, or be in flight still.
+            let recorded = self.record(Vec::new());
             return Box::pin(
                 async move {
-                    if let Some(save) = save {
-                        save.await.map_err(not_recorded)?;
-                    }
-                    wait(domain, uid.clone())
-                        .await
-                        .map(|prepared| (uid, prepared))
+                    recorded.await.map_err(not_recorded)?;
+                    wait(domain, uid).await
                 }
-                .into_actor(self)
-                .then(complete),
+                .into_actor(self),
             );
         }
         let claims = self.ports.claims.clone();
@@ -318,46 +286,18 @@ impl Handler<Prepare> for NodeActor {
                 .then(move |resolved, act, ctx| {
                     let admitted = act.admit(claim, resolved, ctx);
                     async move {
-                        let (domain, save) = admitted?;
-                        save.await.map_err(not_recorded)?;
-                        wait(domain, uid.clone())
-                            .await
-                            .map(|prepared| (uid, prepared))
+                        let (domain, recorded) = admitted?;
+                        recorded.await.map_err(not_recorded)?;
+                        wait(domain, uid).await
                     }
                     .into_actor(act)
-                })
-                .then(complete),
+                }),
         )
     }
 }
 
 fn not_recorded(error: PortError) -> PrepareError {
     PrepareError::Transient(format!("cannot record the prepared claim: {error}"))
-}
-
-/// Marks a claim completed in the checkpoint the first time it is answered with
-/// success; the answer waits for that save.
-fn complete(
-    result: Result<(String, Prepared), PrepareError>,
-    act: &mut NodeActor,
-    _: &mut Context<NodeActor>,
-) -> impl ActorFuture<NodeActor, Output = Result<Prepared, PrepareError>> + use<> {
-    let mut save = None;
-    if let Ok((uid, _)) = &result
-        && let Some(record) = act.checkpoint.claims.get_mut(uid)
-        && record.state != PrepareState::PrepareCompleted
-    {
-        record.state = PrepareState::PrepareCompleted;
-        save = Some(act.save());
-    }
-    async move {
-        let (_, prepared) = result?;
-        if let Some(save) = save {
-            save.await.map_err(not_recorded)?;
-        }
-        Ok(prepared)
-    }
-    .into_actor(act)
 }
 
 async fn wait(domain: Addr<DomainActor>, uid: String) -> Result<Prepared, PrepareError> {
@@ -379,37 +319,48 @@ impl Handler<Unprepare> for NodeActor {
     type Result = ResponseActFuture<Self, Result<(), PrepareError>>;
 
     fn handle(&mut self, Unprepare(uid): Unprepare, _: &mut Self::Context) -> Self::Result {
-        let Some(record) = self.checkpoint.claims.remove(&uid) else {
+        let Some(record) = self.checkpoint.claims.get(&uid) else {
             return Box::pin(actix::fut::ready(Ok(())));
         };
         let domain_uid = record.info.domain.uid.clone();
         let domain = self.domains.get(&domain_uid).cloned();
+        // Recorded now, not once the domain has answered: a prepare of the same claim
+        // arriving meanwhile is recorded after it, as it happened.
+        let gone = self.record(vec![CheckpointChange::ClaimGone(uid.clone())]);
         Box::pin(
             async move {
-                match domain {
+                let remaining = match domain {
                     Some(domain) => domain.send(RemoveClaim(uid)).await.unwrap_or(0),
                     None => 0,
-                }
+                };
+                (remaining, gone.await)
             }
             .into_actor(self)
-            .then(move |remaining, act, _| {
-                if remaining == 0
+            .then(move |(remaining, gone), act, _| {
+                let domain_left = remaining == 0
                     && !act
                         .checkpoint
                         .claims
                         .values()
-                        .any(|r| r.info.domain.uid == domain_uid)
-                {
+                        .any(|r| r.info.domain.uid == domain_uid);
+                let mut changes = Vec::new();
+                if domain_left {
                     if let Some(domain) = act.domains.remove(&domain_uid) {
                         domain.do_send(Leave {
                             workload_gone: true,
                         });
                     }
-                    act.checkpoint.slots.remove(&domain_uid);
+                    if act.checkpoint.slots.contains_key(&domain_uid) {
+                        changes.push(CheckpointChange::SlotGone(domain_uid));
+                    }
                 }
-                let save = act.save();
+                let slot_gone = (!changes.is_empty()).then(|| act.record(changes));
                 async move {
-                    save.await.map_err(|e| {
+                    let slot_gone = match slot_gone {
+                        Some(recorded) => recorded.await,
+                        None => Ok(()),
+                    };
+                    gone.and(slot_gone).map_err(|e| {
                         PrepareError::Transient(format!("cannot record the unprepared claim: {e}"))
                     })
                 }
@@ -434,14 +385,14 @@ impl Handler<SlotChanged> for NodeActor {
         if !self.domains.contains_key(&domain) {
             return;
         }
-        match slot {
-            Some(slot) => self.checkpoint.slots.insert(domain, slot),
-            None => self.checkpoint.slots.remove(&domain),
+        let change = match slot {
+            Some(slot) => CheckpointChange::Slot { domain, slot },
+            None => CheckpointChange::SlotGone(domain),
         };
-        let save = self.save();
+        let recorded = self.record(vec![change]);
         ctx.spawn(
             async move {
-                if let Err(error) = save.await {
+                if let Err(error) = recorded.await {
                     warn!(%error, "slot not checkpointed");
                 }
             }
@@ -478,7 +429,7 @@ impl Handler<Depart> for NodeActor {
             imex.do_send(Detach { stop_daemon: false });
         }
         self.bridge = None;
-        let flush = (self.saver.saved_version() < self.version).then(|| self.save());
+        let flush = self.record(Vec::new());
         let imex = self.ports.imex.clone();
         Box::pin(
             async move {
@@ -492,10 +443,8 @@ impl Handler<Depart> for NodeActor {
                 if let Err(error) = imex.stop().await {
                     warn!(%error, "IMEX daemon did not stop cleanly");
                 }
-                if let Some(flush) = flush {
-                    // Already counted and logged by save().
-                    let _ = flush.await;
-                }
+                // Already counted and logged by record().
+                let _ = flush.await;
             }
             .into_actor(self)
             .map(|(), act, ctx| {
@@ -506,27 +455,28 @@ impl Handler<Depart> for NodeActor {
     }
 }
 
-impl Handler<RecordDevices> for NodeActor {
+impl Handler<Complete> for NodeActor {
     type Result = ResponseActFuture<Self, Result<(), PrepareError>>;
 
-    fn handle(&mut self, msg: RecordDevices, _: &mut Self::Context) -> Self::Result {
-        let changed = match self.checkpoint.claims.get_mut(&msg.claim_uid) {
-            Some(record) if record.devices != msg.devices => {
-                record.devices = msg.devices;
-                true
-            }
-            _ => false,
+    fn handle(&mut self, msg: Complete, _: &mut Self::Context) -> Self::Result {
+        let Some(record) = self.checkpoint.claims.get(&msg.claim_uid) else {
+            // Unprepared while its devices were being made: nothing to answer for.
+            return Box::pin(actix::fut::ready(Err(PrepareError::Transient(format!(
+                "claim {} was unprepared while it was being prepared; call again",
+                msg.claim_uid
+            )))));
         };
-        let save = changed.then(|| self.save());
-        Box::pin(
-            async move {
-                match save {
-                    Some(save) => save.await.map_err(not_recorded),
-                    None => Ok(()),
-                }
-            }
-            .into_actor(self),
-        )
+        let changes =
+            if record.state == PrepareState::PrepareCompleted && record.devices == msg.devices {
+                Vec::new()
+            } else {
+                let mut completed = record.clone();
+                completed.state = PrepareState::PrepareCompleted;
+                completed.devices = msg.devices;
+                vec![CheckpointChange::Claim(completed)]
+            };
+        let recorded = self.record(changes);
+        Box::pin(async move { recorded.await.map_err(not_recorded) }.into_actor(self))
     }
 }
 

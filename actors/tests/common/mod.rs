@@ -143,11 +143,7 @@ impl Rack {
     }
 
     pub async fn prepare(&self, node: &str, claim: &str) -> Result<Prepared, PrepareError> {
-        self.nodes[node]
-            .addr
-            .send(domaind_actors::Prepare(claim_ref(claim)))
-            .await
-            .expect("node alive")
+        prepare_on(self.nodes[node].addr.clone(), claim_ref(claim)).await
     }
 
     pub async fn unprepare(&self, node: &str, claim: &str) -> Result<(), PrepareError> {
@@ -196,4 +192,20 @@ impl Rack {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// What the kubelet plugin does for one claim: prepare, then record the answer.
+pub async fn prepare_on(node: Addr<NodeActor>, claim: ClaimRef) -> Result<Prepared, PrepareError> {
+    let uid = claim.uid.clone();
+    let prepared = node
+        .send(domaind_actors::Prepare(claim))
+        .await
+        .expect("node alive")?;
+    node.send(domaind_actors::Complete {
+        claim_uid: uid,
+        devices: Vec::new(),
+    })
+    .await
+    .expect("node alive")?;
+    Ok(prepared)
 }

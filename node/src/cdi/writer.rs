@@ -9,7 +9,13 @@ use domaind_actors::model::AllocationMode;
 use super::CdiError;
 use super::names::{ClaimUid, Kind};
 use super::spec::{CDI_VERSION, ContainerEdits, Device, DeviceNode, Spec};
-use crate::atomic_file as atomic;
+use crate::atomic_file::{self as atomic, Durability};
+
+/// A claim's spec is not flushed to disk: it means nothing after a reboot (the pods
+/// are gone, the checkpoint of the previous boot is discarded, and the kubelet prepares
+/// again), a crash of domaind alone leaves it in the page cache, and `/var/run/cdi`
+/// is a tmpfs on most hosts anyway. Two fsyncs per prepare were most of its cost.
+const SPEC_DURABILITY: Durability = Durability::ProcessCrash;
 
 /// Where container runtimes look for CDI specs that change at run time.
 pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
@@ -164,11 +170,12 @@ impl CdiWriter {
             path: path.clone(),
             source,
         };
-        atomic::replace(
+        atomic::replace_with(
             &self.dir,
             &self.kind.spec_file_name(claim),
             &bytes,
             SPEC_MODE,
+            SPEC_DURABILITY,
         )
         .map_err(write_error)?;
         Ok(ids)
@@ -177,12 +184,12 @@ impl CdiWriter {
     /// Removes `claim`'s spec. Returns whether there was one: a claim never written,
     /// or already removed, is not an error.
     pub fn remove_claim(&self, claim: &ClaimUid) -> Result<bool, CdiError> {
-        atomic::remove(&self.dir, &self.kind.spec_file_name(claim)).map_err(|source| {
-            CdiError::Remove {
+        atomic::remove_with(&self.dir, &self.kind.spec_file_name(claim), SPEC_DURABILITY).map_err(
+            |source| CdiError::Remove {
                 path: self.spec_path(claim),
                 source,
-            }
-        })
+            },
+        )
     }
 
     /// The claims that have a spec here, sorted: for reconciling with the checkpoint

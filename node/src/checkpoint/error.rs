@@ -16,12 +16,6 @@ pub enum CheckpointError {
     #[error("the boot id in {path} is empty or not printable ASCII: {found:?}")]
     BootIdInvalid { path: PathBuf, found: String },
 
-    #[error(
-        "cannot create the state directory {path}: {source}; check that its parent \
-         exists and is writable by domaind"
-    )]
-    CreateDir { path: PathBuf, source: io::Error },
-
     #[error("cannot read the checkpoint {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
 
@@ -36,23 +30,8 @@ pub enum CheckpointError {
         supported: u32,
     },
 
-    #[error("cannot encode the checkpoint for {path}: {source}")]
-    Encode {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
-
-    #[error(
-        "cannot write the checkpoint {path}: {source}; check free space and that the \
-         state directory is writable by domaind"
-    )]
-    Write { path: PathBuf, source: io::Error },
-
-    #[error("the checkpoint task for {path} did not finish: {source}")]
-    Task {
-        path: PathBuf,
-        source: tokio::task::JoinError,
-    },
+    #[error("the checkpoint's writer for {path} has stopped")]
+    WriterGone { path: PathBuf },
 }
 
 impl From<CheckpointError> for PortError {

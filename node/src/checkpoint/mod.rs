@@ -1,31 +1,97 @@
-//! The checkpoint store: what this node's prepared claims and slots were, kept in
-//! `<state dir>/checkpoint.json` so that a restarted daemon answers the kubelet as before.
+//! The checkpoint store: what this node's prepared claims and slots are, kept in
+//! `<state dir>/checkpoint.journal` so that a restarted daemon answers the kubelet as
+//! before.
 //!
-//! - The file is an envelope: a format version, the boot id it was written on, a CRC-32
-//!   of the payload and the payload (the actors' [`Checkpoint`](domaind_actors::ports::Checkpoint)).
-//! - Saves replace the file atomically; a temporary file left by a crash is removed at
-//!   the next load, and the previous checkpoint still loads.
-//! - A checkpoint of a previous boot is deleted and loading starts empty: claims,
-//!   device nodes and containers do not survive a node reboot.
-//! - A corrupt file is moved aside and loading starts empty, counted in
-//!   [`CORRUPT_TOTAL`]: a bad file must never crash-loop the daemon.
-//! - A file of a newer format fails the load, and every save, until domaind is
+//! - The journal is a file of records, one line each, every one with its own CRC-32,
+//!   format version and boot id (`line`): a change to the checkpoint is one record, so
+//!   what a prepare writes does not grow with the claims held.
+//! - One writer task owns the file (`writer`): changes recorded while a write is under
+//!   way are written together, with one append and one `fdatasync` (group commit); the
+//!   journal is rewritten whole (atomically) when appends outnumber what it holds twice
+//!   over.
+//! - Reading it back (`replay`) applies records in order. A damaged record is set
+//!   aside (copied to `checkpoint.journal.damaged-<ms>`), counted in
+//!   [`CORRUPT_TOTAL`], and costs only the claim it was the last word on: the rest is
+//!   restored. A write cut short by a crash (a last line without its newline) was never
+//!   answered and is dropped.
+//! - A journal of a previous boot starts empty: claims, device nodes and containers do
+//!   not survive a node reboot.
+//! - A full or read-only state directory is not fatal: changes are kept in memory and
+//!   answered, the store says it is not persisted ([`Persistence`]), retries with a
+//!   backoff, and writes the journal whole once it can.
+//! - A journal of a newer format fails the load, and every record, until domaind is
 //!   upgraded or the file removed: a downgrade never overwrites newer state.
+//! - Format 1 (`checkpoint.json`, one envelope for everything: `legacy`) is read once
+//!   and migrated.
 
-mod envelope;
 mod error;
+mod journal;
+mod legacy;
+mod line;
+mod replay;
 mod store;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
+mod writer;
 
-// decode: outside readers (the chaos harness) inspect a live node's file without the
-// store's side effects (moving a corrupt file aside, deleting a previous boot's).
-pub use envelope::{Corruption, Decoded, FORMAT_VERSION, decode};
 pub use error::CheckpointError;
-pub use store::{
-    CHECKPOINT_FILE, CheckpointConfig, DEFAULT_BOOT_ID_PATH, FileCheckpointStore, LoadOutcome,
-    Loaded,
-};
+pub use journal::{DirJournal, JOURNAL_FILE, Journal, LEGACY_FILE};
+pub use line::FORMAT_VERSION;
+pub use replay::Replay;
+pub use store::{CheckpointConfig, DEFAULT_BOOT_ID_PATH, FileCheckpointStore, LoadOutcome, Loaded};
+pub use writer::{Persistence, WriterStats};
 
-/// Counter: checkpoint files found corrupt and moved aside.
+/// Counter: damaged checkpoint records (or corrupt format-1 files) found and set aside.
 pub const CORRUPT_TOTAL: &str = "domaind_checkpoint_corrupt_total";
+
+pub(crate) mod metrics_names {
+    /// Counter: writes of the checkpoint that failed (each retry counts).
+    pub const WRITE_FAILURES: &str = "domaind_checkpoint_write_failures_total";
+    /// Gauge: 1 while everything recorded is on disk, 0 while some is only in memory.
+    pub const PERSISTED: &str = "domaind_checkpoint_persisted";
+    /// Histogram: callers answered by one write (group commit at work).
+    pub const GROUP_SIZE: &str = "domaind_checkpoint_group_size";
+    /// Histogram: seconds per write, by `kind` (`append`, `whole`).
+    pub const WRITE_SECONDS: &str = "domaind_checkpoint_write_seconds";
+}
+pub use metrics_names::{GROUP_SIZE, PERSISTED, WRITE_FAILURES, WRITE_SECONDS};
+
+/// The claim uids in the journal of `state_dir`, as a reader outside the daemon sees
+/// it (the chaos harness): no side effects, no boot check. `None` when there is no
+/// journal (nor a format-1 file).
+pub fn inspect(state_dir: &std::path::Path) -> std::io::Result<Option<Replay>> {
+    let journal = state_dir.join(JOURNAL_FILE);
+    match std::fs::read(&journal) {
+        Ok(bytes) => {
+            let boot = inspect_boot(&bytes);
+            return Ok(Some(replay::replay(&bytes, &boot)));
+        }
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+        Err(_) => {}
+    }
+    match std::fs::read(state_dir.join(LEGACY_FILE)) {
+        Ok(bytes) => Ok(Some(match legacy::decode(&bytes) {
+            Ok(legacy::Decoded::Current { checkpoint, .. }) => Replay {
+                records: checkpoint.claims.len() + checkpoint.slots.len(),
+                checkpoint,
+                ..Replay::default()
+            },
+            _ => Replay::default(),
+        })),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// The boot the last intact record was written on: an outside reader has no boot id
+/// of the daemon's to compare with, and the daemon's newest records are its own.
+fn inspect_boot(bytes: &[u8]) -> String {
+    bytes
+        .split(|b| *b == b'\n')
+        .rev()
+        .find_map(|text| match line::decode(text) {
+            Ok(line::Decoded::Record { boot, .. }) => Some(boot),
+            _ => None,
+        })
+        .unwrap_or_default()
+}

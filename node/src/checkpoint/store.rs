@@ -1,34 +1,29 @@
 use std::fs;
-use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use domaind_actors::ports::{Checkpoint, CheckpointStore, PortError};
+use domaind_actors::model::DomainRef;
+use domaind_actors::ports::{
+    Checkpoint, CheckpointChange, CheckpointStore, DomainEvent, EventSink, PortError, Recorded,
+};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
-use super::envelope::{self, Corruption, Decoded, FORMAT_VERSION};
+use super::journal::{DirJournal, Journal};
+use super::writer::{Persistence, Request, Writer, WriterStats};
 use super::{CORRUPT_TOTAL, CheckpointError};
-use crate::atomic_file as atomic;
-
-/// The checkpoint's file name in the state directory.
-pub const CHECKPOINT_FILE: &str = "checkpoint.json";
 
 /// Where Linux keeps the id of the current boot.
 pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
-/// Corrupt checkpoints kept for a post-mortem; older ones are deleted.
-const CORRUPT_COPIES_KEPT: usize = 3;
-
-const FILE_MODE: u32 = 0o600;
 const DIR_MODE: u32 = 0o755;
 
 /// Where the checkpoint lives and how to learn the boot id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointConfig {
-    /// Created if missing.
+    /// Created if missing (if it cannot be, the store starts not persisted).
     pub state_dir: PathBuf,
     pub boot_id_path: PathBuf,
 }
@@ -51,20 +46,32 @@ impl CheckpointConfig {
 /// What a load found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LoadOutcome {
-    /// No checkpoint: the first start on this node, or the file was removed.
+    /// No checkpoint: the first start on this node, or the files were removed.
     Missing,
     /// The checkpoint of this boot.
     Restored { claims: usize },
     /// Written before the node last rebooted. Prepared claims, device nodes and
-    /// containers do not survive a reboot, so it was deleted and loading starts empty.
+    /// containers do not survive a reboot, so it was emptied and loading starts empty.
     PreviousBoot { written_on_boot: String },
-    /// Not a checkpoint we can trust. Moved to `moved_to` (unless that failed too) and
-    /// loading starts empty.
-    Corrupt {
-        reason: String,
+    /// Some records could not be trusted. They were set aside (copied to `moved_to`,
+    /// unless that failed too) and dropped; the rest was restored.
+    Damaged {
+        /// Claims restored.
+        claims: usize,
+        damaged_records: usize,
+        /// Claims whose last record was damaged: their state is unknown, so they were
+        /// left out (and, with the Kubernetes backend, rebuilt from the API server).
+        lost_claims: Vec<String>,
+        /// Damaged records that named no claim we could tell: what they cost is
+        /// unknown (the Kubernetes backend rebuilds what the API server knows of).
+        unattributed: usize,
+        /// `line N: why`, for the log.
+        details: Vec<String>,
+        /// The ComputeDomains to tell.
+        domains: Vec<DomainRef>,
         moved_to: Option<PathBuf>,
     },
-    /// Written by a newer domaind: the load failed, and saves fail until the file is
+    /// Written by a newer domaind: the load failed, and records fail until the file is
     /// gone or domaind is upgraded.
     NewerFormat { found: u32, supported: u32 },
 }
@@ -73,7 +80,20 @@ impl LoadOutcome {
     /// State was lost or refused in a way an operator should hear of, unlike a first
     /// start or a reboot: logged as an error and counted.
     pub fn needs_attention(&self) -> bool {
-        matches!(self, Self::Corrupt { .. } | Self::NewerFormat { .. })
+        matches!(self, Self::Damaged { .. } | Self::NewerFormat { .. })
+    }
+
+    /// Whether claims may be missing that the API server could tell us of.
+    pub fn may_have_lost_claims(&self) -> bool {
+        match self {
+            Self::Missing => true,
+            Self::Damaged {
+                lost_claims,
+                unattributed,
+                ..
+            } => !lost_claims.is_empty() || *unattributed > 0,
+            _ => false,
+        }
     }
 }
 
@@ -84,8 +104,9 @@ pub struct Loaded {
     pub outcome: LoadOutcome,
 }
 
-/// The actors' checkpoint in one JSON file: versioned, checksummed, replaced
-/// atomically, and reset when the node reboots. See the module documentation.
+/// The actors' checkpoint as a journal of per-record-checksummed changes, committed in
+/// groups by one writer task, compacted as it grows, reset when the node reboots, and
+/// kept in memory when the disk refuses it. See the module documentation.
 #[derive(Debug, Clone)]
 pub struct FileCheckpointStore {
     inner: Arc<Inner>,
@@ -93,56 +114,81 @@ pub struct FileCheckpointStore {
 
 #[derive(Debug)]
 struct Inner {
-    dir: PathBuf,
     path: PathBuf,
     boot_id: String,
-    /// Held for every file operation, so that a load's cleaning of temporary files
-    /// never races a save.
-    state: Mutex<State>,
+    requests: mpsc::UnboundedSender<Request>,
+    /// The writer until its first use: it is spawned then, on the caller's runtime.
+    idle: Mutex<Option<(Writer, mpsc::UnboundedReceiver<Request>)>>,
+    persistence: watch::Receiver<Persistence>,
+    last: Mutex<Option<LoadOutcome>>,
+    events: Mutex<Option<EventTarget>>,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    overwrite: Overwrite,
-    last: Option<LoadOutcome>,
+/// Where the store tells users what happened to a node's state.
+#[derive(Clone)]
+struct EventTarget {
+    node: String,
+    sink: Arc<dyn EventSink>,
 }
 
-/// Whether a save may replace the file on disk.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum Overwrite {
-    /// Not known yet: look at the file's format first.
-    #[default]
-    Unchecked,
-    Allowed,
-    /// The file is of this newer format.
-    Refused {
-        found: u32,
-    },
+impl std::fmt::Debug for EventTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventTarget")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").finish_non_exhaustive()
+    }
 }
 
 impl FileCheckpointStore {
-    /// Reads the boot id and creates the state directory.
+    /// Reads the boot id and creates the state directory. A directory that cannot be
+    /// created is not an error here: the store starts, holds what it is given in
+    /// memory, and says it is not persisted until the directory takes a write.
     pub fn open(config: CheckpointConfig) -> Result<Self, CheckpointError> {
-        let boot_id = read_boot_id(&config.boot_id_path)?;
-        fs::DirBuilder::new()
+        if let Err(source) = fs::DirBuilder::new()
             .recursive(true)
             .mode(DIR_MODE)
             .create(&config.state_dir)
-            .map_err(|source| CheckpointError::CreateDir {
-                path: config.state_dir.clone(),
-                source,
-            })?;
-        let path = config.state_dir.join(CHECKPOINT_FILE);
+        {
+            warn!(
+                dir = %config.state_dir.display(),
+                error = %source,
+                "cannot create the state directory; prepared claims are kept in memory until it can be written"
+            );
+        }
+        let journal = DirJournal::new(&config.state_dir);
+        Self::open_with(config, Box::new(journal))
+    }
+
+    /// A store over `journal`: tests give one that fails on cue.
+    pub fn open_with(
+        config: CheckpointConfig,
+        journal: Box<dyn Journal>,
+    ) -> Result<Self, CheckpointError> {
+        let boot_id = read_boot_id(&config.boot_id_path)?;
+        let path = journal.path().to_owned();
+        let (health, persistence) = watch::channel(Persistence::Persisted);
+        let (requests, received) = mpsc::unbounded_channel();
+        let writer = Writer::new(journal, boot_id.clone(), health);
         Ok(Self {
             inner: Arc::new(Inner {
-                dir: config.state_dir,
                 path,
                 boot_id,
-                state: Mutex::default(),
+                requests,
+                idle: Mutex::new(Some((writer, received))),
+                persistence,
+                last: Mutex::default(),
+                events: Mutex::default(),
             }),
         })
     }
 
+    /// The journal's path.
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
@@ -151,40 +197,84 @@ impl FileCheckpointStore {
         &self.inner.boot_id
     }
 
-    /// Loads the checkpoint and says what was found. Never fails for a corrupt file
-    /// or one from a previous boot (both start empty); fails for an unreadable file
-    /// and for one written by a newer domaind.
+    /// Whether what the node holds is on disk, as it changes.
+    pub fn persistence(&self) -> watch::Receiver<Persistence> {
+        self.inner.persistence.clone()
+    }
+
+    /// Tells `sink` (as node `node`) of damage found at load and of the state directory
+    /// refusing writes and taking them again, as events on the domains concerned.
+    /// Spawns the task that follows the latter; call it inside the runtime.
+    pub fn report_events_to(&self, node: impl Into<String>, sink: Arc<dyn EventSink>) {
+        let target = EventTarget {
+            node: node.into(),
+            sink,
+        };
+        *lock(&self.inner.events) = Some(target.clone());
+        tokio::spawn(follow_persistence(self.persistence(), target));
+    }
+
+    /// Loads the checkpoint and says what was found. Never fails for damaged records
+    /// or a previous boot's journal (the first are set aside, the second starts empty),
+    /// nor for a directory that cannot be written; fails for an unreadable journal and
+    /// for one written by a newer domaind.
     pub async fn load_with_outcome(&self) -> Result<Loaded, CheckpointError> {
-        let inner = self.inner.clone();
-        let result = tokio::task::spawn_blocking(move || inner.load())
-            .await
-            .map_err(|source| CheckpointError::Task {
+        let (reply, answer) = oneshot::channel();
+        self.send(Request::Load(reply));
+        let result = answer.await.unwrap_or_else(|_| {
+            Err(CheckpointError::WriterGone {
                 path: self.inner.path.clone(),
-                source,
-            })?;
-        // Here, not in the blocking task: a metrics recorder may be thread-local.
+            })
+        });
+        // Here, not in the writer: a metrics recorder may be thread-local.
         self.report(&result);
+        let outcome = match &result {
+            Ok(loaded) => Some(loaded.outcome.clone()),
+            Err(CheckpointError::NewerFormat {
+                found, supported, ..
+            }) => Some(LoadOutcome::NewerFormat {
+                found: *found,
+                supported: *supported,
+            }),
+            Err(_) => None,
+        };
+        if let Some(outcome) = outcome {
+            *lock(&self.inner.last) = Some(outcome);
+        }
         result
     }
 
-    /// Saves `checkpoint`, replacing the file atomically. Refused while the file on
-    /// disk is of a newer format.
-    pub async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
+    /// Records `changes` (see [`CheckpointStore::record`]).
+    pub fn record_changes(&self, changes: Vec<CheckpointChange>) -> Recorded {
+        let (done, answer) = oneshot::channel();
+        self.send(Request::Record { changes, done });
         let path = self.inner.path.clone();
-        let bytes = envelope::encode(checkpoint, &self.inner.boot_id)
-            .map_err(|source| CheckpointError::Encode { path, source })?;
-        let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || inner.save(&bytes))
-            .await
-            .map_err(|source| CheckpointError::Task {
-                path: self.inner.path.clone(),
-                source,
-            })?
+        Box::pin(async move {
+            answer.await.unwrap_or_else(|_| {
+                Err(PortError(CheckpointError::WriterGone { path }.to_string()))
+            })
+        })
+    }
+
+    /// What the writer has done so far (after everything recorded before this call).
+    pub async fn stats(&self) -> WriterStats {
+        let (reply, answer) = oneshot::channel();
+        self.send(Request::Stats(reply));
+        answer.await.unwrap_or_default()
     }
 
     /// What the most recent load found; none before the first.
     pub fn last_load_outcome(&self) -> Option<LoadOutcome> {
-        self.inner.state().last.clone()
+        lock(&self.inner.last).clone()
+    }
+
+    fn send(&self, request: Request) {
+        if let Some((writer, received)) = lock(&self.inner.idle).take() {
+            tokio::spawn(writer.run(received));
+        }
+        // A send fails only once the writer has stopped, which the caller's answer
+        // channel then reports.
+        let _ = self.inner.requests.send(request);
     }
 
     fn report(&self, result: &Result<Loaded, CheckpointError>) {
@@ -201,19 +291,122 @@ impl FileCheckpointStore {
                     boot_id = %self.inner.boot_id,
                     "checkpoint is from before the node rebooted; prepared claims do not survive a reboot, starting empty"
                 ),
-                LoadOutcome::Corrupt { reason, moved_to } => {
-                    metrics::counter!(CORRUPT_TOTAL).increment(1);
+                LoadOutcome::Damaged {
+                    claims,
+                    damaged_records,
+                    lost_claims,
+                    unattributed,
+                    details,
+                    domains,
+                    moved_to,
+                } => {
+                    metrics::counter!(CORRUPT_TOTAL).increment(*damaged_records as u64);
                     let moved_to = moved_to.as_ref().map_or_else(
-                        || "nowhere (the move failed)".to_owned(),
+                        || "nowhere (keeping a copy failed)".to_owned(),
                         |to| to.display().to_string(),
                     );
-                    error!(%path, %reason, %moved_to, "checkpoint is corrupt; moved aside, starting with no prepared claims");
+                    error!(
+                        %path,
+                        restored = claims,
+                        damaged_records,
+                        ?lost_claims,
+                        unattributed,
+                        ?details,
+                        %moved_to,
+                        "damaged checkpoint records set aside; the rest was restored"
+                    );
+                    self.tell(
+                        domains,
+                        DomainEvent::CheckpointDamaged {
+                            node: String::new(),
+                            records: *damaged_records,
+                            lost_claims: lost_claims.clone(),
+                        },
+                    );
                 }
                 // A load that finds a newer format fails: logged below.
                 LoadOutcome::NewerFormat { .. } => {}
             },
             Err(error) => error!(%error, "checkpoint not loaded"),
         }
+    }
+
+    /// Emits `event` on each of `domains`, in the background, as the node set by
+    /// [`Self::report_events_to`] (the event's node is filled in here).
+    fn tell(&self, domains: &[DomainRef], event: DomainEvent) {
+        let Some(target) = lock(&self.inner.events).clone() else {
+            return;
+        };
+        let event = with_node(event, &target.node);
+        for domain in domains.iter().cloned() {
+            let (sink, event) = (target.sink.clone(), event.clone());
+            tokio::spawn(async move {
+                if let Err(error) = sink.emit(&domain, event).await {
+                    warn!(%error, %domain, "cannot record a checkpoint event");
+                }
+            });
+        }
+    }
+}
+
+fn with_node(event: DomainEvent, node: &str) -> DomainEvent {
+    match event {
+        DomainEvent::CheckpointDamaged {
+            records,
+            lost_claims,
+            ..
+        } => DomainEvent::CheckpointDamaged {
+            node: node.to_owned(),
+            records,
+            lost_claims,
+        },
+        other => other,
+    }
+}
+
+/// Tells the domains when the state directory stops and starts taking writes again.
+async fn follow_persistence(mut persistence: watch::Receiver<Persistence>, target: EventTarget) {
+    let mut told: Option<Vec<DomainRef>> = None;
+    loop {
+        let now = persistence.borrow_and_update().clone();
+        match (now, &told) {
+            (Persistence::NotPersisted { error, domains }, None) => {
+                emit_all(
+                    &target,
+                    &domains,
+                    DomainEvent::StateNotPersisted {
+                        node: target.node.clone(),
+                        error,
+                    },
+                );
+                told = Some(domains);
+            }
+            (Persistence::Persisted, Some(domains)) => {
+                emit_all(
+                    &target,
+                    domains,
+                    DomainEvent::StatePersisted {
+                        node: target.node.clone(),
+                    },
+                );
+                told = None;
+            }
+            _ => {}
+        }
+        if persistence.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn emit_all(target: &EventTarget, domains: &[DomainRef], event: DomainEvent) {
+    for domain in domains.iter().cloned() {
+        let (sink, event) = (target.sink.clone(), event.clone());
+        tokio::spawn(async move {
+            if let Err(error) = sink.emit(&domain, event).await {
+                warn!(%error, %domain, "cannot record a checkpoint event");
+            }
+        });
     }
 }
 
@@ -223,218 +416,15 @@ impl CheckpointStore for FileCheckpointStore {
         Ok(self.load_with_outcome().await?.checkpoint)
     }
 
-    async fn save(&self, checkpoint: &Checkpoint) -> Result<(), PortError> {
-        Ok(self.save_checkpoint(checkpoint).await?)
+    fn record(&self, changes: Vec<CheckpointChange>) -> Recorded {
+        self.record_changes(changes)
     }
 }
 
-impl Inner {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        // The state is a few plain values, each written whole: a panic elsewhere cannot
-        // have left it half-updated.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn load(&self) -> Result<Loaded, CheckpointError> {
-        let mut state = self.state();
-        let result = self.load_locked(&mut state);
-        let outcome = match &result {
-            Ok(loaded) => Some(loaded.outcome.clone()),
-            Err(CheckpointError::NewerFormat {
-                found, supported, ..
-            }) => Some(LoadOutcome::NewerFormat {
-                found: *found,
-                supported: *supported,
-            }),
-            Err(_) => None,
-        };
-        if let Some(outcome) = outcome {
-            state.last = Some(outcome);
-        }
-        result
-    }
-
-    fn load_locked(&self, state: &mut State) -> Result<Loaded, CheckpointError> {
-        self.remove_stale_temps();
-        let bytes = match fs::read(&self.path) {
-            Ok(bytes) => bytes,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                state.overwrite = Overwrite::Allowed;
-                return Ok(empty(LoadOutcome::Missing));
-            }
-            Err(source) => {
-                return Err(CheckpointError::Read {
-                    path: self.path.clone(),
-                    source,
-                });
-            }
-        };
-        let decoded = match envelope::decode(&bytes) {
-            Ok(decoded) => decoded,
-            Err(corruption) => {
-                state.overwrite = Overwrite::Allowed;
-                return Ok(empty(self.move_aside(&corruption)));
-            }
-        };
-        match decoded {
-            Decoded::Newer { format } => {
-                state.overwrite = Overwrite::Refused { found: format };
-                Err(self.newer(format))
-            }
-            Decoded::Current {
-                boot_id,
-                checkpoint,
-            } => {
-                state.overwrite = Overwrite::Allowed;
-                if boot_id == self.boot_id {
-                    let claims = checkpoint.claims.len();
-                    return Ok(Loaded {
-                        checkpoint,
-                        outcome: LoadOutcome::Restored { claims },
-                    });
-                }
-                // Deleted, not kept: a later load, before the first save, must not
-                // find it and think it is of this boot.
-                if let Err(error) = atomic::remove(&self.dir, CHECKPOINT_FILE) {
-                    warn!(path = %self.path.display(), %error, "cannot delete the checkpoint of a previous boot; the next save replaces it");
-                }
-                Ok(empty(LoadOutcome::PreviousBoot {
-                    written_on_boot: boot_id,
-                }))
-            }
-        }
-    }
-
-    fn save(&self, bytes: &[u8]) -> Result<(), CheckpointError> {
-        let mut state = self.state();
-        if state.overwrite != Overwrite::Allowed {
-            state.overwrite = self.probe_format()?;
-        }
-        if let Overwrite::Refused { found } = state.overwrite {
-            return Err(self.newer(found));
-        }
-        let write_error = |source| CheckpointError::Write {
-            path: self.path.clone(),
-            source,
-        };
-        atomic::replace(&self.dir, CHECKPOINT_FILE, bytes, FILE_MODE).map_err(write_error)
-    }
-
-    /// Whether the file on disk may be replaced. Reads only its format: a save must not
-    /// overwrite a newer domaind's state, even before any load (or after the newer file
-    /// was removed by hand, when saving may go on).
-    fn probe_format(&self) -> Result<Overwrite, CheckpointError> {
-        match fs::read(&self.path) {
-            Ok(bytes) => Ok(match envelope::format_of(&bytes) {
-                Some(found) if found > FORMAT_VERSION => Overwrite::Refused { found },
-                _ => Overwrite::Allowed,
-            }),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(Overwrite::Allowed),
-            Err(source) => Err(CheckpointError::Read {
-                path: self.path.clone(),
-                source,
-            }),
-        }
-    }
-
-    fn newer(&self, found: u32) -> CheckpointError {
-        CheckpointError::NewerFormat {
-            path: self.path.clone(),
-            found,
-            supported: FORMAT_VERSION,
-        }
-    }
-
-    /// A crash between writing a temporary file and renaming it leaves the temporary
-    /// file behind; the checkpoint itself is still the previous one.
-    fn remove_stale_temps(&self) {
-        match atomic::remove_stale_temps(&self.dir, |name| {
-            atomic::is_temp_of(name, CHECKPOINT_FILE)
-        }) {
-            Ok(removed) if removed.is_empty() => {}
-            Ok(removed) => warn!(
-                dir = %self.dir.display(),
-                ?removed,
-                "removed temporary checkpoint files left by an interrupted write"
-            ),
-            Err(error) => {
-                warn!(dir = %self.dir.display(), %error, "cannot clean temporary checkpoint files")
-            }
-        }
-    }
-
-    fn move_aside(&self, corruption: &Corruption) -> LoadOutcome {
-        let reason = corruption.to_string();
-        let aside = self.free_corrupt_name();
-        let moved_to = match atomic::rename(&self.dir, CHECKPOINT_FILE, &aside) {
-            Ok(()) => Some(self.dir.join(&aside)),
-            Err(error) => {
-                error!(path = %self.path.display(), %error, "cannot move the corrupt checkpoint aside; the next save replaces it");
-                None
-            }
-        };
-        self.prune_corrupt_copies();
-        LoadOutcome::Corrupt { reason, moved_to }
-    }
-
-    fn corrupt_prefix(&self) -> String {
-        format!("{}.corrupt-", CHECKPOINT_FILE)
-    }
-
-    /// `checkpoint.json.corrupt-<unix ms>`, with `-<n>` added when a copy of the same
-    /// millisecond exists.
-    fn free_corrupt_name(&self) -> String {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_millis());
-        let base = format!("{}{now_ms}", self.corrupt_prefix());
-        (0u32..)
-            .map(|n| match n {
-                0 => base.clone(),
-                n => format!("{base}-{n}"),
-            })
-            .find(|name| !self.dir.join(name).exists())
-            .unwrap_or(base)
-    }
-
-    fn prune_corrupt_copies(&self) {
-        let prefix = self.corrupt_prefix();
-        let mut copies: Vec<((u128, u32), String)> = match fs::read_dir(&self.dir) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .filter_map(|entry| entry.file_name().into_string().ok())
-                .filter_map(|name| Some((corrupt_copy_order(&name, &prefix)?, name)))
-                .collect(),
-            Err(error) => {
-                warn!(dir = %self.dir.display(), %error, "cannot list corrupt checkpoint copies");
-                return;
-            }
-        };
-        copies.sort();
-        let excess = copies.len().saturating_sub(CORRUPT_COPIES_KEPT);
-        for (_, name) in copies.into_iter().take(excess) {
-            if let Err(error) = fs::remove_file(self.dir.join(&name)) {
-                warn!(file = %name, %error, "cannot delete an old corrupt checkpoint copy");
-            }
-        }
-    }
-}
-
-/// The age order of `<prefix><ms>[-<n>]`, or none for another file.
-fn corrupt_copy_order(name: &str, prefix: &str) -> Option<(u128, u32)> {
-    let rest = name.strip_prefix(prefix)?;
-    let (ms, n) = match rest.split_once('-') {
-        Some((ms, n)) => (ms, n.parse().ok()?),
-        None => (rest, 0),
-    };
-    Some((ms.parse().ok()?, n))
-}
-
-fn empty(outcome: LoadOutcome) -> Loaded {
-    Loaded {
-        checkpoint: Checkpoint::default(),
-        outcome,
-    }
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain values, each written whole: a panic elsewhere cannot have left one
+    // half-updated.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn read_boot_id(path: &Path) -> Result<String, CheckpointError> {

@@ -99,6 +99,11 @@ pub fn kube_event(event: &DomainEvent) -> (Event, bool) {
             }),
             true,
         ),
+        DomainEvent::CheckpointDamaged { node: name, .. } => {
+            ("Checkpoint", Some(node(name)), false)
+        }
+        DomainEvent::StateNotPersisted { node: name, .. }
+        | DomainEvent::StatePersisted { node: name } => ("Checkpoint", Some(node(name)), false),
     };
     let event = Event {
         type_: match text.type_ {

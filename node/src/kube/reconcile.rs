@@ -1,6 +1,7 @@
-//! Start-up reconciliation: when the checkpoint is missing or corrupt, the prepared
-//! claims of this node are rebuilt from the API server, so that a pod already running
-//! with a channel keeps its node in its domain.
+//! Start-up reconciliation: when the checkpoint is missing, or damaged records cost it
+//! claims, the prepared claims of this node are rebuilt from the API server, so that a
+//! pod already running with a channel keeps its node in its domain. What the checkpoint
+//! kept stands; only what it lost is taken from the rebuild ([`merge_rebuilt`]).
 //!
 //! The claims to rebuild are those allocated on this node by our driver and reserved
 //! for a consumer (a pod): what the kubelet prepared, or is about to. [`rebuild`] is
@@ -25,7 +26,9 @@ use ::kube::Client;
 use ::kube::api::{Api, ListParams};
 use async_trait::async_trait;
 use domaind_actors::model::{ClaimInfo, ClaimRef, ReadinessPolicy};
-use domaind_actors::ports::{Checkpoint, CheckpointStore, ClaimRecord, PortError, PrepareState};
+use domaind_actors::ports::{
+    Checkpoint, CheckpointChange, CheckpointStore, ClaimRecord, PortError, PrepareState, Recorded,
+};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tracing::{error, info, warn};
 
@@ -200,8 +203,8 @@ pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
     }
 }
 
-/// The file checkpoint store, and when it finds no checkpoint (or a corrupt one), the
-/// checkpoint rebuilt from the API server.
+/// The file checkpoint store, and when it finds no checkpoint (or one whose damage cost
+/// claims), the claims rebuilt from the API server.
 #[derive(Clone)]
 pub struct ReconcilingCheckpointStore {
     file: FileCheckpointStore,
@@ -324,6 +327,45 @@ impl ReconcilingCheckpointStore {
     }
 }
 
+/// The checkpoint to start with when a load may have lost claims: what it `kept`, plus
+/// the `rebuilt` claims it lost. Which those are: every rebuilt claim when there was
+/// no checkpoint, or when damaged records named no claim; otherwise only the claims
+/// the damage cost (`lost`): a rebuilt claim the load did not lose is one this node
+/// released, and stays released. Added claims must be of the domain the kept ones are
+/// of (one domain per node). Returns the checkpoint and the claims added.
+pub fn merge_rebuilt(
+    kept: Checkpoint,
+    rebuilt: Checkpoint,
+    outcome: &LoadOutcome,
+) -> (Checkpoint, Vec<ClaimRecord>) {
+    let wanted = |uid: &String| match outcome {
+        LoadOutcome::Missing => true,
+        LoadOutcome::Damaged {
+            lost_claims,
+            unattributed,
+            ..
+        } => *unattributed > 0 || lost_claims.contains(uid),
+        _ => false,
+    };
+    let serving = kept
+        .claims
+        .values()
+        .next()
+        .map(|record| record.info.domain.uid.clone());
+    let mut merged = kept;
+    let mut added = Vec::new();
+    for (uid, record) in rebuilt.claims {
+        let same_domain = serving
+            .as_ref()
+            .is_none_or(|domain| *domain == record.info.domain.uid);
+        if !merged.claims.contains_key(&uid) && wanted(&uid) && same_domain {
+            merged.claims.insert(uid, record.clone());
+            added.push(record);
+        }
+    }
+    (merged, added)
+}
+
 #[async_trait]
 impl CheckpointStore for ReconcilingCheckpointStore {
     async fn load(&self) -> Result<Checkpoint, PortError> {
@@ -332,20 +374,17 @@ impl CheckpointStore for ReconcilingCheckpointStore {
             .load_with_outcome()
             .await
             .map_err(|e| PortError(e.to_string()))?;
-        if !matches!(
-            loaded.outcome,
-            LoadOutcome::Missing | LoadOutcome::Corrupt { .. }
-        ) {
+        if !loaded.outcome.may_have_lost_claims() {
             return Ok(loaded.checkpoint);
         }
-        info!(outcome = ?loaded.outcome, "no usable checkpoint; rebuilding prepared claims from the API server");
+        info!(outcome = ?loaded.outcome, "the checkpoint may have lost claims; rebuilding them from the API server");
         let Ok(rebuilt) = tokio::time::timeout(self.limit, self.rebuild_from_api()).await else {
             metrics::counter!(RECONCILED_CLAIMS, "outcome" => "failed").increment(1);
             error!(
                 limit = ?self.limit,
-                "the API server did not answer in time: starting with no prepared claims; pods \
-                 already running on this node are not members of their ComputeDomains until \
-                 prepared again"
+                "the API server did not answer in time: starting with the claims the checkpoint \
+                 kept; pods already running on this node with other claims are not members of \
+                 their ComputeDomains until prepared again"
             );
             return Ok(loaded.checkpoint);
         };
@@ -353,24 +392,24 @@ impl CheckpointStore for ReconcilingCheckpointStore {
             metrics::counter!(RECONCILED_CLAIMS, "outcome" => "skipped").increment(1);
             warn!(claim = %reason, "claim not restored");
         }
-        let restored = rebuilt.checkpoint.claims.len();
-        metrics::counter!(RECONCILED_CLAIMS, "outcome" => "restored").increment(restored as u64);
+        let (merged, added) = merge_rebuilt(loaded.checkpoint, rebuilt.checkpoint, &loaded.outcome);
+        metrics::counter!(RECONCILED_CLAIMS, "outcome" => "restored").increment(added.len() as u64);
         info!(
-            restored,
+            restored = added.len(),
             skipped = rebuilt.skipped.len(),
             "prepared claims rebuilt from the API server"
         );
-        if restored > 0
-            && let Err(error) = self.file.save_checkpoint(&rebuilt.checkpoint).await
-        {
-            // The node actor saves again at its next change; a restart before that
-            // rebuilds again.
-            warn!(%error, "the rebuilt checkpoint was not saved");
+        if !added.is_empty() {
+            let changes = added.into_iter().map(CheckpointChange::Claim).collect();
+            if let Err(error) = self.file.record_changes(changes).await {
+                // A restart before the next record rebuilds them again.
+                warn!(%error, "the rebuilt claims were not recorded");
+            }
         }
-        Ok(rebuilt.checkpoint)
+        Ok(merged)
     }
 
-    async fn save(&self, checkpoint: &Checkpoint) -> Result<(), PortError> {
-        self.file.save(checkpoint).await
+    fn record(&self, changes: Vec<CheckpointChange>) -> Recorded {
+        self.file.record_changes(changes)
     }
 }

@@ -3,7 +3,7 @@ use std::sync::Mutex;
 
 use actix::Actor as _;
 use domaind_actors::model::{AllocationMode, ClaimInfo, CliqueId, ReadinessPolicy};
-use domaind_actors::ports::{Checkpoint, CheckpointStore as _, PrepareState};
+use domaind_actors::ports::{Checkpoint, PrepareState};
 use domaind_actors::testing::{
     FakeCheckpointStore, FakeClaimSource, FakeClock, FakeEventSink, FakeGossipNet, FakeImexFabric,
     FakeStatusSink, run_paused_actix,
@@ -332,12 +332,11 @@ fn a_released_claim_frees_the_node_for_another_domain() {
         let old = ClaimUid::new("old-claim").unwrap();
         cdi.write_claim(&old, 511, &ClaimChannels::Single(0))
             .unwrap();
-        let checkpoint = FakeCheckpointStore::default();
         let mut leftover = Checkpoint::default();
         leftover
             .claims
             .insert("old-claim".into(), record("old-claim", "old-cd"));
-        checkpoint.save(&leftover).await.unwrap();
+        let checkpoint = FakeCheckpointStore::holding(leftover);
 
         let claims = FakeClaimSource::default();
         claims.insert("new-claim", Ok(info("new-cd")));

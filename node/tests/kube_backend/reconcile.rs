@@ -8,7 +8,7 @@ use domaind_actors::model::{AllocationMode, ReadinessPolicy};
 use domaind_actors::ports::{CheckpointStore, PrepareState};
 use domaind_kube_api::crd::ComputeDomain;
 use domaind_node::cdi::{CdiWriter, ClaimChannels, ClaimUid, Kind};
-use domaind_node::checkpoint::{CheckpointConfig, FileCheckpointStore};
+use domaind_node::checkpoint::{CheckpointConfig, FileCheckpointStore, LoadOutcome};
 use domaind_node::kube::reconcile::{RebuildInput, Rebuilt, rebuild};
 use domaind_node::kube::{DomainCache, ReconcileSettings, ReconcilingCheckpointStore};
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -174,9 +174,20 @@ fn one_domain_per_node_the_one_with_cdi_specs_first() {
 }
 
 struct Files {
-    _root: tempfile::TempDir,
+    root: tempfile::TempDir,
     store: FileCheckpointStore,
     cdi: CdiWriter,
+}
+
+impl Files {
+    /// The store as a restarted daemon opens it: same directory, same boot.
+    fn reopen(&self) -> FileCheckpointStore {
+        FileCheckpointStore::open(
+            CheckpointConfig::new(self.root.path().join("state"))
+                .with_boot_id_path(self.root.path().join("boot_id")),
+        )
+        .unwrap()
+    }
 }
 
 fn files() -> Files {
@@ -188,11 +199,7 @@ fn files() -> Files {
     )
     .unwrap();
     let cdi = CdiWriter::new(root.path().join("cdi"), DRIVER).unwrap();
-    Files {
-        _root: root,
-        store,
-        cdi,
-    }
+    Files { root, store, cdi }
 }
 
 fn store(
@@ -201,8 +208,18 @@ fn store(
     files: &Files,
     limit: Duration,
 ) -> ReconcilingCheckpointStore {
+    store_over(files.store.clone(), client, domains, files, limit)
+}
+
+fn store_over(
+    file: FileCheckpointStore,
+    client: kube::Client,
+    domains: DomainCache,
+    files: &Files,
+    limit: Duration,
+) -> ReconcilingCheckpointStore {
     ReconcilingCheckpointStore::new(
-        files.store.clone(),
+        file,
         client,
         domains,
         files.cdi.clone(),
@@ -266,9 +283,10 @@ async fn a_missing_checkpoint_is_rebuilt_from_every_page_of_claims_and_saved() {
 }
 
 #[tokio::test]
-async fn a_corrupt_checkpoint_is_rebuilt_too() {
+async fn damage_that_names_no_claim_rebuilds_what_the_api_server_knows() {
     let files = files();
-    std::fs::write(files.store.path(), b"{ not a checkpoint").unwrap();
+    std::fs::create_dir_all(files.store.path().parent().unwrap()).unwrap();
+    std::fs::write(files.store.path(), b"{ not a record\n").unwrap();
     let (cache, _writer) = synced_cache(vec![compute_domain("cd-ref", "training", CD_UID, 1)]);
     let (client, server) = pair();
     let script = server.play(vec![
@@ -283,6 +301,95 @@ async fn a_corrupt_checkpoint_is_rebuilt_too() {
         checkpoint.claims[CLAIM_UID].state,
         PrepareState::PrepareStarted
     );
+}
+
+/// Issue 15: one flipped byte costs one claim, and the API server gives it back; a
+/// claim the API server still lists but the checkpoint did not lose (this node released
+/// it) stays released.
+#[tokio::test]
+async fn a_damaged_record_costs_only_its_claim_which_is_rebuilt() {
+    const KEPT: &str = "0a7f1e95-0271-4510-9e94-d58e9dfa0001";
+    const DAMAGED: &str = "0a7f1e95-0271-4510-9e94-d58e9dfa0002";
+    const RELEASED: &str = "0a7f1e95-0271-4510-9e94-d58e9dfa0003";
+    let files = files();
+    let domains = vec![compute_domain("cd-ref", "training", CD_UID, 1)];
+
+    // A first start with no checkpoint records both claims the API server lists.
+    let (cache, _writer) = synced_cache(domains.clone());
+    let (client, server) = pair();
+    let script = server.play(vec![Expect::get(CLAIMS).respond(
+        200,
+        claim_list(vec![claim(KEPT, |_| {}), claim(DAMAGED, |_| {})], None),
+    )]);
+    let first = store(client, cache, &files, Duration::from_secs(30));
+    assert_eq!(first.load().await.unwrap().claims.len(), 2);
+    script.await.unwrap();
+    drop(first);
+
+    // One byte of DAMAGED's record flips on disk.
+    let path = files.store.path().to_owned();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line_start = text.find(&format!("\"uid\":\"{DAMAGED}\"")).unwrap();
+    let at = line_start + text[line_start..].find("claim-").unwrap();
+    let mut bytes = text.into_bytes();
+    bytes[at] ^= 0x20;
+    std::fs::write(&path, &bytes).unwrap();
+
+    // The restart keeps KEPT, rebuilds DAMAGED, and leaves RELEASED alone.
+    let (cache, _writer) = synced_cache(domains);
+    let (client, server) = pair();
+    let script = server.play(vec![Expect::get(CLAIMS).respond(
+        200,
+        claim_list(
+            vec![
+                claim(KEPT, |_| {}),
+                claim(DAMAGED, |_| {}),
+                claim(RELEASED, |_| {}),
+            ],
+            None,
+        ),
+    )]);
+    let reopened = files.reopen();
+    let restarted = store_over(
+        reopened.clone(),
+        client,
+        cache,
+        &files,
+        Duration::from_secs(30),
+    );
+    let checkpoint = restarted.load().await.unwrap();
+    script.await.unwrap();
+    let uids: Vec<&str> = checkpoint.claims.keys().map(String::as_str).collect();
+    assert_eq!(uids, [KEPT, DAMAGED]);
+    let Some(LoadOutcome::Damaged {
+        damaged_records,
+        lost_claims,
+        moved_to,
+        ..
+    }) = reopened.last_load_outcome()
+    else {
+        panic!("{:?}", reopened.last_load_outcome());
+    };
+    assert_eq!(
+        (damaged_records, lost_claims),
+        (1, vec![DAMAGED.to_owned()])
+    );
+    assert!(
+        std::fs::read(moved_to.unwrap()).unwrap().len() > 100,
+        "the damaged record is kept"
+    );
+    // The rebuilt claim is recorded: the journal reads back whole, without damage.
+    let replay = domaind_node::checkpoint::inspect(path.parent().unwrap())
+        .unwrap()
+        .unwrap();
+    assert!(replay.damaged.is_empty());
+    let on_disk: Vec<&str> = replay
+        .checkpoint
+        .claims
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(on_disk, [KEPT, DAMAGED]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,4 +1,7 @@
-//! The checkpoint file's format: a versioned envelope around the actors' [`Checkpoint`].
+//! Format 1 of the checkpoint, `checkpoint.json`: one versioned envelope around the whole
+//! [`Checkpoint`], rewritten on every change. Read once at start to migrate to the
+//! journal; a corrupt one costs everything it held, which is why the journal's
+//! records each carry their own checksum.
 //!
 //! ```json
 //! {"format":1,"boot_id":"…","checksum":"crc32:1a2b3c4d","payload":{"claims":{…},"slots":{…}}}
@@ -15,7 +18,7 @@ use domaind_actors::ports::Checkpoint;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-/// The format this domaind writes, and the newest it reads.
+/// The envelope's format; the journal's records are format 2.
 pub const FORMAT_VERSION: u32 = 1;
 
 const CHECKSUM_ALGORITHM: &str = "crc32";
@@ -74,7 +77,9 @@ fn valid_checksum_syntax(value: &str) -> bool {
         .is_some_and(|hex| hex.len() == 8 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// The file's bytes for `checkpoint`, written on the boot `boot_id`.
+/// The file's bytes for `checkpoint`, written on the boot `boot_id`: what a domaind of
+/// format 1 left, for the migration's tests.
+#[cfg(test)]
 pub fn encode(checkpoint: &Checkpoint, boot_id: &str) -> Result<Vec<u8>, serde_json::Error> {
     let payload = serde_json::value::to_raw_value(checkpoint)?;
     let envelope = Envelope {
