@@ -48,6 +48,9 @@ pub struct Replay {
     pub other_boot_records: usize,
     /// A record of a newer format: the newest seen.
     pub newer: Option<u32>,
+    /// Lines that held two whole records because the newline between them was
+    /// damaged: both were read, nothing was lost, and the journal wants rewriting.
+    pub repaired: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -70,40 +73,78 @@ pub fn replay(bytes: &[u8], boot_id: &str) -> Replay {
         if text.is_empty() {
             continue;
         }
-        match line::decode(text) {
-            Ok(Decoded::Newer { format }) => {
-                replay.newer = replay.newer.max(Some(format));
-            }
-            Ok(Decoded::Record { boot, .. }) if boot != boot_id => {
-                replay.other_boot.get_or_insert(boot);
-                replay.other_boot_records += 1;
-            }
-            Ok(Decoded::Record { op, .. }) => {
-                replay.records += 1;
-                let key = op.key();
-                if let line::Op::Claim(record) = &op {
-                    domains.insert(key.clone(), record.info.domain.clone());
+        let decoded = match line::decode(text) {
+            Err(damage) => match split_merged(text) {
+                Some(pair) => {
+                    replay.repaired += 1;
+                    pair.into_iter().map(Ok).collect()
                 }
-                last.insert(key, Last::Intact);
-                replay.checkpoint.apply(CheckpointChange::from(op));
-            }
-            Err(damage) => {
-                let attributed = line::attribute(text);
-                if let Some((key, domain)) = &attributed {
-                    if let Some(domain) = domain {
-                        domains.insert(key.clone(), domain.clone());
-                    }
-                    last.insert(key.clone(), Last::Damaged);
-                }
-                replay.damaged.push(DamagedRecord {
-                    line: index + 1,
-                    damage,
-                    key: attributed.map(|(key, _)| key),
-                    bytes: text.to_vec(),
-                });
-            }
+                None => vec![Err(damage)],
+            },
+            decoded => vec![decoded],
+        };
+        for decoded in decoded {
+            read_one(
+                &mut replay,
+                &mut last,
+                &mut domains,
+                boot_id,
+                index,
+                text,
+                decoded,
+            );
         }
     }
+    settle(&mut replay, last, &domains);
+    replay
+}
+
+fn read_one(
+    replay: &mut Replay,
+    last: &mut BTreeMap<Key, Last>,
+    domains: &mut BTreeMap<Key, DomainRef>,
+    boot_id: &str,
+    index: usize,
+    text: &[u8],
+    decoded: Result<Decoded, Damage>,
+) {
+    match decoded {
+        Ok(Decoded::Newer { format }) => {
+            replay.newer = replay.newer.max(Some(format));
+        }
+        Ok(Decoded::Record { boot, .. }) if boot != boot_id => {
+            replay.other_boot.get_or_insert(boot);
+            replay.other_boot_records += 1;
+        }
+        Ok(Decoded::Record { op, .. }) => {
+            replay.records += 1;
+            let key = op.key();
+            if let line::Op::Claim(record) = &op {
+                domains.insert(key.clone(), record.info.domain.clone());
+            }
+            last.insert(key, Last::Intact);
+            replay.checkpoint.apply(CheckpointChange::from(op));
+        }
+        Err(damage) => {
+            let attributed = line::attribute(text);
+            if let Some((key, domain)) = &attributed {
+                if let Some(domain) = domain {
+                    domains.insert(key.clone(), domain.clone());
+                }
+                last.insert(key.clone(), Last::Damaged);
+            }
+            replay.damaged.push(DamagedRecord {
+                line: index + 1,
+                damage,
+                key: attributed.map(|(key, _)| key),
+                bytes: text.to_vec(),
+            });
+        }
+    }
+}
+
+/// Claims and slots whose last word was a damaged record are set aside.
+fn settle(replay: &mut Replay, last: BTreeMap<Key, Last>, domains: &BTreeMap<Key, DomainRef>) {
     for (key, state) in last {
         if state == Last::Damaged {
             match &key {
@@ -118,7 +159,26 @@ pub fn replay(bytes: &[u8], boot_id: &str) -> Replay {
             replay.lost.push((key, domain));
         }
     }
-    replay
+}
+
+/// Two whole records run together, where the newline between them was damaged into
+/// another byte.
+fn split_merged(text: &[u8]) -> Option<[Decoded; 2]> {
+    let starts_record = |rest: &[u8]| {
+        rest.len() > 18
+            && rest[..8].iter().all(u8::is_ascii_hexdigit)
+            && rest[8] == b' '
+            && rest[9..17].iter().all(u8::is_ascii_hexdigit)
+            && rest[17] == b' '
+    };
+    (1..text.len()).find_map(|at| {
+        if !starts_record(&text[at + 1..]) {
+            return None;
+        }
+        let first = line::decode(&text[..at]).ok()?;
+        let second = line::decode(&text[at + 1..]).ok()?;
+        Some([first, second])
+    })
 }
 
 /// The journal that holds exactly `checkpoint`: one record per claim and slot.

@@ -376,6 +376,9 @@ impl Writer {
             source,
         })?);
         self.loaded = true;
+        for note in &assessed.notes {
+            warn!(path = %path.display(), "checkpoint: {note}");
+        }
         if let Some(found) = assessed.refused {
             self.disk = Disk::Refused { found };
             let error = self.newer(found);
@@ -483,6 +486,8 @@ struct Assessed {
     set_aside: Option<(String, Vec<u8>)>,
     remove_legacy: bool,
     refused: Option<u32>,
+    /// Harmless findings, for the log.
+    notes: Vec<String>,
 }
 
 impl Assessed {
@@ -494,6 +499,7 @@ impl Assessed {
             set_aside: None,
             remove_legacy: false,
             refused: None,
+            notes: Vec::new(),
         }
     }
 
@@ -538,8 +544,29 @@ fn assess_journal(replay: Replay) -> Assessed {
         return assessed;
     }
     let claims = replay.checkpoint.claims.len();
-    let rewrite =
-        !replay.damaged.is_empty() || replay.torn_tail > 0 || replay.other_boot_records > 0;
+    let rewrite = !replay.damaged.is_empty()
+        || replay.torn_tail > 0
+        || replay.other_boot_records > 0
+        || replay.repaired > 0;
+    let mut notes = Vec::new();
+    if replay.torn_tail > 0 {
+        notes.push(format!(
+            "dropped a last record cut short by a crash ({} bytes; never answered)",
+            replay.torn_tail
+        ));
+    }
+    if replay.repaired > 0 {
+        notes.push(format!(
+            "read {} pair(s) of records whose separating newline was damaged; nothing lost",
+            replay.repaired
+        ));
+    }
+    if replay.other_boot_records > 0 {
+        notes.push(format!(
+            "dropped {} record(s) of a previous boot",
+            replay.other_boot_records
+        ));
+    }
     let outcome = if replay.damaged.is_empty() {
         LoadOutcome::Restored { claims }
     } else {
@@ -591,6 +618,7 @@ fn assess_journal(replay: Replay) -> Assessed {
     Assessed {
         rewrite,
         set_aside,
+        notes,
         ..Assessed::new(replay.checkpoint, outcome)
     }
 }
