@@ -84,6 +84,7 @@ fn view(i: usize, members: &[usize]) -> NodeView {
             cluster_id: "clique-a".into(),
             members: members.iter().map(|m| NAMES[*m].to_owned()).collect(),
         },
+        checkpoint: Default::default(),
     }
 }
 

@@ -18,12 +18,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::http_guard::{self, HttpLimits};
 
-/// What `/readyz` reports: set by the process as it starts and stops.
+/// What `/readyz` reports: set by the process as it starts and stops, and held down
+/// for a while by any part of it that cannot do all its work (`hold`).
 #[derive(Debug, Default)]
 pub struct Readiness {
     ready: AtomicBool,
     /// Why the process will never be ready again, once it knows.
     fault: Mutex<Option<String>>,
+    /// Why the process is not fully ready now, by who says so.
+    held: Mutex<std::collections::BTreeMap<&'static str, String>>,
 }
 
 impl Readiness {
@@ -39,6 +42,25 @@ impl Readiness {
 
     fn fault(&self) -> Option<String> {
         self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Not ready while `by` says `reason`; ready again (as far as `by` goes) with `None`.
+    /// Unlike a fault this passes: a part of the process that is degraded but working
+    /// (serving from memory while its disk is full, say) says so here rather than by
+    /// failing liveness, which would restart the process and lose what it holds.
+    pub fn hold(&self, by: &'static str, reason: Option<String>) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        match reason {
+            Some(reason) => held.insert(by, reason),
+            None => held.remove(by),
+        };
+    }
+
+    fn held(&self) -> Vec<String> {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.iter()
+            .map(|(by, why)| format!("{by}: {why}"))
+            .collect()
     }
 
     pub fn get(&self) -> bool {
@@ -101,21 +123,24 @@ async fn healthz(State(shared): State<Shared>) -> Response {
 }
 
 async fn readyz(State(shared): State<Shared>) -> Response {
+    let not_ready = |why: &str| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response()
+    };
     if let Some(fault) = shared.readiness.fault() {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {fault}\n"),
-        )
-            .into_response()
-    } else if shared.readiness.get() {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {}\n", shared.not_ready),
-        )
-            .into_response()
+        return not_ready(&fault);
     }
+    if !shared.readiness.get() {
+        return not_ready(shared.not_ready);
+    }
+    let held = shared.readiness.held();
+    if !held.is_empty() {
+        return not_ready(&held.join("; "));
+    }
+    (StatusCode::OK, "ready\n").into_response()
 }
 
 #[cfg(test)]
@@ -167,6 +192,16 @@ mod tests {
         assert!(unhealthy.starts_with("HTTP/1.1 503"), "{unhealthy}");
         assert!(unhealthy.contains("the loop is stuck"));
         assert!(get(addr, "/metrics").await.starts_with("HTTP/1.1 200"));
+        // A hold passes; the process stays alive meanwhile.
+        readiness.hold("checkpoint", Some("the state directory is full".into()));
+        let held = get(addr, "/readyz").await;
+        assert!(held.starts_with("HTTP/1.1 503"), "{held}");
+        assert!(
+            held.contains("not ready: checkpoint: the state directory is full"),
+            "{held}"
+        );
+        readiness.hold("checkpoint", None);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
         // A fault outranks a later `set(true)`: the process is on its way out.
         readiness.fail("gossip stopped: boom");
         readiness.set(true);

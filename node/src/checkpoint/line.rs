@@ -126,7 +126,7 @@ struct LineIn<'a> {
 pub enum Decoded {
     Record {
         boot: String,
-        op: Op,
+        op: Box<Op>,
     },
     /// Written by a newer domaind: not to be read, nor overwritten.
     Newer {
@@ -192,7 +192,7 @@ pub fn decode(line: &[u8]) -> Result<Decoded, Damage> {
     }
     Ok(Decoded::Record {
         boot: boot.into_owned(),
-        op,
+        op: Box::new(op),
     })
 }
 
@@ -275,7 +275,7 @@ mod tests {
                 decode(body(&line)),
                 Ok(Decoded::Record {
                     boot: "boot-a".into(),
-                    op
+                    op: Box::new(op)
                 })
             );
         }
@@ -347,7 +347,7 @@ mod tests {
             decode(body(&line)),
             Ok(Decoded::Record {
                 boot: "boot-a".into(),
-                op
+                op: Box::new(op)
             })
         );
     }

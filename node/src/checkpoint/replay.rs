@@ -119,11 +119,11 @@ fn read_one(
         Ok(Decoded::Record { op, .. }) => {
             replay.records += 1;
             let key = op.key();
-            if let line::Op::Claim(record) = &op {
+            if let line::Op::Claim(record) = op.as_ref() {
                 domains.insert(key.clone(), record.info.domain.clone());
             }
             last.insert(key, Last::Intact);
-            replay.checkpoint.apply(CheckpointChange::from(op));
+            replay.checkpoint.apply(CheckpointChange::from(*op));
         }
         Err(damage) => {
             let attributed = line::attribute(text);

@@ -337,15 +337,7 @@ impl FileCheckpointStore {
         let Some(target) = lock(&self.inner.events).clone() else {
             return;
         };
-        let event = with_node(event, &target.node);
-        for domain in domains.iter().cloned() {
-            let (sink, event) = (target.sink.clone(), event.clone());
-            tokio::spawn(async move {
-                if let Err(error) = sink.emit(&domain, event).await {
-                    warn!(%error, %domain, "cannot record a checkpoint event");
-                }
-            });
-        }
+        emit_all(&target, domains, with_node(event, &target.node));
     }
 }
 
@@ -400,8 +392,8 @@ async fn follow_persistence(mut persistence: watch::Receiver<Persistence>, targe
 }
 
 fn emit_all(target: &EventTarget, domains: &[DomainRef], event: DomainEvent) {
-    for domain in domains.iter().cloned() {
-        let (sink, event) = (target.sink.clone(), event.clone());
+    for domain in domains {
+        let (sink, event, domain) = (target.sink.clone(), event.clone(), domain.clone());
         tokio::spawn(async move {
             if let Err(error) = sink.emit(&domain, event).await {
                 warn!(%error, %domain, "cannot record a checkpoint event");

@@ -24,8 +24,10 @@ pub use domaind_kube_api::health::Readiness;
 
 use domaind_gossip::GossipNode;
 
-use super::state::{GossipView, NodeView};
+use super::state::{CheckpointView, GossipView, NodeView};
 use super::vitals::Vitals;
+use crate::checkpoint::Persistence;
+use tokio::sync::watch;
 
 /// How long the node actor may take to answer before the node is reported unhealthy.
 const LIVENESS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -72,12 +74,14 @@ pub async fn serve_state(
     node: Addr<NodeActor>,
     gossip: Arc<GossipNode>,
     cluster_id: String,
+    persistence: watch::Receiver<Persistence>,
     stop: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let sources = StateSources {
         node,
         gossip,
         cluster_id,
+        persistence,
     };
     let app = Router::new()
         .route("/state", get(state))
@@ -90,6 +94,7 @@ struct StateSources {
     node: Addr<NodeActor>,
     gossip: Arc<GossipNode>,
     cluster_id: String,
+    persistence: watch::Receiver<Persistence>,
 }
 
 async fn state(State(sources): State<Arc<StateSources>>) -> Response {
@@ -100,6 +105,7 @@ async fn state(State(sources): State<Arc<StateSources>>) -> Response {
                 cluster_id: sources.cluster_id.clone(),
                 members: sources.gossip.live_nodes().into_keys().collect(),
             };
+            view.checkpoint = CheckpointView::from(&*sources.persistence.borrow());
             Json(view).into_response()
         }
         _ => (

@@ -38,11 +38,11 @@ use tracing::{error, info, warn};
 pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs, SlicesOnExit, TlsMode};
 pub use info::RunInfo;
 pub use seeds::{SeedDiscovery, SeedPlan, StaticSeeds};
-pub use state::{DomainView, GossipView, ImexView, NodeView};
+pub use state::{CheckpointView, DomainView, GossipView, ImexView, NodeView};
 pub use vitals::Vitals;
 
 use crate::cdi::CdiWriter;
-use crate::checkpoint::{CheckpointConfig, FileCheckpointStore};
+use crate::checkpoint::{CheckpointConfig, FileCheckpointStore, Persistence};
 use crate::devices::{ChannelDevices, DeviceRoots};
 use crate::dra::{DriverName, KubeletPluginServer, PluginServerConfig};
 use crate::gpu::{GpuInventory, NvmlInventory, TopologyInventory};
@@ -106,8 +106,12 @@ async fn serve(
     let clique = discover_clique(&args).await?;
     info!(clique = %clique, "clique discovered");
 
+    // Opens whatever the state directory's state: a full or read-only one is served
+    // from memory and reported (readiness, /state, metrics, events), not fatal.
     let checkpoint = FileCheckpointStore::open(CheckpointConfig::new(&args.state_dir))
         .with_context(|| format!("cannot open the checkpoint in {}", args.state_dir.display()))?;
+    let persistence = checkpoint.persistence();
+    let checkpoint_events = checkpoint.clone();
 
     let injection = channel_injection(&args)?;
     let cdi = CdiWriter::new(&args.cdi_dir, &args.kube.driver_name)
@@ -219,6 +223,13 @@ async fn serve(
             }
         }
     };
+    // Before the node actor loads the checkpoint: damage found there is told.
+    checkpoint_events.report_events_to(node.as_str(), ports.events.clone());
+    let readiness = Arc::new(http::Readiness::default());
+    let _persistence_readiness = tokio::spawn(hold_readiness_while_not_persisted(
+        persistence.clone(),
+        readiness.clone(),
+    ));
     let mut config = NodeConfig::new(node.as_str(), args.pod_ip, clique);
     config.max_slots = args.max_slots;
     config.default_readiness = args.default_readiness.into();
@@ -229,7 +240,6 @@ async fn serve(
     config.imex_poll.unready = config.imex_poll.unready.min(args.imex_poll_steady);
     let node_actor = NodeActor::new(config, ports).start();
 
-    let readiness = Arc::new(http::Readiness::default());
     let stop_http = CancellationToken::new();
     let (http_addr, http_task) = http::serve(
         args.http.http_addr,
@@ -248,6 +258,7 @@ async fn serve(
                 node_actor.clone(),
                 gossip.clone(),
                 cluster_id,
+                persistence,
                 stop_http.clone(),
             )
             .await
@@ -303,8 +314,11 @@ async fn serve(
         dra_socket: plugin_server.dra_socket().to_owned(),
         registration_socket: plugin_server.registration_socket().to_owned(),
     };
-    info.write(&args.state_dir)
-        .with_context(|| format!("cannot write run.json in {}", args.state_dir.display()))?;
+    // Best effort: it tells tools where this daemon listens, and a full state directory
+    // must not stop a daemon that can serve.
+    if let Err(error) = info.write(&args.state_dir) {
+        warn!(%error, dir = %args.state_dir.display(), "cannot write run.json; going on without it");
+    }
     readiness.set(true);
     info!(
         gossip = %info.gossip_addr,
@@ -365,6 +379,28 @@ async fn serve(
     }
     // A panic during the stop is still a fault.
     outcome(fault.or_else(|| vitals.failure()))
+}
+
+/// Holds `/readyz` down while the checkpoint is not on disk. Not liveness: a restart
+/// would lose what the daemon holds in memory.
+async fn hold_readiness_while_not_persisted(
+    mut persistence: tokio::sync::watch::Receiver<Persistence>,
+    readiness: Arc<http::Readiness>,
+) {
+    loop {
+        let reason = match &*persistence.borrow_and_update() {
+            Persistence::Persisted => None,
+            Persistence::NotPersisted { error, .. } => Some(format!(
+                "the state directory cannot be written ({error}); prepares are served from \
+                 memory and written once it can"
+            )),
+            Persistence::Refused { error } => Some(error.clone()),
+        };
+        readiness.hold("checkpoint", reason);
+        if persistence.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Waits for a stop signal or a fatal fault, whichever comes first; the fault, if it

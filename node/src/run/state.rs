@@ -7,6 +7,8 @@ use domaind_actors::NodeSnapshot;
 use domaind_actors::model::{NodeId, Phase, Slot};
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::Persistence;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeView {
     pub node: NodeId,
@@ -17,6 +19,41 @@ pub struct NodeView {
     /// Absent from daemons older than the field.
     #[serde(default)]
     pub gossip: GossipView,
+    /// Absent from daemons older than the field.
+    #[serde(default)]
+    pub checkpoint: CheckpointView,
+}
+
+/// Whether this node's prepared claims are on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointView {
+    /// False while the state directory refuses writes: claims are served from memory,
+    /// and a restart now would forget those not yet written.
+    pub persisted: bool,
+    /// Why not, while not.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl Default for CheckpointView {
+    fn default() -> Self {
+        Self {
+            persisted: true,
+            error: None,
+        }
+    }
+}
+
+impl From<&Persistence> for CheckpointView {
+    fn from(persistence: &Persistence) -> Self {
+        match persistence {
+            Persistence::Persisted => Self::default(),
+            Persistence::NotPersisted { error, .. } | Persistence::Refused { error } => Self {
+                persisted: false,
+                error: Some(error.clone()),
+            },
+        }
+    }
 }
 
 /// What this node's gossip knows: which cluster it is in and who is live there. The
@@ -102,6 +139,7 @@ impl From<NodeSnapshot> for NodeView {
                 })
                 .collect(),
             gossip: GossipView::default(),
+            checkpoint: CheckpointView::default(),
         }
     }
 }
