@@ -8,6 +8,7 @@
 //! - `admission`: the chart's admission policies for the node daemon, with its tokens.
 //! - `certs`: gossip node certificates through the CSR signer on the real API server.
 //! - `discovery`: gossip seeds from the real API server, two cliques kept apart.
+//! - `statedir`: a node on a full state directory serves from memory and catches up.
 
 mod admission;
 mod certs;
@@ -17,3 +18,4 @@ mod formation;
 mod kube;
 mod kubelet;
 mod rack;
+mod statedir;
