@@ -191,8 +191,14 @@ fn port_error(what: &str, error: impl std::fmt::Display) -> PortError {
     PortError(format!("{what}: {error}"))
 }
 
-/// Writes through a temporary file and a rename, so IMEX never reads half a file.
+/// Writes through a temporary file and a rename, so IMEX never reads half a file. A
+/// file that already holds `contents` is left alone: a restart on a full state
+/// directory (where the config dir lives by default) then starts IMEX with the files
+/// it has, rather than failing to rewrite them unchanged.
 fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
+    if std::fs::read(path).is_ok_and(|existing| existing == contents.as_bytes()) {
+        return Ok(());
+    }
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
