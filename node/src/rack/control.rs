@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use domaind_gossip::NodeName;
 use domaind_gossip::pki::{DevCa, NodeCertRequest};
-use nix::sys::signal::Signal;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
 
 use super::LocalRack;
 
@@ -48,10 +49,32 @@ impl LocalRack {
         self.nodes[index].running()
     }
 
-    /// Sends `signal` to node `index`'s process group (the daemon and its IMEX
-    /// daemon), if it runs: SIGSTOP and SIGCONT pause and resume the whole "container".
+    /// Sends `signal` to node `index`'s process group and to its IMEX daemon's, which
+    /// is a group of its own, if it runs: SIGSTOP and SIGCONT pause and resume the
+    /// whole "container". Stopped, domaind starts no daemon the pass over /proc could
+    /// miss; resumed after its daemon, it finds it answering.
     pub fn signal_group(&mut self, index: usize, signal: Signal) -> anyhow::Result<()> {
-        self.nodes[index].signal_group(signal)
+        if signal != Signal::SIGCONT {
+            self.nodes[index].signal_group(signal)?;
+        }
+        if let Some(pid) = self.nodes[index]
+            .pid()
+            .filter(|_| self.nodes[index].running())
+        {
+            for (imex, parent, args) in processes()? {
+                if parent == pid && is_imex_daemon(&args) {
+                    let imex = Pid::from_raw(imex as i32);
+                    // A daemon started without a group of its own is in domaind's.
+                    if killpg(imex, signal).is_err() {
+                        let _ = kill(imex, signal);
+                    }
+                }
+            }
+        }
+        if signal == Signal::SIGCONT {
+            self.nodes[index].signal_group(signal)?;
+        }
+        Ok(())
     }
 
     /// For every node, the pids of its IMEX daemon: children of its `domaind` that run
@@ -77,7 +100,9 @@ impl LocalRack {
 }
 
 /// The IMEX daemon runs as `<sim or nvidia-imex> -c CONFIG` (`domaind imex-sim -c
-/// CONFIG` when built in); queries run `... ctl -c CONFIG -q`.
+/// CONFIG` when built in; for the moment between the fork and the exec, the guard
+/// `domaind imex-guard --parent PID -- ... -c CONFIG`, which becomes it); queries run
+/// `... ctl -c CONFIG -q`.
 fn is_imex_daemon(args: &[String]) -> bool {
     args.iter().any(|a| a == "-c") && !args.iter().any(|a| a == "ctl")
 }
