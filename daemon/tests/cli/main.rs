@@ -5,5 +5,6 @@ mod certs;
 mod controller;
 mod demo;
 mod deploy_manifests;
+mod imex_orphans;
 mod kubelet_sim;
 mod topology;

@@ -158,7 +158,7 @@ mod tests {
         let arg = |cmdline: &[u8]| daemon_config_arg(cmdline).map(|a| a.as_bytes().to_vec());
         let ours = b"/usr/bin/nvidia-imex\0-c\0/var/lib/domaind/imex/config.cfg\0";
         assert_eq!(arg(ours).as_deref(), Some(&config[..]));
-        let guarded = b"domaind\0imex-guard\0--parent\07\0--\0imex-sim\0-c\0/var/lib/domaind/imex/config.cfg\0";
+        let guarded = b"domaind\0imex-guard\0--parent\x004242\0--\0imex-sim\0-c\0/var/lib/domaind/imex/config.cfg\0";
         assert_eq!(arg(guarded).as_deref(), Some(&config[..]));
         // Status queries pass more after the config.
         let query = b"nvidia-imex-ctl\0-c\0/var/lib/domaind/imex/config.cfg\0-q\0";

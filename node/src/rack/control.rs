@@ -38,6 +38,18 @@ impl LocalRack {
         Ok(())
     }
 
+    /// IMEX's server and command ports, the same on every node's address.
+    pub fn imex_ports(&self) -> (u16, u16) {
+        (self.imex_port, self.imex_cmd_port)
+    }
+
+    /// SIGKILL to node `index`'s `domaind` alone, not its process group, as a
+    /// supervisor that signals only the main process does; returns once it is reaped.
+    /// What it started must die with it by itself.
+    pub fn kill_daemon_only(&mut self, index: usize) -> anyhow::Result<()> {
+        self.nodes[index].kill_process()
+    }
+
     /// SIGTERM to node `index`, without waiting for it to exit (see [`Self::running`]).
     /// Its exit is not counted as unexpected.
     pub fn begin_stop(&mut self, index: usize) -> anyhow::Result<()> {

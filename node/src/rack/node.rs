@@ -302,6 +302,16 @@ impl RackNode {
         Ok(())
     }
 
+    /// SIGKILL to the daemon alone; returns once it is reaped.
+    pub(super) fn kill_process(&mut self) -> anyhow::Result<()> {
+        self.stopped_on_purpose = true;
+        if let Some(child) = &mut self.child {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+            child.wait()?;
+        }
+        Ok(())
+    }
+
     /// SIGTERM, without waiting.
     pub(super) fn begin_stop(&mut self) -> anyhow::Result<()> {
         self.stopped_on_purpose = true;
