@@ -102,11 +102,28 @@ pub trait StatusSink: Send + Sync + 'static {
 /// Something users should see about a domain (Kubernetes Events on the CD).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DomainEvent {
-    NodeJoined { node: NodeId },
-    NodeLost { node: NodeId },
-    Ready { message: String },
-    NotReady { message: String },
-    PrepareRefused { claim: String, reason: String },
+    NodeJoined {
+        node: NodeId,
+    },
+    NodeLost {
+        node: NodeId,
+    },
+    Ready {
+        message: String,
+    },
+    NotReady {
+        message: String,
+    },
+    PrepareRefused {
+        claim: String,
+        reason: String,
+    },
+    /// `node`'s IMEX daemon keeps failing (exits, or cannot start) and is restarted
+    /// with backoff; `reason` is the first failure's. Once per failure episode.
+    ImexFailing {
+        node: NodeId,
+        reason: String,
+    },
 }
 
 #[async_trait]

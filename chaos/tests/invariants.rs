@@ -62,6 +62,8 @@ fn view(i: usize, members: &[usize]) -> NodeView {
             restarts: 0,
             last_failure: None,
             restart_delay_ms: None,
+            failing: false,
+            failures_in_a_row: 0,
         },
         domains: vec![DomainView {
             uid: UID.into(),
