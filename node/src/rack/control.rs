@@ -1,8 +1,11 @@
 //! What a chaos harness needs beyond starting and stopping daemons: a graceful stop it
-//! can watch instead of wait on, the IMEX daemon of a node (to crash it alone), and
+//! can watch instead of wait on, the IMEX daemon of a node (to crash it alone, or take
+//! its port), and
 //! certificates reissued from the rack's CA (to rotate them under a running daemon).
 
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use domaind_gossip::NodeName;
@@ -14,6 +17,10 @@ use super::LocalRack;
 
 /// Where, under the rack's root, its CA (certificate and key) is kept.
 pub(super) const CA_DIR: &str = "ca";
+
+/// Tries at taking a node's IMEX port, and how long each waits for it to be free.
+const TAKE_TRIES: usize = 5;
+const TAKE_WAIT: Duration = Duration::from_secs(1);
 
 impl LocalRack {
     /// The rack's CA: `ca.crt` and `ca.key`.
@@ -41,6 +48,37 @@ impl LocalRack {
     /// IMEX's server and command ports, the same on every node's address.
     pub fn imex_ports(&self) -> (u16, u16) {
         (self.imex_port, self.imex_cmd_port)
+    }
+
+    /// Takes node `index`'s IMEX server port, as another process grabbing it would:
+    /// SIGKILLs its IMEX daemon and listens on the port before domaind's restart (after
+    /// its backoff, at least 200 ms) can. The port stays taken while the listener
+    /// lives. Tries a few times, each bounded; the IMEX daemons killed are counted in
+    /// the answer.
+    pub fn take_imex_port(&mut self, index: usize) -> anyhow::Result<(TcpListener, u32)> {
+        let addr = SocketAddr::new(self.nodes[index].ip(), self.imex_port);
+        let mut killed = 0;
+        for _ in 0..TAKE_TRIES {
+            if let Ok(listener) = TcpListener::bind(addr) {
+                return Ok((listener, killed));
+            }
+            for pid in std::mem::take(&mut self.imex_daemons()?[index]) {
+                if kill(Pid::from_raw(pid as i32), Signal::SIGKILL).is_ok() {
+                    killed += 1;
+                }
+            }
+            let deadline = Instant::now() + TAKE_WAIT;
+            while Instant::now() < deadline {
+                if let Ok(listener) = TcpListener::bind(addr) {
+                    return Ok((listener, killed));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        anyhow::bail!(
+            "could not take {addr} from {}'s IMEX daemon",
+            self.nodes[index].name()
+        )
     }
 
     /// SIGKILL to node `index`'s `domaind` alone, not its process group, as a
