@@ -1,7 +1,7 @@
 //! What a chaos harness needs beyond starting and stopping daemons: a graceful stop it
 //! can watch instead of wait on, the IMEX daemon of a node (to crash it alone, or take
-//! its port), and
-//! certificates reissued from the rack's CA (to rotate them under a running daemon).
+//! its port), and certificates reissued from the rack's CA (to rotate them under a
+//! running daemon).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
