@@ -124,7 +124,7 @@ async fn a_port_taken_from_imex_is_backed_off_reported_and_named_in_the_status()
     })
     .await;
 
-    let (held, _) = tokio::task::block_in_place(|| rack.take_imex_port(1)).unwrap();
+    let held = tokio::task::block_in_place(|| rack.take_imex_port(1, &mut 0)).unwrap();
     let me = std::process::id();
     let node2 = &infos[1];
     wait_for("node-02 says why in /state", LIMIT, async || {

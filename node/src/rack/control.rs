@@ -53,24 +53,27 @@ impl LocalRack {
     /// Takes node `index`'s IMEX server port, as another process grabbing it would:
     /// SIGKILLs its IMEX daemon and listens on the port before domaind's restart (after
     /// its backoff, at least 200 ms) can. The port stays taken while the listener
-    /// lives. Tries a few times, each bounded; the IMEX daemons killed are counted in
-    /// the answer.
-    pub fn take_imex_port(&mut self, index: usize) -> anyhow::Result<(TcpListener, u32)> {
+    /// lives. Tries a few times, each bounded; `killed` counts the IMEX daemons it
+    /// killed, whether or not it got the port.
+    pub fn take_imex_port(
+        &mut self,
+        index: usize,
+        killed: &mut u32,
+    ) -> anyhow::Result<TcpListener> {
         let addr = SocketAddr::new(self.nodes[index].ip(), self.imex_port);
-        let mut killed = 0;
         for _ in 0..TAKE_TRIES {
             if let Ok(listener) = TcpListener::bind(addr) {
-                return Ok((listener, killed));
+                return Ok(listener);
             }
             for pid in std::mem::take(&mut self.imex_daemons()?[index]) {
                 if kill(Pid::from_raw(pid as i32), Signal::SIGKILL).is_ok() {
-                    killed += 1;
+                    *killed += 1;
                 }
             }
             let deadline = Instant::now() + TAKE_WAIT;
             while Instant::now() < deadline {
                 if let Ok(listener) = TcpListener::bind(addr) {
-                    return Ok((listener, killed));
+                    return Ok(listener);
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
