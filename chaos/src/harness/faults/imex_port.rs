@@ -97,10 +97,11 @@ impl Harness {
         let name = self.name(target);
         match imex {
             Some(imex) if imex.failing && imex.last_failure.is_some() => {
-                record.notes.push(format!(
-                    "{when}, {name} said: {}",
-                    imex.last_failure.unwrap_or_default()
-                ));
+                let why = imex.last_failure.unwrap_or_default();
+                // Said once: the same reason again adds nothing.
+                if !record.notes.iter().any(|n| n.ends_with(&why)) {
+                    record.notes.push(format!("{when}, {name} said: {why}"));
+                }
             }
             Some(imex) => self.record(Violation::new(
                 Invariant::Status,
