@@ -95,6 +95,11 @@ pub struct Advertisement {
     pub slot: Option<Slot>,
     /// This node's IMEX daemon reports ready for the current peer set.
     pub imex_ready: bool,
+    /// This node's IMEX daemon is down and failing (it exited or could not start, and
+    /// is restarted with backoff): the reporter names the node in the status. Left out
+    /// when false, so that a healthy node's advertisement reads as before the field.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub imex_failing: bool,
     /// When this node joined the domain (ms since the epoch, its own clock): seniority
     /// in slot conflicts. Only the order matters, never the value.
     pub joined_at_ms: u64,

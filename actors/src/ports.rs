@@ -135,6 +135,12 @@ pub enum DomainEvent {
     StatePersisted {
         node: NodeId,
     },
+    /// `node`'s IMEX daemon keeps failing (exits, or cannot start) and is restarted
+    /// with backoff; `reason` is the first failure's. Once per failure episode.
+    ImexFailing {
+        node: NodeId,
+        reason: String,
+    },
 }
 
 #[async_trait]

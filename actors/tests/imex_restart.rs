@@ -122,16 +122,30 @@ impl Imex for FakeShortLivedImex {
     }
 }
 
-struct Owner;
+/// Keeps every report, with when it came.
+#[derive(Default, Clone)]
+struct Owner(Arc<Mutex<Vec<(Instant, ImexReport)>>>);
 impl Actor for Owner {
     type Context = Context<Self>;
 }
 impl Handler<ImexReport> for Owner {
     type Result = ();
-    fn handle(&mut self, _: ImexReport, _: &mut Self::Context) {}
+    fn handle(&mut self, report: ImexReport, _: &mut Self::Context) {
+        self.0.lock().unwrap().push((Instant::now(), report));
+    }
 }
 
-fn supervise(imex: &FakeShortLivedImex) -> (Addr<ImexProcessActor>, Addr<Owner>) {
+impl Owner {
+    fn reports(&self) -> Vec<(Instant, ImexReport)> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn last(&self) -> Option<ImexReport> {
+        self.0.lock().unwrap().last().map(|(_, r)| r.clone())
+    }
+}
+
+fn supervise(imex: &FakeShortLivedImex) -> (Addr<ImexProcessActor>, Owner) {
     let ip = std::net::IpAddr::from([10, 0, 0, 1]);
     let mut config = NodeConfig::new("node-a", ip, CliqueId("c.0".into()));
     config.imex_poll.unready = POLL;
@@ -139,9 +153,12 @@ fn supervise(imex: &FakeShortLivedImex) -> (Addr<ImexProcessActor>, Addr<Owner>)
     config.imex_restart_backoff_max = MAX;
     config.imex_healthy_after = HEALTHY_AFTER;
     let supervisor = ImexProcessActor::new(Arc::new(imex.clone()), &config).start();
-    let owner = Owner.start();
+    let owner = Owner::default();
+    let address = owner.clone().start();
+    // The supervisor holds a weak address: the test's lives in the actor's own loop.
+    std::mem::forget(address.clone());
     supervisor.do_send(ApplyPeers {
-        owner: owner.clone().recipient().downgrade(),
+        owner: address.recipient().downgrade(),
         version: 1,
         peers: PeerSet {
             peers: [(
@@ -268,5 +285,109 @@ fn refused_and_short_lived_starts_share_one_backoff() {
             "{lifecycle:?}"
         );
         assert!(lifecycle.running);
+    });
+}
+
+/// The failures in a row are one episode: every report while it lasts carries it
+/// (and the newest reason), starts refused included, which no poll follows; it ends
+/// only once a daemon has stayed up the healthy period, told by a report without it;
+/// the next failure begins episode 2.
+#[test]
+fn a_failure_episode_lasts_until_a_daemon_stays_up() {
+    run_paused_actix(|| async {
+        let imex = FakeShortLivedImex::default();
+        imex.daemon().refusals = 2;
+        imex.daemon().deaths = 3;
+        let (supervisor, owner) = supervise(&imex);
+        wait_for_starts(&imex, 4).await;
+        let first_start = imex.starts()[0];
+        let failing: Vec<_> = owner
+            .reports()
+            .into_iter()
+            .filter(|(at, _)| *at < first_start)
+            .map(|(_, r)| r)
+            .collect();
+        assert_eq!(
+            failing.len(),
+            2,
+            "one report per refused start: {failing:?}"
+        );
+        for report in &failing {
+            let failure = report.failure.as_ref().expect("failing");
+            assert_eq!(failure.episode, 1);
+            assert!(failure.reason.contains("cannot listen"), "{failure:?}");
+            assert!(!report.running);
+        }
+        let lifecycle = supervisor.send(GetImexLifecycle).await.unwrap();
+        assert_eq!(lifecycle.failures_in_a_row, 5, "{lifecycle:?}");
+        assert!(lifecycle.failing.is_some());
+
+        // Running now, and ready, but not yet for the healthy period: still failing.
+        tokio::time::sleep(HEALTHY_AFTER / 2).await;
+        let last = owner.last().unwrap();
+        assert!(last.running && last.ready, "{last:?}");
+        assert_eq!(last.failure.as_ref().map(|f| f.episode), Some(1));
+        assert!(
+            last.failure
+                .unwrap()
+                .reason
+                .contains("Address already in use")
+        );
+
+        // Up for the healthy period: the episode ends, and the domain is told at once.
+        tokio::time::sleep(HEALTHY_AFTER / 2 + POLL).await;
+        let last = owner.last().unwrap();
+        assert_eq!(last.failure, None, "{last:?}");
+        let lifecycle = supervisor.send(GetImexLifecycle).await.unwrap();
+        assert_eq!(
+            (lifecycle.failing.clone(), lifecycle.failures_in_a_row),
+            (None, 0),
+            "{lifecycle:?}"
+        );
+
+        imex.crash();
+        wait_for_starts(&imex, 5).await;
+        let episodes: Vec<u64> = owner
+            .reports()
+            .iter()
+            .filter_map(|(_, r)| r.failure.as_ref().map(|f| f.episode))
+            .collect();
+        assert_eq!(episodes.last(), Some(&2), "{episodes:?}");
+        assert!(episodes.windows(2).all(|w| w[0] <= w[1]), "{episodes:?}");
+    });
+}
+
+/// Delays grow to the cap and stay there, however long the daemon keeps failing.
+#[test]
+fn a_daemon_that_never_comes_up_is_tried_at_the_cap() {
+    run_paused_actix(|| async {
+        let imex = FakeShortLivedImex::default();
+        imex.daemon().refusals = 40;
+        let (supervisor, owner) = supervise(&imex);
+        let begun = Instant::now();
+        let deadline = begun + Duration::from_secs(600);
+        while supervisor.send(GetImexLifecycle).await.unwrap().failures < 20 {
+            assert!(Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let refusals: Vec<Instant> = owner
+            .reports()
+            .iter()
+            .filter(|(_, r)| r.failure.is_some())
+            .map(|(at, _)| *at)
+            .collect();
+        let waits = gaps(&refusals);
+        for (n, gap) in waits.iter().enumerate() {
+            let want = backoff(n as u32);
+            assert!(
+                *gap >= want && *gap < want + POLL,
+                "refusal {} came {gap:?} after the one before, not {want:?}",
+                n + 1
+            );
+        }
+        assert_eq!(*waits.last().unwrap(), MAX, "{waits:?}");
+        let lifecycle = supervisor.send(GetImexLifecycle).await.unwrap();
+        assert_eq!(lifecycle.restart_delay, Some(MAX));
+        assert_eq!(lifecycle.failing.map(|f| f.episode), Some(1));
     });
 }

@@ -341,6 +341,126 @@ fn an_imex_daemon_that_exits_is_restarted_with_backoff() {
     });
 }
 
+/// A node whose IMEX daemon keeps failing (it crashed, then every start is refused:
+/// its port is taken) says so: its members see the domain NotReady with the node named
+/// ("IMEX failing on: node-c"), the status is written once for the whole episode however
+/// many restarts it takes, and one ImexFailing event is recorded by the node itself.
+/// Once starts succeed and the daemon stays up, the domain is Ready again, nothing
+/// named; a later crash is a new episode and a new event.
+#[test]
+fn a_crash_looping_imex_is_named_in_the_status_and_told_once_per_episode() {
+    run(|| async {
+        let rack = rack_of(&NODES);
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Local);
+        prepare_all(&rack, "c", &NODES).await;
+        rack.wait_until(LIMIT, "the status says Ready", &NODES, |_| {
+            rack.status
+                .latest("cd1")
+                .is_some_and(|w| w.status.status == Phase::Ready)
+        })
+        .await;
+
+        let failing_c = rack.nodes["node-c"].imex.clone();
+        failing_c.fail_next(
+            u32::MAX,
+            "IMEX cannot listen on 127.0.1.3:50000 (SERVER_PORT): Address already in use",
+        );
+        rack.fabric.crash("node-c");
+        let named = |status: &domaind_actors::rules::status::DomainStatus| {
+            status.status == Phase::NotReady
+                && status.message.ends_with(", IMEX failing on: node-c")
+                && status
+                    .nodes
+                    .iter()
+                    .any(|n| n.name == "node-c" && n.status == Phase::NotReady)
+        };
+        rack.wait_until(LIMIT, "the status names node-c", &NODES, |_| {
+            rack.status.latest("cd1").is_some_and(|w| named(&w.status))
+        })
+        .await;
+        // Its peers' links to it are down too, until their 30 s grace drops it: then
+        // they are ready without it.
+        rack.wait_until(
+            LIMIT * 2,
+            "node-c is the only one not ready",
+            &NODES,
+            |_| {
+                rack.status
+                    .latest("cd1")
+                    .is_some_and(|w| w.status.message == "2/3 nodes ready, IMEX failing on: node-c")
+            },
+        )
+        .await;
+        let writes_when_named = rack.status.writes().len();
+        let snapshot = rack.snapshot("node-a").await;
+        assert_eq!(snapshot.domains[0].phase, Phase::NotReady);
+
+        // Two more minutes of failing: the waits are at the 30 s cap, the document does
+        // not change, and nothing more is written or told.
+        let starts = |imex: &domaind_actors::testing::FakeImex| {
+            imex.count(|c| matches!(c, ImexCall::Start(_)))
+        };
+        let starts_before = starts(&failing_c);
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        let tries = starts(&failing_c) - starts_before;
+        assert!(
+            (4..=5).contains(&tries),
+            "{tries} starts in 2 minutes: not backing off to 30 s"
+        );
+        assert_eq!(
+            rack.status.writes().len(),
+            writes_when_named,
+            "a restart rewrote the status: {:#?}",
+            rack.status.writes()
+        );
+        let lifecycle = rack.snapshot("node-c").await.imex;
+        assert_eq!(lifecycle.restart_delay, Some(Duration::from_secs(30)));
+        assert!(
+            lifecycle
+                .failing
+                .as_ref()
+                .is_some_and(|f| f.reason.contains("Address already in use")),
+            "{lifecycle:?}"
+        );
+        let told = |node: &str| -> Vec<DomainEvent> {
+            rack.nodes[node]
+                .events
+                .events()
+                .into_iter()
+                .filter(|(_, e)| matches!(e, DomainEvent::ImexFailing { .. }))
+                .map(|(_, e)| e)
+                .collect()
+        };
+        let events = told("node-c");
+        assert!(
+            matches!(events.as_slice(), [DomainEvent::ImexFailing { node, reason }]
+                if node == "node-c" && reason.starts_with("crashed (FakeImexFabric::crash)")),
+            "one event for the episode, with the failure that began it: {events:?}"
+        );
+        assert!(told("node-a").is_empty() && told("node-b").is_empty());
+
+        // The port is free again: the next start (at most the 30 s cap away) runs, and
+        // its peers, which had dropped it, take it back as soon as it says it is no
+        // longer failing, not after a link grace of its own: the domain is whole.
+        failing_c.fail_next(0, "");
+        let heal = Duration::from_secs(30) + Duration::from_secs(5);
+        rack.wait_until(heal, "the status is Ready again", &NODES, |_| {
+            rack.status.latest("cd1").is_some_and(|w| {
+                w.status.status == Phase::Ready && w.status.message == "3/3 nodes ready"
+            })
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert!(rack.snapshot("node-c").await.imex.failing.is_none());
+        rack.fabric.crash("node-c");
+        rack.wait_until(LIMIT, "a new episode is told", &["node-c"], |_| {
+            told("node-c").len() == 2
+        })
+        .await;
+    });
+}
+
 #[test]
 fn a_dead_node_is_dropped_after_grace_and_rejoins_with_its_slot() {
     run(|| async {

@@ -70,7 +70,8 @@ pub struct RunArgs {
     pub cliques: u16,
 
     /// Faults to inject: kill, pause, imex-crash, restart, partition, loss, churn,
-    /// cert-rotate, or all; several as a comma list (e.g. kill,pause,imex-crash,churn).
+    /// cert-rotate, imex-port, or all; several as a comma list (e.g.
+    /// kill,pause,imex-crash,churn).
     /// partition and loss need root and iptables, and are skipped (and said so)
     /// without them.
     #[arg(long, default_value = "all", value_parser = parse_scenario_arg)]

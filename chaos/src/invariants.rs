@@ -34,6 +34,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use domaind_actors::model::Phase;
+use domaind_kube_api::crd::{ComputeDomainStatus, Phase as CrdPhase, READY_CONDITION};
 use serde::Serialize;
 
 use crate::observe::{FileRead, Observation};
@@ -363,6 +364,28 @@ pub fn check(world: &World, obs: &Observation, now: Instant) -> Vec<Violation> {
     }
     found
 }
+
+/// Whether the status file says `node`'s IMEX daemon is failing, as the reporter
+/// writes it: the domain NotReady, `node` NotReady, and named in the Ready condition's
+/// message (`..., IMEX failing on: a, b`).
+pub fn names_imex_failing(status: &FileRead<ComputeDomainStatus>, node: &str) -> bool {
+    let Some(status) = status.read() else {
+        return false;
+    };
+    let named = status
+        .condition(READY_CONDITION)
+        .and_then(|c| c.message.rsplit_once(IMEX_FAILING_ON))
+        .is_some_and(|(_, nodes)| nodes.split(", ").any(|n| n == node));
+    named
+        && status.status == CrdPhase::NotReady
+        && status
+            .nodes
+            .iter()
+            .any(|n| n.name == node && n.status == CrdPhase::NotReady)
+}
+
+/// Where the reporter's message lists the nodes whose IMEX daemon is failing.
+const IMEX_FAILING_ON: &str = "IMEX failing on: ";
 
 /// Whether `target` is out of the peer set of every other member whose IMEX daemon
 /// runs: the survivors noticed it went (at least one survivor must be looking).

@@ -5,10 +5,11 @@
 //!   kill, pause, partition, restart, churn (leave): the node is gone from the peer
 //!   set (hosts block) of every other member whose IMEX daemon runs. imex-crash: a
 //!   new IMEX daemon runs on the node. cert-rotate: the node reports the rotation
-//!   (`domaind_gossip_tls_reloads_total{result="rotated"}`). loss and churn with an
-//!   extra claim change no membership: nothing to detect.
+//!   (`domaind_gossip_tls_reloads_total{result="rotated"}`). imex-port: the status
+//!   names the node's IMEX as failing. loss and churn with an extra claim change no
+//!   membership: nothing to detect.
 //! - **heal**: from the fault's end (restart issued, SIGCONT, rules removed, claim
-//!   prepared again, certificate written) until the domain is Ready with all its
+//!   prepared again, certificate written, port freed) until the domain is Ready with all its
 //!   members again: every member sees all members Ready, the same peer set and slots,
 //!   and the status file says so.
 

@@ -30,10 +30,13 @@ pub enum FaultKind {
     Churn,
     /// Reissue a node's certificate into its TLS directory; it reloads without a restart.
     CertRotate,
+    /// Take a node's IMEX server port (kill its IMEX daemon, listen on the port) for a
+    /// while, then free it: the node backs off, the status names it, then it forms.
+    ImexPort,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::ImexCrash,
@@ -42,6 +45,7 @@ impl FaultKind {
         FaultKind::Loss,
         FaultKind::Churn,
         FaultKind::CertRotate,
+        FaultKind::ImexPort,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +58,7 @@ impl FaultKind {
             FaultKind::Loss => "loss",
             FaultKind::Churn => "churn",
             FaultKind::CertRotate => "cert-rotate",
+            FaultKind::ImexPort => "imex-port",
         }
     }
 
@@ -77,6 +82,9 @@ impl FaultKind {
             FaultKind::Churn => 5,
             // The daemon looks at its TLS files every 10 s.
             FaultKind::CertRotate => 11,
+            // Freed during a wait of the backoff (a hold of up to 15 s ends in the
+            // 12.8 s one), then formation.
+            FaultKind::ImexPort => 15,
         };
         Duration::from_secs(secs)
     }
@@ -232,6 +240,14 @@ impl Schedule {
                         Some(variant),
                     )
                 }
+                // Past 15 s the restart waits reach 12.8 s, and the daemon would be
+                // down near its peers' 30 s link grace.
+                FaultKind::ImexPort => (
+                    vec![rng.node(nodes)],
+                    rng.between_ms(5_000, 15_000),
+                    None,
+                    None,
+                ),
                 FaultKind::ImexCrash | FaultKind::CertRotate => {
                     (vec![rng.node(nodes)], Duration::ZERO, None, None)
                 }

@@ -9,13 +9,16 @@ use std::time::{Duration, Instant};
 
 use domaind_actors::model::Phase;
 use domaind_chaos::invariants::{
-    ClaimPhase, Invariant, Life, Violation, World, check, dropped_by_all, unsettled,
+    ClaimPhase, Invariant, Life, Violation, World, check, dropped_by_all, names_imex_failing,
+    unsettled,
 };
 use domaind_chaos::observe::{
     FileRead, HostsBlock, NodeObservation, Observation, read_checkpoint, read_hosts,
     read_nodes_config,
 };
-use domaind_kube_api::crd::{ComputeDomainNode, ComputeDomainStatus};
+use domaind_kube_api::crd::{
+    ComputeDomainNode, ComputeDomainStatus, Condition, ConditionStatus, Phase as CrdPhase,
+};
 use domaind_node::run::{DomainView, GossipView, ImexView, NodeView};
 
 const UID: &str = "cd-1";
@@ -62,6 +65,8 @@ fn view(i: usize, members: &[usize]) -> NodeView {
             restarts: 0,
             last_failure: None,
             restart_delay_ms: None,
+            failing: false,
+            failures_in_a_row: 0,
         },
         domains: vec![DomainView {
             uid: UID.into(),
@@ -405,4 +410,63 @@ fn a_dead_node_counts_as_dropped_only_once_nobody_lists_it() {
     assert!(!dropped_by_all(&world, &obs, 2), "node-02 still lists it");
     obs.nodes[1].hosts = FileRead::Read(block(&[0, 1]));
     assert!(dropped_by_all(&world, &obs, 2));
+}
+
+/// The imex-port fault's invariant: the status names the node only when the reporter
+/// wrote it so: NotReady, the node's row NotReady, and the node in the Ready
+/// condition's list of failing IMEX daemons (not merely somewhere in the message).
+#[test]
+fn a_failing_imex_is_named_only_as_the_reporter_writes_it() {
+    let with = |phase: CrdPhase, row: CrdPhase, message: &str| {
+        let mut written = status(&[0, 1, 2]);
+        written.status = phase;
+        written.nodes[2].status = row;
+        written.conditions = vec![Condition {
+            type_: "Ready".into(),
+            status: ConditionStatus::False,
+            last_transition_time: "2026-11-22T10:00:00Z".into(),
+            reason: "NodesNotReady".into(),
+            message: message.into(),
+            observed_generation: None,
+        }];
+        FileRead::Read(written)
+    };
+    let node = NAMES[2];
+    let named = format!(
+        "2/3 nodes ready, IMEX failing on: {}",
+        NAMES[0..3].join(", ")
+    );
+    assert!(names_imex_failing(
+        &with(CrdPhase::NotReady, CrdPhase::NotReady, &named),
+        node
+    ));
+    let alone = format!("2/3 nodes ready, lost: x, IMEX failing on: {node}");
+    assert!(names_imex_failing(
+        &with(CrdPhase::NotReady, CrdPhase::NotReady, &alone),
+        node
+    ));
+    for (phase, row, message) in [
+        // Another node failing.
+        (
+            CrdPhase::NotReady,
+            CrdPhase::NotReady,
+            format!("2/3 nodes ready, IMEX failing on: {}", NAMES[0]),
+        ),
+        // Named in passing, not as failing.
+        (
+            CrdPhase::NotReady,
+            CrdPhase::NotReady,
+            format!("2/3 nodes ready, lost: {node}"),
+        ),
+        // Its row says Ready.
+        (CrdPhase::NotReady, CrdPhase::Ready, alone.clone()),
+        // The domain says Ready.
+        (CrdPhase::Ready, CrdPhase::NotReady, alone.clone()),
+    ] {
+        assert!(
+            !names_imex_failing(&with(phase, row, &message), node),
+            "{phase:?} {row:?} {message}"
+        );
+    }
+    assert!(!names_imex_failing(&FileRead::Missing, node));
 }

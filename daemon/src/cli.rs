@@ -91,6 +91,14 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// What `run` starts the IMEX daemon through, so that the daemon dies with it even
+    /// on SIGKILL: sets a parent-death signal, checks the parent, execs the daemon
+    /// (`imex-guard --parent PID -- PROGRAM ARGS...`).
+    #[command(hide = true, disable_help_flag = true)]
+    ImexGuard {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Talk to a DRA kubelet plugin as the kubelet does: register, prepare, unprepare.
     ///
     /// For tests, the demo and debugging on a machine without a kubelet. Prints the

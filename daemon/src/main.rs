@@ -15,6 +15,10 @@ fn main() -> ExitCode {
     if let cli::Command::ImexSim { args } = &cli.command {
         return domaind_node::imex::sim_cli::main(args);
     }
+    // Nothing but the guard itself: it becomes the IMEX daemon.
+    if let cli::Command::ImexGuard { args } = &cli.command {
+        return domaind_node::imex::guard::main(args);
+    }
     logging::init(&cli.logging);
     // Once, before any TLS is configured: ring is the only provider compiled in.
     domaind_gossip::tls::crypto_provider();

@@ -78,6 +78,14 @@ impl EventText {
                     "node {node} writes its state directory again; nothing held in memory was lost"
                 ),
             ),
+            DomainEvent::ImexFailing { node, reason } => (
+                EventType::Warning,
+                "ImexFailing",
+                format!(
+                    "the IMEX daemon of node {node} is failing and is restarted with backoff: \
+                     {reason}"
+                ),
+            ),
         };
         Self {
             type_,
@@ -112,6 +120,20 @@ mod tests {
         assert_eq!(
             (refused.type_, refused.message.as_str()),
             (EventType::Warning, "claim c1 refused: busy")
+        );
+        let failing = EventText::of(&DomainEvent::ImexFailing {
+            node: "node-3".into(),
+            reason: "IMEX cannot listen on 10.0.0.3:50000 (SERVER_PORT)".into(),
+        });
+        assert_eq!(
+            (failing.type_, failing.reason.as_str()),
+            (EventType::Warning, "ImexFailing")
+        );
+        assert!(
+            failing.message.contains("node node-3")
+                && failing.message.contains("cannot listen on 10.0.0.3:50000"),
+            "{}",
+            failing.message
         );
     }
 }

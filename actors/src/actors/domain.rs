@@ -24,7 +24,7 @@ use crate::actors::status_writer::{PublishStatus, Retire, StatusWriterActor};
 use crate::config::NodeConfig;
 use crate::model::{Advertisement, DomainMember, DomainRef, NodeId, Phase, Slot};
 use crate::outcome::{PrepareError, Prepared};
-use crate::ports::{ClaimRecord, Ports};
+use crate::ports::{ClaimRecord, DomainEvent, Ports};
 use crate::rules::local_imex::{DaemonReport, Reconfigure, desired_peers, imex_ready, reconfigure};
 use crate::rules::membership::{
     decode_advertisement, domain_key, domain_members, encode_advertisement, status_key,
@@ -156,6 +156,9 @@ pub struct DomainActor {
     /// The term of this node's last tenure as reporter, kept across restarts of this
     /// actor: a new tenure's stamps must differ from every earlier one's.
     last_term: Option<u64>,
+    /// The last IMEX failure episode told as an event, kept across restarts of this
+    /// actor: one event per episode, not per restart of the daemon.
+    imex_episode_told: u64,
 }
 
 /// The reporter role's start: the status as written is read once per tenure.
@@ -217,6 +220,7 @@ impl DomainActor {
             reporter_timer: None,
             takeover: TakeoverState::Unread,
             last_term: None,
+            imex_episode_told: 0,
         }
     }
 
@@ -259,6 +263,7 @@ impl DomainActor {
                 clique: act.config.clique.clone(),
                 slot: preferred,
                 imex_ready: !act.has_fabric(),
+                imex_failing: false,
                 joined_at_ms: previous
                     .map(|ad| ad.joined_at_ms)
                     .unwrap_or_else(|| act.ports.clock.now_ms()),
@@ -389,19 +394,27 @@ impl DomainActor {
                 }
             }
         }
-        let remote: Vec<(NodeId, u64, bool)> = self
+        let remote: Vec<(NodeId, u64, bool, bool)> = self
             .roster
             .members()
             .values()
             .filter(|member| member.node != self.me())
-            .map(|member| (member.node.clone(), member.generation, member.ad.imex_ready))
+            .map(|member| {
+                (
+                    member.node.clone(),
+                    member.generation,
+                    member.ad.imex_ready,
+                    member.ad.imex_failing,
+                )
+            })
             .collect();
-        for (node, generation, imex_ready) in remote {
+        for (node, generation, imex_ready, imex_failing) in remote {
             let peer = self.peer(&node, ctx);
             peer.do_send(PeerSignal::Gossip { alive: true });
             peer.do_send(PeerSignal::Advertised {
                 generation,
                 imex_ready,
+                imex_failing,
             });
         }
         if let Some(timer) = self.retention_timer.take() {
@@ -453,6 +466,16 @@ impl DomainActor {
         new_ad.slot = my_slot;
         new_ad.imex_ready =
             imex_ready(self.has_fabric(), report, self.peer_version, &self.peer_set);
+        // Failing while the daemon is down and being restarted: once one runs again
+        // it is forming, not failing, even inside its episode. That change is what
+        // lets peers that dropped this node past their link grace take it back
+        // (`rules::peer_health`): not ready until they list it, it could not say so
+        // through its readiness.
+        new_ad.imex_failing = !new_ad.imex_ready
+            && self
+                .imex_report
+                .as_ref()
+                .is_some_and(|r| r.failure.is_some() && !r.running);
         if new_ad.slot != my_ad.slot {
             self.slot_listener.do_send(SlotChanged {
                 domain: self.domain.uid.clone(),
@@ -760,10 +783,34 @@ impl Handler<ImexReport> for DomainActor {
                     .do_send(PeerSignal::ImexLink { up: *up });
             }
         }
+        if let Some(failure) = &report.failure
+            && failure.episode > self.imex_episode_told
+        {
+            self.imex_episode_told = failure.episode;
+            self.tell_imex_failing(failure.reason.clone());
+        }
         if self.imex_report.as_ref() != Some(&report) {
             self.imex_report = Some(report);
             self.schedule_recompute(ctx);
         }
+    }
+}
+
+impl DomainActor {
+    /// A Warning event on the domain: this node's IMEX daemon is failing, and why.
+    fn tell_imex_failing(&self, reason: String) {
+        warn!(domain = %self.domain, %reason, "this node's IMEX daemon is failing; the domain is told");
+        let sink = self.ports.events.clone();
+        let domain = self.domain.clone();
+        let event = DomainEvent::ImexFailing {
+            node: self.me().to_owned(),
+            reason,
+        };
+        actix::spawn(async move {
+            if let Err(error) = sink.emit(&domain, event).await {
+                warn!(%domain, %error, "event not recorded");
+            }
+        });
     }
 }
 

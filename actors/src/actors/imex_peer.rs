@@ -31,7 +31,11 @@ pub enum PeerSignal {
     /// Our IMEX daemon's link to this peer.
     ImexLink { up: bool },
     /// The peer's advertisement, as last seen.
-    Advertised { generation: u64, imex_ready: bool },
+    Advertised {
+        generation: u64,
+        imex_ready: bool,
+        imex_failing: bool,
+    },
 }
 
 pub struct ImexPeerActor {
@@ -107,7 +111,10 @@ impl Handler<PeerSignal> for ImexPeerActor {
             PeerSignal::Advertised {
                 generation,
                 imex_ready,
-            } => self.health.advertisement(generation, imex_ready, now),
+                imex_failing,
+            } => self
+                .health
+                .advertisement(generation, imex_ready, imex_failing, now),
         };
         self.report(verdict, ctx);
     }

@@ -17,6 +17,13 @@
 //! cannot listen on its port starts fine and exits a moment later. Each restart is
 //! logged with its cause, counted in `domaind_imex_restarts_total{cause}`, and the
 //! wait is in `domaind_imex_restart_backoff_seconds`.
+//!
+//! Failures in a row are one *episode*: it begins with the first failure and ends when
+//! a daemon has stayed up `imex_healthy_after` (a timer, not the next failure, says
+//! so) or is stopped on purpose. While it lasts `domaind_imex_failing` is 1 and every
+//! report carries the episode and its newest reason ([`ImexFailure`]), so that the
+//! domain tells users once per episode (an event) and its peers while the daemon is
+//! down (the advertisement), not once per restart.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -41,6 +48,17 @@ pub const IMEX_RESTARTS: &str = "domaind_imex_restarts_total";
 pub const IMEX_RESTART_BACKOFF: &str = "domaind_imex_restart_backoff_seconds";
 /// Status questions asked of the daemon (each runs the status tool once or twice).
 pub const IMEX_STATUS_QUERIES: &str = "domaind_imex_status_queries_total";
+/// 1 while the daemon is failing: it exited or could not start, and no daemon has
+/// stayed up `imex_healthy_after` since.
+pub const IMEX_FAILING: &str = "domaind_imex_failing";
+
+/// The daemon is failing: which episode (failures in a row, counted from 1 in this
+/// process) and why, the newest failure's reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImexFailure {
+    pub episode: u64,
+    pub reason: String,
+}
 
 /// What the daemon reported, for the peer set of `version`.
 #[derive(Debug, Clone, PartialEq, Eq, Message)]
@@ -51,6 +69,8 @@ pub struct ImexReport {
     pub running: bool,
     pub ready: bool,
     pub links: BTreeMap<Slot, bool>,
+    /// The failure episode under way, if the daemon is failing.
+    pub failure: Option<ImexFailure>,
 }
 
 /// Run the daemon with this peer set.
@@ -89,6 +109,10 @@ pub struct ImexLifecycle {
     pub last_failure: Option<String>,
     /// How long the restart now waiting waits, if one does.
     pub restart_delay: Option<Duration>,
+    /// The failure episode under way, if the daemon is failing.
+    pub failing: Option<ImexFailure>,
+    /// Failures in a row (0 when not failing).
+    pub failures_in_a_row: u32,
 }
 
 #[derive(Debug, Message)]
@@ -119,6 +143,10 @@ pub struct ImexProcessActor {
     poll_wanted: bool,
     /// Waits for the port to tell of the daemon's exit.
     exit_watch: Option<SpawnHandle>,
+    /// Ends the failure episode once a daemon started during it has stayed up.
+    healthy_timer: Option<SpawnHandle>,
+    /// Failure episodes begun so far.
+    episodes: u64,
     lifecycle: ImexLifecycle,
 }
 
@@ -153,6 +181,8 @@ impl ImexProcessActor {
             polling: false,
             poll_wanted: false,
             exit_watch: None,
+            healthy_timer: None,
+            episodes: 0,
             lifecycle: ImexLifecycle::default(),
         }
     }
@@ -200,6 +230,7 @@ impl ImexProcessActor {
                         if starting {
                             act.watch_exit(ctx);
                             act.started_at = Some(Instant::now());
+                            act.await_health(ctx);
                             act.lifecycle.restart_delay = None;
                             metrics::gauge!(IMEX_RESTART_BACKOFF).set(0.0);
                             act.lifecycle.starts += 1;
@@ -221,6 +252,8 @@ impl ImexProcessActor {
                         act.lifecycle.failures += 1;
                         if starting {
                             act.schedule_restart("start_failed", error.to_string());
+                            // No poll follows a start that failed: tell the domain now.
+                            act.report(false, BTreeMap::new());
                         } else {
                             let delay = act.backoff.fail();
                             act.not_before = Some(Instant::now() + delay);
@@ -249,7 +282,7 @@ impl ImexProcessActor {
                 act.applied = None;
                 act.started_at = None;
                 // Stopped on purpose: the next start is no restart and owes no wait.
-                act.backoff.succeed();
+                act.recovered(ctx);
                 act.not_before = None;
                 act.lifecycle.restart_delay = None;
                 act.lifecycle.stops += 1;
@@ -336,7 +369,7 @@ impl ImexProcessActor {
                     act.exited_unexpectedly = true;
                     let uptime = act.started_at.take().map(|at| at.elapsed());
                     if uptime.is_some_and(|up| up >= act.healthy_after) {
-                        act.backoff.succeed();
+                        act.recovered(ctx);
                     }
                     let why = status
                         .exited
@@ -361,16 +394,59 @@ impl ImexProcessActor {
                 } else {
                     act.poll_in(delay, ctx);
                 }
-                if let Some(owner) = act.owner.as_ref().and_then(WeakRecipient::upgrade) {
-                    owner.do_send(ImexReport {
-                        version: act.applied,
-                        running: act.running,
-                        ready,
-                        links: status.links,
-                    });
-                }
+                act.report(ready, status.links);
             },
         ));
+    }
+
+    /// Tells the domain what the daemon last reported.
+    fn report(&self, ready: bool, links: BTreeMap<Slot, bool>) {
+        if let Some(owner) = self.owner.as_ref().and_then(WeakRecipient::upgrade) {
+            owner.do_send(ImexReport {
+                version: self.applied,
+                running: self.running,
+                ready,
+                links,
+                failure: self.lifecycle.failing.clone(),
+            });
+        }
+    }
+
+    /// Once a daemon started now has stayed up `healthy_after`, the failures are over.
+    /// A daemon that exits before cancels nothing: the timer checks which start it was
+    /// armed for.
+    fn await_health(&mut self, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.healthy_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        if self.lifecycle.failing.is_none() {
+            return;
+        }
+        let started = self.started_at;
+        self.healthy_timer = Some(ctx.run_later(self.healthy_after, move |act, ctx| {
+            act.healthy_timer = None;
+            if act.running && act.started_at == started {
+                info!(
+                    up = ?act.healthy_after,
+                    "IMEX daemon stayed up: no longer failing"
+                );
+                act.recovered(ctx);
+                act.poll_in(Duration::ZERO, ctx);
+            }
+        }));
+    }
+
+    /// The failures in a row are over: the backoff starts again from its minimum and
+    /// the episode ends.
+    fn recovered(&mut self, ctx: &mut Context<Self>) {
+        self.backoff.succeed();
+        if let Some(timer) = self.healthy_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        if self.lifecycle.failing.take().is_some() {
+            metrics::gauge!(IMEX_FAILING).set(0.0);
+        }
+        self.lifecycle.failures_in_a_row = 0;
     }
 }
 
@@ -378,7 +454,20 @@ impl ImexProcessActor {
     /// The daemon failed (`cause`, for the metric; `why`, for people): the next start
     /// waits out the backoff.
     fn schedule_restart(&mut self, cause: &'static str, why: String) {
+        let episode = match &self.lifecycle.failing {
+            Some(failing) => failing.episode,
+            None => {
+                self.episodes += 1;
+                metrics::gauge!(IMEX_FAILING).set(1.0);
+                self.episodes
+            }
+        };
+        self.lifecycle.failing = Some(ImexFailure {
+            episode,
+            reason: why.clone(),
+        });
         let delay = self.backoff.fail();
+        self.lifecycle.failures_in_a_row = self.backoff.failures();
         self.not_before = Some(Instant::now() + delay);
         metrics::counter!(IMEX_RESTARTS, "cause" => cause).increment(1);
         metrics::gauge!(IMEX_RESTART_BACKOFF).set(delay.as_secs_f64());
@@ -405,11 +494,13 @@ impl Actor for ImexProcessActor {
         self.polling = false;
         self.next_poll = None;
         self.exit_watch = None;
+        self.healthy_timer = None;
         if self.detached {
             return;
         }
         if self.running {
             self.watch_exit(ctx);
+            self.await_health(ctx);
         }
         if self.desired.is_some() {
             let delay = self.schedule.changed();
@@ -446,9 +537,13 @@ impl Handler<Detach> for ImexProcessActor {
     // Detached, with no timer left, we stop once the last address is dropped.
     fn handle(&mut self, Detach { stop_daemon }: Detach, ctx: &mut Self::Context) {
         self.detached = true;
-        for handle in [self.next_poll.take(), self.exit_watch.take()]
-            .into_iter()
-            .flatten()
+        for handle in [
+            self.next_poll.take(),
+            self.exit_watch.take(),
+            self.healthy_timer.take(),
+        ]
+        .into_iter()
+        .flatten()
         {
             ctx.cancel_future(handle);
         }

@@ -13,6 +13,7 @@ pub fn advertisement() -> Advertisement {
         clique: CliqueId("c.0".into()),
         slot: None,
         imex_ready: false,
+        imex_failing: false,
         joined_at_ms: 0,
     }
 }

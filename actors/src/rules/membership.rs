@@ -137,5 +137,34 @@ mod tests {
             decode_advertisement(&encode_advertisement(&original)).unwrap(),
             original
         );
+        let failing = Advertisement {
+            imex_failing: true,
+            ..original.clone()
+        };
+        assert_eq!(
+            decode_advertisement(&encode_advertisement(&failing)).unwrap(),
+            failing
+        );
+    }
+
+    /// A healthy node's advertisement is what it was before `imex_failing` existed, and
+    /// an older node's (without the field) reads as not failing: nodes of both versions
+    /// share a clique during a rolling upgrade (and older ones ignore the field, as
+    /// serde ignores unknown fields).
+    #[test]
+    fn imex_failing_is_written_only_when_true() {
+        let healthy = encode_advertisement(&ad("c.0", Some(1)));
+        assert!(!healthy.contains("imex_failing"), "{healthy}");
+        let failing = encode_advertisement(&Advertisement {
+            imex_failing: true,
+            ..ad("c.0", Some(1))
+        });
+        assert!(failing.contains("\"imex_failing\":true"), "{failing}");
+        let mut older: serde_json::Value = serde_json::from_str(&failing).unwrap();
+        older.as_object_mut().unwrap().remove("imex_failing");
+        assert_eq!(
+            decode_advertisement(&older.to_string()).unwrap(),
+            ad("c.0", Some(1))
+        );
     }
 }

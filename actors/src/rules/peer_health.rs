@@ -56,8 +56,8 @@ pub struct PeerHealth {
     state: PeerState,
     gossip_alive: bool,
     link_up: bool,
-    /// (generation, imex_ready) as last advertised.
-    last_ad: Option<(u64, bool)>,
+    /// (generation, imex_ready, imex_failing) as last advertised.
+    last_ad: Option<(u64, bool, bool)>,
 }
 
 impl PeerHealth {
@@ -91,17 +91,19 @@ impl PeerHealth {
         self.reevaluate(now)
     }
 
-    /// The peer advertised (again).
+    /// The peer advertised (again). `imex_failing` counts as a change too: a peer whose
+    /// daemon was down past the link grace, and then runs again, is not ready until it
+    /// is back in our peer set, so its readiness alone would never change.
     pub fn advertisement(
         &mut self,
         generation: u64,
         imex_ready: bool,
+        imex_failing: bool,
         now: Instant,
     ) -> Option<Verdict> {
-        let changed = self
-            .last_ad
-            .is_some_and(|last| last != (generation, imex_ready));
-        self.last_ad = Some((generation, imex_ready));
+        let ad = (generation, imex_ready, imex_failing);
+        let changed = self.last_ad.is_some_and(|last| last != ad);
+        self.last_ad = Some(ad);
         if changed
             && self.state
                 == (PeerState::Dropped {
@@ -246,7 +248,7 @@ mod tests {
     #[test]
     fn a_long_imex_link_outage_drops_until_the_peer_changes() {
         let (mut h, t0) = health();
-        h.advertisement(1, true, t0);
+        h.advertisement(1, true, false, t0);
         h.imex_link(false, t0);
         assert_eq!(h.tick(t0 + Duration::from_secs(29)), None);
         assert_eq!(
@@ -254,14 +256,40 @@ mod tests {
             Some(Verdict::Drop(Cause::ImexLinkDown))
         );
         // The same advertisement again is no news.
-        assert_eq!(h.advertisement(1, true, t0 + Duration::from_secs(31)), None);
+        assert_eq!(
+            h.advertisement(1, true, false, t0 + Duration::from_secs(31)),
+            None
+        );
         assert!(!h.admitted());
         // Its IMEX restarted: not ready, then ready.
         assert_eq!(
-            h.advertisement(1, false, t0 + Duration::from_secs(40)),
+            h.advertisement(1, false, false, t0 + Duration::from_secs(40)),
             Some(Verdict::Readmit)
         );
         assert!(h.admitted());
+    }
+
+    /// A peer whose daemon was down past the grace: dropped while it says it is failing,
+    /// re-admitted once its daemon runs again (not ready yet: it needs us to list it).
+    #[test]
+    fn a_peer_whose_daemon_runs_again_after_a_long_failure_is_readmitted() {
+        let (mut h, t0) = health();
+        h.advertisement(1, true, false, t0);
+        h.imex_link(false, t0);
+        h.advertisement(1, false, true, t0 + Duration::from_millis(100));
+        assert_eq!(
+            h.tick(t0 + Duration::from_secs(30)),
+            Some(Verdict::Drop(Cause::ImexLinkDown))
+        );
+        assert_eq!(
+            h.advertisement(1, false, true, t0 + Duration::from_secs(45)),
+            None,
+            "still failing"
+        );
+        assert_eq!(
+            h.advertisement(1, false, false, t0 + Duration::from_secs(50)),
+            Some(Verdict::Readmit)
+        );
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub struct Readiness {
     pub total: usize,
     pub ready_nodes: BTreeSet<NodeId>,
     pub reason: Option<NotReadyReason>,
+    /// Live members whose IMEX daemon is failing (they advertise it): named in the
+    /// status whatever else keeps the domain from being ready.
+    pub imex_failing: Vec<NodeId>,
 }
 
 impl Readiness {
@@ -64,7 +67,11 @@ impl fmt::Display for Readiness {
             Some(NotReadyReason::Full { waiting }) => {
                 write!(f, ", no free IMEX slot for: {}", waiting.join(", "))
             }
+        }?;
+        if !self.imex_failing.is_empty() {
+            write!(f, ", IMEX failing on: {}", self.imex_failing.join(", "))?;
         }
+        Ok(())
     }
 }
 
@@ -88,6 +95,11 @@ pub fn domain_readiness(
         .cloned()
         .collect();
     let total = members.len() + lost.len();
+    let imex_failing: Vec<NodeId> = members
+        .values()
+        .filter(|m| m.ad.imex_failing && !ready_nodes.contains(&m.node))
+        .map(|m| m.node.clone())
+        .collect();
     let reason = if members.is_empty() {
         Some(NotReadyReason::Empty)
     } else if !lost.is_empty() {
@@ -113,6 +125,7 @@ pub fn domain_readiness(
         total,
         ready_nodes,
         reason,
+        imex_failing,
     }
 }
 
@@ -197,6 +210,39 @@ mod tests {
             })
         );
         assert_eq!(r.to_string(), "1/2 nodes ready, lost: b");
+    }
+
+    #[test]
+    fn members_whose_imex_is_failing_are_named_whatever_else_is_wrong() {
+        let (name, mut failing) = member("b", None, false);
+        failing.ad.imex_failing = true;
+        let members: BTreeMap<_, _> = [member("a", Some(0), true), (name, failing)].into();
+        let r = domain_readiness(
+            &members,
+            &assign(&[("a", 0), ("b", 1)]),
+            |_| true,
+            &BTreeSet::new(),
+            0,
+        );
+        assert_eq!(r.imex_failing, vec!["b".to_string()]);
+        assert_eq!(r.to_string(), "1/2 nodes ready, IMEX failing on: b");
+        let lost: BTreeSet<NodeId> = ["c".to_string()].into();
+        let r = domain_readiness(&members, &assign(&[("a", 0)]), |_| true, &lost, 0);
+        assert_eq!(
+            r.to_string(),
+            "1/3 nodes ready, lost: c, IMEX failing on: b"
+        );
+        // A healthy domain says nothing of it.
+        let healthy: BTreeMap<_, _> = [member("a", Some(0), true)].into();
+        let r = domain_readiness(
+            &healthy,
+            &assign(&[("a", 0)]),
+            |_| true,
+            &BTreeSet::new(),
+            0,
+        );
+        assert!(r.imex_failing.is_empty());
+        assert_eq!(r.to_string(), "1/1 nodes ready");
     }
 
     #[test]

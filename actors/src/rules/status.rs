@@ -137,6 +137,7 @@ mod tests {
             ip: format!("10.0.0.{slot}").parse().unwrap(),
             slot: Some(slot),
             imex_ready: ready,
+            imex_failing: false,
             ..advertisement()
         }
     }

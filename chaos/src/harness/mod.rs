@@ -13,8 +13,8 @@
 //!   quiet between steps, the final checks, the graceful stop);
 //! - `observer`: one tick (reap crashes, advance lives, collect prepares, observe,
 //!   check) and the waits made of ticks;
-//! - `faults`: the eight injectors, a module per family (processes, network, claims,
-//!   certificates), each ending in the one heal tail;
+//! - `faults`: the nine injectors, a module per family (processes, network, claims,
+//!   certificates, the IMEX port), each ending in the one heal tail;
 //! - `heal`: whether the domain is whole, the wait for it, detection and heal times;
 //! - `claims`: the kubelet's part: claim files, prepares in the background, unprepares;
 //! - `findings`: violations (each once, later sightings counted) and crashes;

@@ -18,6 +18,8 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::KubeletSim(command) => kubelet_sim::run(command),
         Command::Run(args) => domaind_node::run::run(*args),
         Command::Topology(topology) => topology::run(topology),
-        Command::ImexSim { .. } => unreachable!("dispatched before logging starts"),
+        Command::ImexSim { .. } | Command::ImexGuard { .. } => {
+            unreachable!("dispatched before logging starts")
+        }
     }
 }

@@ -5,5 +5,7 @@ mod certs;
 mod controller;
 mod demo;
 mod deploy_manifests;
+mod imex_failing;
+mod imex_orphans;
 mod kubelet_sim;
 mod topology;

@@ -1,10 +1,24 @@
 //! `imex-sim`: a test double of `nvidia-imex` (the daemon) and `nvidia-imex-ctl` (the
 //! query tool), for machines without NVLink. See `domaind_node::imex::sim` and
 //! `domaind_node::imex::sim_cli`.
+//!
+//! It also runs the guard the IMEX adapter starts the daemon through
+//! (`imex-sim imex-guard ...`, as `domaind imex-guard ...`), so that the adapter's
+//! tests, which have this binary and not `domaind`, start daemons as `domaind run`
+//! does.
 
 use std::process::ExitCode;
 
+use domaind_node::imex::guard;
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == guard::SUBCOMMAND) {
+        return guard::main(&args[1..]);
+    }
+    let args: Vec<String> = args
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     domaind_node::imex::sim_cli::main(&args)
 }

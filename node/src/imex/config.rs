@@ -48,6 +48,10 @@ pub struct ImexSettings {
     pub daemon: Command,
     /// The query tool: `nvidia-imex-ctl` (`-c <config> -q` appended).
     pub ctl: Command,
+    /// What the daemon is started through so that it dies with this process: our own
+    /// binary's `imex-guard` ([`super::guard`]). `None` starts it directly, and a
+    /// SIGKILLed domaind leaves it running (tests that never kill their process).
+    pub guard: Option<Command>,
     /// Extra environment for the daemon (the simulator reads its hosts file from it).
     pub daemon_env: Vec<(String, String)>,
     /// Where config.cfg and nodes_config.cfg are written.
@@ -83,6 +87,7 @@ impl ImexSettings {
         Self {
             daemon: Command::new("nvidia-imex"),
             ctl: Command::new("nvidia-imex-ctl"),
+            guard: None,
             daemon_env: Vec::new(),
             config_dir: config_dir.into(),
             hosts_file: PathBuf::from("/etc/hosts"),

@@ -24,8 +24,11 @@
 //!   `nvidia-imex-ctl -c <config> -q` for READY, and when not ready `-N -j` for
 //!   per-peer links.
 //! - `stop` sends SIGTERM, waits `stop_timeout`, then SIGKILL.
-//! - The running daemon's pid is kept in `imex.pid` beside its config, and `start`
-//!   first stops a daemon a killed domaind left running ([`super::leftover`]).
+//! - The daemon dies with this process, even on SIGKILL: it is started through the
+//!   guard ([`super::guard`]), which sets a parent-death signal and execs it, forked
+//!   from a thread of the adapter's own ([`super::spawner`]), in a process group of
+//!   its own. `start` first stops any daemon on our config that is not our child, and
+//!   a daemon of ours holding IMEX's port ([`super::leftover`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -49,7 +52,8 @@ use tracing::{info, warn};
 
 use super::config::{AddressingMode, ImexSettings, render_config};
 use super::output::OutputTail;
-use super::{hosts, leftover, listen_check};
+use super::spawner::Spawner;
+use super::{guard, holders, hosts, leftover, listen_check};
 
 pub const IMEX_STARTS: &str = "domaind_imex_starts_total";
 pub const IMEX_RELOADS: &str = "domaind_imex_reloads_total";
@@ -71,6 +75,8 @@ struct Inner {
     state: Mutex<State>,
     /// Woken whenever a child exits, on its own or stopped.
     exits: Arc<Notify>,
+    /// Forks the daemon from a thread that lives as long as this adapter.
+    spawner: Spawner,
 }
 
 #[derive(Debug, Default)]
@@ -214,6 +220,7 @@ impl ImexDaemon {
                 settings,
                 state: Mutex::new(State::default()),
                 exits: Arc::default(),
+                spawner: Spawner::new(),
             }),
         }
     }
@@ -257,27 +264,89 @@ impl Inner {
         })
     }
 
-    fn spawn(&self, state: &mut State) -> Result<(), PortError> {
+    /// Fails, naming the port and who holds it, when IMEX could not listen on `port`. A
+    /// holder that is an IMEX daemon of ours no domaind owns is stopped first.
+    async fn ensure_listenable(&self, port: u16, what: &str) -> Result<(), PortError> {
         let s = &self.settings;
-        listen_check::check(s.bind_ip, s.server_port, "SERVER_PORT").map_err(PortError)?;
-        listen_check::check(s.bind_ip, s.cmd_port, "IMEX_CMD_PORT").map_err(PortError)?;
-        let mut command = Command::new(&s.daemon.program);
+        let Err(mut error) = listen_check::probe(s.bind_ip, port) else {
+            return Ok(());
+        };
+        let mut held_by = holders::holders(s.bind_ip, port);
+        let config = s.config_path();
+        let ours: Vec<i32> = held_by
+            .iter()
+            .map(|h| h.pid)
+            .filter(|pid| leftover::is_ours(*pid, &config))
+            .collect();
+        if !ours.is_empty() {
+            leftover::stop_pids(&ours, s.stop_timeout, "it holds the IMEX port").await;
+            match listen_check::probe(s.bind_ip, port) {
+                Ok(()) => return Ok(()),
+                Err(again) => error = again,
+            }
+            held_by = holders::holders(s.bind_ip, port);
+        }
+        Err(PortError(listen_check::refusal(
+            s.bind_ip,
+            port,
+            what,
+            &error,
+            &holders::describe(&held_by),
+        )))
+    }
+
+    /// The daemon's command: through the guard when there is one, so that it dies
+    /// with this process; in a process group of its own either way, so that a
+    /// terminal's Ctrl-C meant for domaind does not reach it (domaind stops it).
+    fn daemon_command(&self) -> Command {
+        let s = &self.settings;
+        let mut daemon_args: Vec<std::ffi::OsString> =
+            s.daemon.args.iter().map(Into::into).collect();
+        daemon_args.push("-c".into());
+        daemon_args.push(s.config_path().into_os_string());
+        let mut command = match &s.guard {
+            Some(guard_command) => {
+                let (program, args) = guard::command_line(
+                    guard_command,
+                    std::process::id(),
+                    &s.daemon.program,
+                    &daemon_args,
+                );
+                let mut command = Command::new(program);
+                command.args(args);
+                command
+            }
+            None => {
+                let mut command = Command::new(&s.daemon.program);
+                command.args(daemon_args);
+                command
+            }
+        };
         command
-            .args(&s.daemon.args)
-            .arg("-c")
-            .arg(s.config_path())
             .envs(s.daemon_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|e| {
-            PortError(format!(
-                "cannot start the IMEX daemon {}: {e} (is the NVIDIA IMEX package installed? \
-                 the binary path is configurable; imex-sim stands in for it without GPUs)",
-                s.daemon.program.display()
-            ))
-        })?;
+        command
+    }
+
+    async fn spawn(&self, state: &mut State) -> Result<(), PortError> {
+        let s = &self.settings;
+        self.ensure_listenable(s.server_port, "SERVER_PORT").await?;
+        self.ensure_listenable(s.cmd_port, "IMEX_CMD_PORT").await?;
+        let mut child = self
+            .spawner
+            .spawn(self.daemon_command())
+            .await
+            .map_err(|e| {
+                PortError(format!(
+                    "cannot start the IMEX daemon {}: {e} (is the NVIDIA IMEX package installed? \
+                     the binary path is configurable; imex-sim stands in for it without GPUs)",
+                    s.daemon.program.display()
+                ))
+            })?;
         let mut output = OutputTail::default();
         if let Some(stdout) = child.stdout.take() {
             output.follow(stdout, "stdout");
@@ -286,12 +355,7 @@ impl Inner {
             output.follow(stderr, "stderr");
         }
         metrics::counter!(IMEX_STARTS).increment(1);
-        info!(pid = child.id(), program = %s.daemon.program.display(), "IMEX daemon started");
-        if let Some(pid) = child.id()
-            && let Err(error) = leftover::record(&s.config_dir, pid)
-        {
-            warn!(%error, "cannot record the IMEX daemon's pid; were domaind killed, it would be left running");
-        }
+        info!(pid = child.id(), program = %s.daemon.program.display(), guarded = s.guard.is_some(), "IMEX daemon started");
         state.child = Some(watch_child(child, self.exits.clone()));
         state.output = Some(output);
         state.answered = false;
@@ -317,7 +381,6 @@ impl Inner {
             status,
             output: state.output.take(),
         });
-        leftover::forget(&self.settings.config_dir);
         false
     }
 
@@ -341,7 +404,6 @@ impl Inner {
                 child.wait(self.settings.stop_timeout).await;
             }
         }
-        leftover::forget(&self.settings.config_dir);
     }
 
     fn signal_reload(&self, state: &mut State) {
@@ -463,12 +525,7 @@ impl Imex for ImexDaemon {
             inner.stop_child(&mut state).await;
         } else {
             let settings = &inner.settings;
-            leftover::stop(
-                &settings.config_dir,
-                &settings.config_path(),
-                settings.stop_timeout,
-            )
-            .await;
+            leftover::stop(&settings.config_path(), settings.stop_timeout).await;
         }
         let settings = &inner.settings;
         write_atomic(&settings.config_path(), &render_config(settings)).map_err(|e| {
@@ -485,7 +542,7 @@ impl Imex for ImexDaemon {
             )
         })?;
         inner.write_hosts(peers)?;
-        inner.spawn(&mut state)?;
+        inner.spawn(&mut state).await?;
         state.peers = peers.clone();
         state.nodes_config = nodes_config;
         Ok(())
@@ -515,7 +572,7 @@ impl Imex for ImexDaemon {
                         .map_err(|e| port_error(&format!("cannot write {}", path.display()), e))?;
                     info!("IMEX peers changed (IPs mode): restarting the daemon");
                     inner.stop_child(&mut state).await;
-                    inner.spawn(&mut state)?;
+                    inner.spawn(&mut state).await?;
                     state.nodes_config = nodes_config;
                 }
             }

@@ -1,15 +1,21 @@
-//! An IMEX daemon left running by a domaind that died without stopping it.
+//! IMEX daemons of ours that are not our child: left running by a domaind that died
+//! without stopping them.
 //!
-//! In a pod the container's end takes the child with it, and under systemd the unit's
-//! cgroup does. Anywhere else (a daemon run by hand, a supervisor that only signals
-//! the main process), a SIGKILLed domaind leaves its IMEX daemon behind, still bound
-//! to the IMEX ports and serving the old peer set: the next domaind's IMEX would fail
-//! to start over and over. So the running daemon's pid is kept beside its config, and
-//! a starting adapter stops the process it names first.
+//! A daemon is started through the guard ([`super::guard`]) and dies with the domaind
+//! that started it, so normally there is none. This is the second line, for what the
+//! guard cannot cover: a daemon started by a domaind older than the guard, or a
+//! process started by hand with our config.
 //!
-//! A pid alone could by now belong to anything; the process is only touched when its
-//! command line still names our config file (`-c <config_dir>/config.cfg`).
+//! What makes a daemon ours is what it holds, not a record written after its start
+//! (a pid file written after the fork can always be cut off by a SIGKILL, which is how
+//! issue 15's orphan escaped): its command line ends with `-c <our config>`, the one
+//! form the adapter starts it in (status queries pass more after the config, so they
+//! never match), the path resolved against the process's own working directory. A
+//! starting adapter scans `/proc` for such processes, and when IMEX's port is taken,
+//! looks at whoever holds it ([`super::holders`]). Anything else is never touched.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -21,42 +27,47 @@ use tracing::{info, warn};
 
 use crate::procfs;
 
-/// Counts leftover IMEX daemons stopped at start-up.
+/// Counts leftover IMEX daemons stopped.
 pub const IMEX_LEFTOVERS: &str = "domaind_imex_leftovers_stopped_total";
 
-const PID_FILE: &str = "imex.pid";
 /// How often a stopping leftover is checked for having gone.
 const EXIT_POLL: Duration = Duration::from_millis(20);
 
-pub fn pid_path(config_dir: &Path) -> PathBuf {
-    config_dir.join(PID_FILE)
-}
-
-/// Records the pid of the daemon just started.
-pub fn record(config_dir: &Path, pid: u32) -> std::io::Result<()> {
-    crate::atomic_file::replace(config_dir, PID_FILE, format!("{pid}\n").as_bytes(), 0o644)
-}
-
-/// Forgets the daemon: it was stopped, or it exited.
-pub fn forget(config_dir: &Path) {
-    match std::fs::remove_file(pid_path(config_dir)) {
-        Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => warn!(%error, "cannot remove the IMEX pid file"),
+/// The config path a command line runs the IMEX daemon with: its last two arguments
+/// are `-c PATH`.
+pub fn daemon_config_arg(cmdline: &[u8]) -> Option<&OsStr> {
+    let args: Vec<&[u8]> = procfs::command_line_args(cmdline).collect();
+    match args.as_slice() {
+        [.., flag, path] if *flag == b"-c" => Some(OsStr::from_bytes(path)),
+        _ => None,
     }
 }
 
-/// The pid a pid file names, if it names one.
-pub fn parse_pid(text: &str) -> Option<i32> {
-    text.trim().parse::<i32>().ok().filter(|pid| *pid > 1)
+/// A path as the process named it, resolved against its working directory, then
+/// through the file system where it exists; as written otherwise.
+fn resolve(path: &Path, cwd: Option<&Path>) -> Option<PathBuf> {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd?.join(path)
+    };
+    Some(std::fs::canonicalize(&joined).unwrap_or(joined))
 }
 
-/// Whether a process's NUL-separated command line passes `-c <config>`.
-pub fn names_config(cmdline: &[u8], config: &Path) -> bool {
-    let config = config.as_os_str().as_encoded_bytes();
-    let args: Vec<&[u8]> = procfs::command_line_args(cmdline).collect();
-    args.windows(2)
-        .any(|pair| pair[0] == b"-c" && pair[1] == config)
+/// Whether a process with this command line and working directory runs the IMEX
+/// daemon on `config` (resolved against our own working directory).
+pub fn runs_config(cmdline: &[u8], cwd: Option<&Path>, config: &Path) -> bool {
+    let Some(named) = daemon_config_arg(cmdline) else {
+        return false;
+    };
+    let ours = std::env::current_dir().ok();
+    match (
+        resolve(Path::new(named), cwd),
+        resolve(config, ours.as_deref()),
+    ) {
+        (Some(named), Some(config)) => named == config,
+        _ => false,
+    }
 }
 
 /// Whether a `/proc/<pid>/stat` line says the process has ended (a zombie, or dead).
@@ -75,37 +86,66 @@ fn running(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-/// Stops the daemon a previous domaind left, if one still runs with our config: SIGTERM,
-/// up to `stop_timeout`, then SIGKILL. Returns its pid when there was one.
-pub async fn stop(config_dir: &Path, config: &Path, stop_timeout: Duration) -> Option<i32> {
-    let text = std::fs::read_to_string(pid_path(config_dir)).ok()?;
-    let Some(pid) = parse_pid(&text) else {
-        warn!(file = %pid_path(config_dir).display(), "ignoring an unreadable IMEX pid file");
-        forget(config_dir);
-        return None;
+/// Whether process `pid` is a running IMEX daemon on `config`, and not this process.
+pub fn is_ours(pid: i32, config: &Path) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
     };
-    let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .is_ok_and(|cmdline| names_config(&cmdline, config));
-    if !ours || !running(pid) {
-        forget(config_dir);
-        return None;
+    if daemon_config_arg(&cmdline).is_none() || pid == std::process::id() as i32 || !running(pid) {
+        return false;
     }
-    info!(
-        pid,
-        "stopping the IMEX daemon a previous domaind left running"
-    );
-    metrics::counter!(IMEX_LEFTOVERS).increment(1);
-    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+    runs_config(&cmdline, cwd.as_deref(), config)
+}
+
+/// Every running IMEX daemon on `config`, by one pass over `/proc`.
+pub fn find(config: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| is_ours(*pid, config))
+        .collect()
+}
+
+/// Stops `pids` (leftovers of ours): SIGTERM, up to `stop_timeout`, then SIGKILL;
+/// each is counted and logged, saying how it was found (`how`).
+pub async fn stop_pids(pids: &[i32], stop_timeout: Duration, how: &str) {
+    if pids.is_empty() {
+        return;
+    }
+    for pid in pids {
+        info!(
+            pid,
+            how, "stopping an IMEX daemon that no running domaind owns"
+        );
+        metrics::counter!(IMEX_LEFTOVERS).increment(1);
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
+    }
     let deadline = Instant::now() + stop_timeout;
-    while running(pid) && Instant::now() < deadline {
+    while pids.iter().any(|pid| running(*pid)) && Instant::now() < deadline {
         sleep(EXIT_POLL).await;
     }
-    if running(pid) {
+    for pid in pids.iter().filter(|pid| running(**pid)) {
         warn!(pid, timeout = ?stop_timeout, "the leftover IMEX daemon ignored SIGTERM; killing it");
-        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
     }
-    forget(config_dir);
-    Some(pid)
+    // SIGKILL cannot be ignored, but the process is gone only once the kernel has
+    // torn it down and released its sockets; the bound guards against a stuck one.
+    let deadline = Instant::now() + stop_timeout;
+    while pids.iter().any(|pid| running(*pid)) && Instant::now() < deadline {
+        sleep(EXIT_POLL).await;
+    }
+}
+
+/// Stops every IMEX daemon on `config` that is not our child (a starting adapter has
+/// none). Returns their pids.
+pub async fn stop(config: &Path, stop_timeout: Duration) -> Vec<i32> {
+    let found = find(config);
+    stop_pids(&found, stop_timeout, "its command line names our config").await;
+    found
 }
 
 #[cfg(test)]
@@ -113,24 +153,68 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pid_file_names_one_process_or_none() {
-        assert_eq!(parse_pid("4242\n"), Some(4242));
-        assert_eq!(parse_pid(" 77 "), Some(77));
-        for bad in ["", "x", "-5", "0", "1", "12 13"] {
-            assert_eq!(parse_pid(bad), None, "{bad:?}");
-        }
+    fn the_daemon_is_told_by_the_config_it_ends_with() {
+        let config = b"/var/lib/domaind/imex/config.cfg";
+        let arg = |cmdline: &[u8]| daemon_config_arg(cmdline).map(|a| a.as_bytes().to_vec());
+        let ours = b"/usr/bin/nvidia-imex\0-c\0/var/lib/domaind/imex/config.cfg\0";
+        assert_eq!(arg(ours).as_deref(), Some(&config[..]));
+        let guarded = b"domaind\0imex-guard\0--parent\x004242\0--\0imex-sim\0-c\0/var/lib/domaind/imex/config.cfg\0";
+        assert_eq!(arg(guarded).as_deref(), Some(&config[..]));
+        // Status queries pass more after the config.
+        let query = b"nvidia-imex-ctl\0-c\0/var/lib/domaind/imex/config.cfg\0-q\0";
+        assert_eq!(arg(query), None);
+        let sim_query = b"imex-sim\0ctl\0-c\0/var/lib/domaind/imex/config.cfg\0-N\0-j\0";
+        assert_eq!(arg(sim_query), None);
+        assert_eq!(
+            arg(b"sleep\0/var/lib/domaind/imex/config.cfg\0"),
+            None,
+            "a reused pid running something else"
+        );
+        assert_eq!(arg(b""), None);
     }
 
     #[test]
-    fn only_a_process_run_with_our_config_is_ours() {
-        let config = Path::new("/var/lib/domaind/imex/config.cfg");
-        let ours = b"/usr/bin/nvidia-imex\0-c\0/var/lib/domaind/imex/config.cfg\0";
-        assert!(names_config(ours, config));
-        let other = b"/usr/bin/nvidia-imex\0-c\0/etc/nvidia-imex/config.cfg\0";
-        assert!(!names_config(other, config));
-        let reused = b"sleep\0/var/lib/domaind/imex/config.cfg\0";
-        assert!(!names_config(reused, config));
-        assert!(!names_config(b"", config));
+    fn a_config_is_the_same_file_however_it_was_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let imex = dir.path().join("state/imex");
+        std::fs::create_dir_all(&imex).unwrap();
+        let config = imex.join("config.cfg");
+        std::fs::write(&config, "").unwrap();
+        let line = |path: &str| format!("nvidia-imex\0-c\0{path}\0").into_bytes();
+
+        assert!(runs_config(
+            &line(&config.display().to_string()),
+            None,
+            &config
+        ));
+        // Relative to the process's working directory, as a daemon run by hand with
+        // `--state-dir state` names it.
+        assert!(runs_config(
+            &line("state/imex/config.cfg"),
+            Some(dir.path()),
+            &config
+        ));
+        assert!(runs_config(
+            &line("./state/../state/imex/config.cfg"),
+            Some(dir.path()),
+            &config
+        ));
+        // Relative, with no working directory to read: not ours.
+        assert!(!runs_config(&line("state/imex/config.cfg"), None, &config));
+        // Another node's config, in the same rack.
+        let other = dir.path().join("other/imex/config.cfg");
+        assert!(!runs_config(
+            &line(&other.display().to_string()),
+            None,
+            &config
+        ));
+        // A config that does not exist (yet) compares as written.
+        let missing = dir.path().join("fresh/imex/config.cfg");
+        assert!(runs_config(
+            &line(&missing.display().to_string()),
+            None,
+            &missing
+        ));
     }
 
     #[test]
@@ -139,5 +223,11 @@ mod tests {
         assert!(stat_says_ended("4242 (nvidia-imex) Z 1 4242 4242 0 -1"));
         assert!(!stat_says_ended("4242 (a) Z (b)) R 1 2 3"));
         assert!(!stat_says_ended("garbage"));
+    }
+
+    #[test]
+    fn this_process_is_never_ours() {
+        let me = std::process::id() as i32;
+        assert!(!is_ours(me, Path::new("/nonexistent/config.cfg")));
     }
 }

@@ -18,20 +18,27 @@ const EPHEMERAL_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
 
 /// Ok when `ip:port` can be listened on, as IMEX would (std sets SO_REUSEADDR, so
 /// connections of a previous daemon that linger in TIME_WAIT do not count).
+pub fn probe(ip: IpAddr, port: u16) -> std::io::Result<()> {
+    TcpListener::bind(SocketAddr::new(ip, port)).map(drop)
+}
+
+/// The start refused: `ip:port` cannot be listened on (`error`), held by `holders`
+/// (described, empty when none could be seen). Counted.
+pub fn refusal(ip: IpAddr, port: u16, what: &str, error: &std::io::Error, holders: &str) -> String {
+    metrics::counter!(IMEX_PORT_BUSY).increment(1);
+    busy_message(
+        ip,
+        port,
+        what,
+        error,
+        holders,
+        ephemeral_range(Path::new(EPHEMERAL_RANGE)),
+    )
+}
+
+/// [`probe`], refused in words and counted.
 pub fn check(ip: IpAddr, port: u16, what: &str) -> Result<(), String> {
-    match TcpListener::bind(SocketAddr::new(ip, port)) {
-        Ok(_) => Ok(()),
-        Err(error) => {
-            metrics::counter!(IMEX_PORT_BUSY).increment(1);
-            Err(busy_message(
-                ip,
-                port,
-                what,
-                &error,
-                ephemeral_range(Path::new(EPHEMERAL_RANGE)),
-            ))
-        }
-    }
+    probe(ip, port).map_err(|error| refusal(ip, port, what, &error, ""))
 }
 
 /// The kernel's ephemeral port range, if it can be read.
@@ -52,10 +59,14 @@ fn busy_message(
     port: u16,
     what: &str,
     error: &std::io::Error,
+    holders: &str,
     ephemeral: Option<(u16, u16)>,
 ) -> String {
-    let mut message =
-        format!("IMEX cannot listen on {ip}:{port} ({what}): {error}; not starting it");
+    let mut message = format!("IMEX cannot listen on {ip}:{port} ({what}): {error}");
+    if !holders.is_empty() {
+        message.push_str(&format!("; held by {holders}"));
+    }
+    message.push_str("; not starting it");
     if let Some((low, high)) = ephemeral
         && (low..=high).contains(&port)
     {
@@ -83,11 +94,16 @@ mod tests {
     fn a_busy_port_inside_the_ephemeral_range_says_how_to_reserve_it() {
         let error = std::io::Error::from(std::io::ErrorKind::AddrInUse);
         let ip = IpAddr::from([10, 0, 0, 1]);
-        let inside = busy_message(ip, 50000, "SERVER_PORT", &error, Some((32768, 60999)));
+        let inside = busy_message(ip, 50000, "SERVER_PORT", &error, "", Some((32768, 60999)));
         assert!(inside.contains("10.0.0.1:50000 (SERVER_PORT)"), "{inside}");
         assert!(inside.contains("ip_local_reserved_ports"), "{inside}");
-        let outside = busy_message(ip, 20000, "SERVER_PORT", &error, Some((32768, 60999)));
+        let outside = busy_message(ip, 20000, "SERVER_PORT", &error, "", Some((32768, 60999)));
         assert!(!outside.contains("ephemeral"), "{outside}");
+        let named = busy_message(ip, 20000, "SERVER_PORT", &error, "pid 7 (nc -l)", None);
+        assert!(
+            named.contains("; held by pid 7 (nc -l); not starting it"),
+            "{named}"
+        );
     }
 
     #[test]

@@ -2,12 +2,15 @@
 
 pub mod config;
 pub mod daemon;
+pub mod guard;
+pub mod holders;
 pub mod hosts;
 pub mod leftover;
 pub mod listen_check;
 pub mod output;
 pub mod sim;
 pub mod sim_cli;
+mod spawner;
 
 pub use config::{AddressingMode, Command, ImexSettings};
 pub use daemon::ImexDaemon;

@@ -10,7 +10,9 @@
 //! retrying a refused claim becomes one event "x12", while two different nodes lost
 //! are two events. Readiness changes have no such object and their message changes
 //! ("3/4 nodes ready, lost: node-2"), so each is its own event, never a series with a
-//! stale message; they happen only when the domain's phase flips.
+//! stale message; they happen only when the domain's phase flips. An IMEX daemon
+//! failing is told once per failure episode, each a new event (its reason may differ),
+//! related to the Node.
 
 use std::time::Duration;
 
@@ -89,6 +91,9 @@ pub fn kube_event(event: &DomainEvent) -> (Event, bool) {
             ("Membership", Some(node(name)), true)
         }
         DomainEvent::Ready { .. } | DomainEvent::NotReady { .. } => ("Readiness", None, false),
+        // One per failure episode, each with its own reason: never folded into an
+        // earlier episode's series, whose note would be kept.
+        DomainEvent::ImexFailing { node: name, .. } => ("ImexDaemon", Some(node(name)), false),
         DomainEvent::PrepareRefused { claim, .. } => (
             "PrepareResources",
             Some(ObjectReference {

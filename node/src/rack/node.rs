@@ -219,8 +219,9 @@ impl RackNode {
             .with_context(|| format!("cannot open {}", self.log_path().display()))?;
         let child = self
             .command(args)
-            // Its own process group, holding its IMEX daemon too: killing the group is
-            // a container dying, and the terminal's Ctrl-C reaches only the rack owner.
+            // Its own process group: killing it is a container dying (its IMEX daemon,
+            // in a group of its own, dies with domaind of its parent-death signal), and
+            // the terminal's Ctrl-C reaches only the rack owner.
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -280,7 +281,8 @@ impl RackNode {
         Ok(())
     }
 
-    /// Sends `signal` to the daemon and its IMEX daemon, if it runs.
+    /// Sends `signal` to the daemon's process group (its IMEX daemon has one of its
+    /// own: see `LocalRack::signal_group`), if it runs.
     pub fn signal_group(&mut self, signal: Signal) -> anyhow::Result<()> {
         if let Some(pid) = self.pid().filter(|_| self.running()) {
             killpg(Pid::from_raw(pid as i32), signal)
@@ -289,11 +291,22 @@ impl RackNode {
         Ok(())
     }
 
-    /// SIGKILL to the daemon and everything it started, as when a container dies.
+    /// SIGKILL to the daemon and everything in its group, as when a container dies;
+    /// its IMEX daemon, in a group of its own, dies of its parent-death signal.
     pub(super) fn kill(&mut self) -> anyhow::Result<()> {
         self.stopped_on_purpose = true;
         if let Some(child) = &mut self.child {
             let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGKILL to the daemon alone; returns once it is reaped.
+    pub(super) fn kill_process(&mut self) -> anyhow::Result<()> {
+        self.stopped_on_purpose = true;
+        if let Some(child) = &mut self.child {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
             child.wait()?;
         }
         Ok(())
@@ -334,7 +347,8 @@ impl RackNode {
 impl Drop for RackNode {
     fn drop(&mut self) {
         if let Some(child) = &mut self.child {
-            // The group too: an IMEX daemon may outlive a daemon that already exited.
+            // The group too: a status query may outlive a daemon that already exited
+            // (its IMEX daemon dies with it, of its parent-death signal).
             let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
             let _ = child.wait();
         }

@@ -518,6 +518,12 @@ fn imex_settings(args: &RunArgs) -> anyhow::Result<ImexSettings> {
         .clone()
         .unwrap_or_else(|| args.state_dir.join("imex"));
     let mut settings = ImexSettings::new(&config_dir, args.pod_ip);
+    // The daemon dies with this process, even on SIGKILL (docs/ARCHITECTURE.md, "IMEX
+    // daemon").
+    settings.guard = Some(
+        Command::new(std::env::current_exe().context("cannot find this binary")?)
+            .arg(crate::imex::guard::SUBCOMMAND),
+    );
     settings.server_port = args.imex_port;
     settings.cmd_port = args.imex_cmd_port;
     settings.max_slots = args.max_slots;

@@ -80,6 +80,13 @@ pub struct ImexView {
     /// How long the restart now waiting waits, in milliseconds.
     #[serde(default)]
     pub restart_delay_ms: Option<u64>,
+    /// The daemon is failing: it exited or could not start, and no daemon has stayed
+    /// up 10 s since (`domaind_imex_failing`).
+    #[serde(default)]
+    pub failing: bool,
+    /// Failures in a row: starts refused and daemons that exited (0 when not failing).
+    #[serde(default)]
+    pub failures_in_a_row: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,6 +121,8 @@ impl From<NodeSnapshot> for NodeView {
                 restarts: snapshot.imex.restarts,
                 last_failure: snapshot.imex.last_failure,
                 restart_delay_ms: snapshot.imex.restart_delay.map(|d| d.as_millis() as u64),
+                failing: snapshot.imex.failing.is_some(),
+                failures_in_a_row: snapshot.imex.failures_in_a_row,
             },
             domains: snapshot
                 .domains

@@ -255,65 +255,161 @@ fn ended(pid: u32) -> bool {
         .unwrap_or(true)
 }
 
-/// A SIGKILLed domaind runs no destructor, so its IMEX daemon lives on, holding the
-/// IMEX ports. The next domaind on the same state directory stops it before starting
-/// its own, which then owns the ports and comes up.
+/// A daemon started without the guard (as an older domaind started it) outlives a
+/// SIGKILLed domaind, holding the IMEX ports. The next domaind on the same state
+/// directory finds it by its command line and stops it before starting its own, which
+/// then owns the ports and comes up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_left_by_a_killed_domaind_is_stopped_before_the_next_starts() {
     let dir = tempfile::tempdir().unwrap();
     let ip = IpAddr::from([127, 0, 0, 81]);
     let settings = settings(dir.path(), ip);
-    let pid_file = domaind_node::imex::leftover::pid_path(dir.path());
 
     let killed = ImexDaemon::new(settings.clone());
     killed.start(&alone(ip)).await.unwrap();
     let left = killed.pid().await.unwrap();
     wait_async(|| async { killed.status().await.is_ok_and(|s| s.ready) }).await;
     std::mem::forget(killed);
-    assert_eq!(
-        std::fs::read_to_string(&pid_file).unwrap().trim(),
-        left.to_string()
-    );
 
     let next = ImexDaemon::new(settings);
     next.start(&alone(ip)).await.unwrap();
     let started = next.pid().await.unwrap();
     assert_ne!(started, left);
     assert!(ended(left), "the leftover daemon {left} still runs");
-    assert_eq!(
-        std::fs::read_to_string(&pid_file).unwrap().trim(),
-        started.to_string()
-    );
     wait_async(|| async { next.status().await.is_ok_and(|s| s.ready) }).await;
 
     next.stop().await.unwrap();
     assert!(ended(started));
-    assert!(!pid_file.exists(), "a stopped daemon's pid is forgotten");
 }
 
-/// A pid file naming a process that is not our IMEX daemon (the pid was reused) is
-/// dropped, and that process is left alone.
+/// The same leftover, run from another working directory with a relative config path
+/// (as a daemon run by hand with a relative `--state-dir` starts it), is ours too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reused_pid_is_left_alone() {
+async fn a_leftover_named_by_a_relative_path_is_found() {
     let dir = tempfile::tempdir().unwrap();
-    let ip = IpAddr::from([127, 0, 0, 82]);
-    let mut bystander = std::process::Command::new("sleep")
-        .arg("30")
+    let ip = IpAddr::from([127, 0, 0, 87]);
+    let settings = settings(&dir.path().join("state/imex"), ip);
+    std::fs::create_dir_all(&settings.config_dir).unwrap();
+    std::fs::write(
+        settings.config_path(),
+        domaind_node::imex::config::render_config(&settings),
+    )
+    .unwrap();
+    std::fs::write(settings.nodes_config_path(), "").unwrap();
+    let mut left = std::process::Command::new(&settings.daemon.program)
+        .args(["-c", "state/imex/config.cfg"])
+        .current_dir(dir.path())
+        .envs(settings.daemon_env.iter().map(|(k, v)| (k, v)))
         .spawn()
         .unwrap();
-    let pid_file = domaind_node::imex::leftover::pid_path(dir.path());
-    std::fs::write(&pid_file, format!("{}\n", bystander.id())).unwrap();
+    wait(|| std::net::TcpStream::connect((ip, settings.server_port)).is_ok()).await;
 
-    let daemon = ImexDaemon::new(settings(dir.path(), ip));
+    let daemon = ImexDaemon::new(settings);
     daemon.start(&alone(ip)).await.unwrap();
-    assert!(!ended(bystander.id()), "a process not ours was stopped");
-    assert_eq!(
-        std::fs::read_to_string(&pid_file).unwrap().trim(),
-        daemon.pid().await.unwrap().to_string()
+    // It was serving its port until the start: the start stopped it, and waited.
+    assert!(
+        left.try_wait().unwrap().is_some(),
+        "the leftover still runs"
     );
+    wait_async(|| async { daemon.status().await.is_ok_and(|s| s.ready) }).await;
     daemon.stop().await.unwrap();
-    bystander.kill().unwrap();
-    bystander.wait().unwrap();
+}
+
+/// Processes that are not our IMEX daemon are left alone, even when their command
+/// line names our config: a status query (more arguments after the config), a daemon
+/// on another node's config, anything else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_not_ours_are_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = IpAddr::from([127, 0, 0, 82]);
+    let settings = settings(dir.path(), ip);
+    let config = settings.config_path().display().to_string();
+    let other = dir.path().join("other/config.cfg").display().to_string();
+    let bystander = |extra: &[&str]| {
+        std::process::Command::new("sh")
+            .args(["-c", "sleep 30", "sh"])
+            .args(extra)
+            .spawn()
+            .unwrap()
+    };
+    let mut bystanders = [
+        bystander(&["-c", &config, "-q"]),
+        bystander(&["-c", &other]),
+        bystander(&[&config]),
+    ];
+
+    let daemon = ImexDaemon::new(settings);
+    daemon.start(&alone(ip)).await.unwrap();
+    for b in &bystanders {
+        assert!(!ended(b.id()), "a process not ours was stopped");
+    }
+    daemon.stop().await.unwrap();
+    for b in &mut bystanders {
+        b.kill().unwrap();
+        b.wait().unwrap();
+    }
+}
+
+/// The adapter forks the daemon from a thread of its own. The guard's parent-death
+/// signal follows the thread that forked, so a daemon forked by the caller's thread
+/// would die when that thread ends: here the caller is a thread that ends at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_daemon_outlives_the_thread_that_asked_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = IpAddr::from([127, 0, 0, 88]);
+    let mut s = settings(dir.path(), ip);
+    s.guard = Some(
+        Command::new(env!("CARGO_BIN_EXE_imex-sim")).arg(domaind_node::imex::guard::SUBCOMMAND),
+    );
+    let daemon = ImexDaemon::new(s);
+    let runtime = tokio::runtime::Handle::current();
+    let asking = daemon.clone();
+    std::thread::spawn(move || runtime.block_on(asking.start(&alone(ip))))
+        .join()
+        .unwrap()
+        .unwrap();
+    let pid = daemon.pid().await.unwrap();
+    wait_async(|| async { daemon.status().await.is_ok_and(|s| s.ready) }).await;
+    assert!(
+        !ended(pid),
+        "the daemon died with the thread that asked for it"
+    );
+    // The guard became the daemon: same pid, the daemon's command line, a parent-death
+    // signal, a process group of its own.
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&cmdline).contains("imex-guard"),
+        "{cmdline:?}"
+    );
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let group: u32 = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(group, pid, "the daemon leads a process group of its own");
+    daemon.stop().await.unwrap();
+    assert!(ended(pid));
+}
+
+/// A port held by a process that is not ours is named in the refusal, holder and all,
+/// and the holder is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_held_by_another_process_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = IpAddr::from([127, 0, 0, 89]);
+    let mut s = settings(dir.path(), ip);
+    let listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0)).unwrap();
+    s.cmd_port = listener.local_addr().unwrap().port();
+    let daemon = ImexDaemon::new(s);
+    let error = daemon.start(&alone(ip)).await.unwrap_err().to_string();
+    let me = std::process::id();
+    assert!(
+        error.contains("(IMEX_CMD_PORT)") && error.contains(&format!("held by pid {me} (")),
+        "{error}"
+    );
+    assert!(listener.local_addr().is_ok(), "the holder is left alone");
 }
 
 /// Writes an executable shell script.

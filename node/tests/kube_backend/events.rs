@@ -111,3 +111,51 @@ async fn a_refused_event_is_an_error_the_caller_logs() {
     assert!(error.0.contains("403 Forbidden"), "{error}");
     script.await.unwrap();
 }
+
+/// A failing IMEX daemon is a Warning about its Node, one event per failure episode:
+/// a second episode is a new event with its own reason, not a series keeping the
+/// first one's note.
+#[tokio::test]
+async fn each_imex_failure_episode_is_an_event_of_its_own() {
+    let (client, server) = pair();
+    let script = server.play(vec![
+        Expect::new(Method::POST, EVENTS_PATH)
+            .body(|event: &Value| {
+                assert_eq!(event["type"], "Warning");
+                assert_eq!(event["reason"], "ImexFailing");
+                assert_eq!(event["action"], "ImexDaemon");
+                assert_eq!(
+                    event["related"],
+                    json!({"apiVersion": "v1", "kind": "Node", "name": "node-2"})
+                );
+                let note = event["note"].as_str().unwrap();
+                assert!(
+                    note.contains("node node-2") && note.contains("50000"),
+                    "{note}"
+                );
+            })
+            .echo(),
+        Expect::new(Method::POST, EVENTS_PATH)
+            .body(|event: &Value| {
+                assert!(event["note"].as_str().unwrap().contains("exit status: 1"));
+            })
+            .echo(),
+    ]);
+    let sink = KubeEventSink::new(client, "node-2", Duration::from_secs(10));
+    for reason in [
+        "IMEX cannot listen on 10.0.0.2:50000 (SERVER_PORT): Address already in use",
+        "exited (exit status: 1) with no output",
+    ] {
+        sink.emit(
+            &domain(),
+            DomainEvent::ImexFailing {
+                node: "node-2".into(),
+                reason: reason.into(),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let mut server = script.await.unwrap();
+    server.assert_idle();
+}

@@ -1,10 +1,11 @@
-//! The eight fault injectors, a module per family: what each does to the rack, how
+//! The nine fault injectors, a module per family: what each does to the rack, how
 //! long it holds, how it ends, and what counts as its detection. Each ends in the one
 //! heal tail (`Harness::heal_fault`), so every fault is healed, timed and checked
 //! the same way.
 
 mod certs;
 mod churn;
+mod imex_port;
 mod network;
 mod process;
 
@@ -27,6 +28,7 @@ impl Harness {
             FaultKind::Loss => vec![self.loss(step).await],
             FaultKind::Churn => vec![self.churn(step).await],
             FaultKind::CertRotate => vec![self.cert_rotate(step).await],
+            FaultKind::ImexPort => vec![self.imex_port(step).await],
         }
     }
 
