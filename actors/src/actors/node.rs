@@ -172,6 +172,16 @@ impl NodeActor {
             ClaimError::Permanent(message) => PrepareError::Permanent(message),
             ClaimError::Transient(message) => PrepareError::Transient(message),
         })?;
+        // The IMEX supervisor goes with a departure (SIGTERM) or a shutdown. A claim
+        // whose resolution was under way then must not join a domain the node is
+        // leaving (nor start one without a supervisor): it is refused, unrecorded, and
+        // the kubelet asks the restarted node.
+        if self.imex.is_none() {
+            return Err(PrepareError::Transient(format!(
+                "node {} is shutting down; call again once it is back",
+                self.config.node
+            )));
+        }
         if let Some(active) = self
             .active_domain()
             .filter(|a| a.info.domain.uid != info.domain.uid)
