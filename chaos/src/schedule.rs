@@ -30,10 +30,12 @@ pub enum FaultKind {
     Churn,
     /// Reissue a node's certificate into its TLS directory; it reloads without a restart.
     CertRotate,
+    /// Fill a node's state directory (a tmpfs, as root) for a while, then free it.
+    DiskFull,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::ImexCrash,
@@ -42,6 +44,7 @@ impl FaultKind {
         FaultKind::Loss,
         FaultKind::Churn,
         FaultKind::CertRotate,
+        FaultKind::DiskFull,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,12 +57,18 @@ impl FaultKind {
             FaultKind::Loss => "loss",
             FaultKind::Churn => "churn",
             FaultKind::CertRotate => "cert-rotate",
+            FaultKind::DiskFull => "disk-full",
         }
     }
 
     /// Whether the fault needs root and iptables.
     pub fn needs_network_control(self) -> bool {
         matches!(self, FaultKind::Partition | FaultKind::Loss)
+    }
+
+    /// Whether the fault needs root to mount a tmpfs over the state directories.
+    pub fn needs_state_dir_mounts(self) -> bool {
+        self == FaultKind::DiskFull
     }
 
     /// How long, beyond its hold, a fault of this kind usually takes to be noticed and
@@ -77,6 +86,7 @@ impl FaultKind {
             FaultKind::Churn => 5,
             // The daemon looks at its TLS files every 10 s.
             FaultKind::CertRotate => 11,
+            FaultKind::DiskFull => 3,
         };
         Duration::from_secs(secs)
     }
@@ -138,7 +148,8 @@ pub struct Step {
     pub kind: FaultKind,
     /// Node indexes: one, or the nodes of a rolling restart in order.
     pub targets: Vec<usize>,
-    /// How long the fault lasts (paused, cut off, lossy, out of the domain); for kill
+    /// How long the fault lasts (paused, cut off, lossy, out of the domain, its state
+    /// directory full); for kill
     /// and partition, at least this long after the survivors noticed.
     #[serde(rename = "hold_ms", serialize_with = "millis")]
     pub hold: Duration,
@@ -232,6 +243,12 @@ impl Schedule {
                         Some(variant),
                     )
                 }
+                FaultKind::DiskFull => (
+                    vec![rng.node(nodes)],
+                    rng.between_ms(4_000, 10_000),
+                    None,
+                    None,
+                ),
                 FaultKind::ImexCrash | FaultKind::CertRotate => {
                     (vec![rng.node(nodes)], Duration::ZERO, None, None)
                 }

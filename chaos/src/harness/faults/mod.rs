@@ -1,10 +1,11 @@
-//! The eight fault injectors, a module per family: what each does to the rack, how
+//! The fault injectors, a module per family: what each does to the rack, how
 //! long it holds, how it ends, and what counts as its detection. Each ends in the one
 //! heal tail (`Harness::heal_fault`), so every fault is healed, timed and checked
 //! the same way.
 
 mod certs;
 mod churn;
+mod disk;
 mod network;
 mod process;
 
@@ -27,6 +28,7 @@ impl Harness {
             FaultKind::Loss => vec![self.loss(step).await],
             FaultKind::Churn => vec![self.churn(step).await],
             FaultKind::CertRotate => vec![self.cert_rotate(step).await],
+            FaultKind::DiskFull => vec![self.disk_full(step).await],
         }
     }
 
@@ -63,4 +65,11 @@ impl Harness {
             notes: Vec::new(),
         }
     }
+}
+
+/// A fault that could not be made: not injected after all.
+fn skipped(mut record: FaultRecord, error: anyhow::Error) -> FaultRecord {
+    record.injected_at_ms = None;
+    record.outcome = Outcome::Skipped(format!("{error:#}"));
+    record
 }
