@@ -70,10 +70,10 @@ pub struct RunArgs {
     pub cliques: u16,
 
     /// Faults to inject: kill, pause, imex-crash, restart, partition, loss, churn,
-    /// cert-rotate, imex-port, or all; several as a comma list (e.g.
-    /// kill,pause,imex-crash,churn).
-    /// partition and loss need root and iptables, and are skipped (and said so)
-    /// without them.
+    /// cert-rotate, imex-port, disk-full, or all; several as a comma list (e.g.
+    /// kill,pause,imex-crash,churn). partition and loss need root and iptables,
+    /// disk-full needs root (a tmpfs over each state directory); without them they are
+    /// skipped, and said so.
     #[arg(long, default_value = "all", value_parser = parse_scenario_arg)]
     pub scenario: Scenario,
 

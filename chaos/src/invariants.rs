@@ -11,7 +11,10 @@
 //! - **slots**: no peer set gives one node two slots.
 //! - **checkpoint**: every claim whose prepare was answered, and not since unprepared,
 //!   is in the node's checkpoint and in its `/state`, across kills and restarts; a
-//!   claim whose unprepare was answered is not in the checkpoint.
+//!   claim whose unprepare was answered is not in the checkpoint. While the harness
+//!   keeps a node's state directory full, and for the grace after it frees it, the
+//!   checkpoint file may lag behind what was answered (the daemon may serve from memory
+//!   and write once it can); `/state` may not.
 //! - **crash** (with the daemons' exits, which the harness reaps itself): no IMEX
 //!   daemon exited that the harness did not crash.
 //! - **cliques** (a rack of several cliques, [`crate::cliques`]): no gossip member and
@@ -79,6 +82,10 @@ pub struct NodeRecord {
     pub released_at: Instant,
     /// IMEX daemon crashes the harness caused since the daemon last started.
     pub imex_crashes: u32,
+    /// Whether the harness keeps the node's state directory full (`disk-full`).
+    pub state_dir_full: bool,
+    /// When the harness last freed the node's state directory.
+    pub state_dir_freed_at: Option<Instant>,
 }
 
 impl NodeRecord {
@@ -93,6 +100,15 @@ impl NodeRecord {
             .filter(|(_, p)| **p == phase)
             .map(|(uid, _)| uid.as_str())
             .collect()
+    }
+
+    /// Whether its checkpoint file may lag behind what it answered: its state directory
+    /// is full, or was freed less than `grace` ago.
+    fn checkpoint_may_lag(&self, now: Instant, grace: Duration) -> bool {
+        self.state_dir_full
+            || self
+                .state_dir_freed_at
+                .is_some_and(|at| now.saturating_duration_since(at) < grace)
     }
 
     /// Up, and for at least `grace`.
@@ -130,6 +146,8 @@ impl World {
                     claims: BTreeMap::new(),
                     released_at: now,
                     imex_crashes: 0,
+                    state_dir_full: false,
+                    state_dir_freed_at: None,
                 })
                 .collect(),
         }
@@ -143,6 +161,15 @@ impl World {
         }
         record.life = life;
         record.life_since = now;
+    }
+
+    /// The harness filled node `node`'s state directory (`full`), or freed it.
+    pub fn set_state_dir_full(&mut self, node: usize, full: bool, now: Instant) {
+        let record = &mut self.nodes[node];
+        if record.state_dir_full && !full {
+            record.state_dir_freed_at = Some(now);
+        }
+        record.state_dir_full = full;
     }
 
     pub fn set_claim(&mut self, node: usize, uid: &str, phase: ClaimPhase, now: Instant) {
@@ -308,6 +335,9 @@ pub fn check(world: &World, obs: &Observation, now: Instant) -> Vec<Violation> {
         let prepared = node.claims_in(ClaimPhase::Prepared);
         let released = node.claims_in(ClaimPhase::Released);
         match &seen.checkpoint {
+            // A full state directory: the daemon may answer from memory, and the file
+            // catches up once there is room.
+            _ if node.checkpoint_may_lag(now, world.grace) => {}
             FileRead::Missing if !prepared.is_empty() => found.push(violation(
                 Invariant::Checkpoint,
                 format!("no checkpoint file, but prepared claims {prepared:?}"),

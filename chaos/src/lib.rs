@@ -12,7 +12,7 @@
 //! - [`harness`] (`domaind-chaos run`): a rack of real `domaind run` processes on
 //!   loopback under faults from a seeded [`schedule`] (SIGKILL, SIGSTOP, IMEX crashes,
 //!   graceful restarts, iptables partitions and loss, claim churn, certificate
-//!   rotation), [`observe`]d from outside through the files a node writes and its
+//!   rotation, a state directory filled up on a tmpfs of [`statedir`]), [`observe`]d from outside through the files a node writes and its
 //!   `/state`, checked against the [`invariants`] on every observation, and
 //!   [`report`]ed as a table and JSON. With `--cliques K` the rack holds K cliques:
 //!   faults hit the first, the others form their own domains beside it, and the
@@ -30,6 +30,7 @@ pub mod report;
 pub mod schedule;
 pub mod script;
 pub mod sim;
+pub mod statedir;
 pub mod traffic;
 
 pub use script::Operation;

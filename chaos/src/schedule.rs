@@ -33,10 +33,12 @@ pub enum FaultKind {
     /// Take a node's IMEX server port (kill its IMEX daemon, listen on the port) for a
     /// while, then free it: the node backs off, the status names it, then it forms.
     ImexPort,
+    /// Fill a node's state directory (a tmpfs, as root) for a while, then free it.
+    DiskFull,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::ImexCrash,
@@ -46,6 +48,7 @@ impl FaultKind {
         FaultKind::Churn,
         FaultKind::CertRotate,
         FaultKind::ImexPort,
+        FaultKind::DiskFull,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,12 +62,18 @@ impl FaultKind {
             FaultKind::Churn => "churn",
             FaultKind::CertRotate => "cert-rotate",
             FaultKind::ImexPort => "imex-port",
+            FaultKind::DiskFull => "disk-full",
         }
     }
 
     /// Whether the fault needs root and iptables.
     pub fn needs_network_control(self) -> bool {
         matches!(self, FaultKind::Partition | FaultKind::Loss)
+    }
+
+    /// Whether the fault needs root to mount a tmpfs over the state directories.
+    pub fn needs_state_dir_mounts(self) -> bool {
+        self == FaultKind::DiskFull
     }
 
     /// How long, beyond its hold, a fault of this kind usually takes to be noticed and
@@ -85,6 +94,7 @@ impl FaultKind {
             // Freed during a wait of the backoff (a hold of up to 15 s ends in the
             // 12.8 s one), then formation.
             FaultKind::ImexPort => 15,
+            FaultKind::DiskFull => 3,
         };
         Duration::from_secs(secs)
     }
@@ -146,7 +156,8 @@ pub struct Step {
     pub kind: FaultKind,
     /// Node indexes: one, or the nodes of a rolling restart in order.
     pub targets: Vec<usize>,
-    /// How long the fault lasts (paused, cut off, lossy, out of the domain); for kill
+    /// How long the fault lasts (paused, cut off, lossy, out of the domain, its state
+    /// directory full); for kill
     /// and partition, at least this long after the survivors noticed.
     #[serde(rename = "hold_ms", serialize_with = "millis")]
     pub hold: Duration,
@@ -245,6 +256,12 @@ impl Schedule {
                 FaultKind::ImexPort => (
                     vec![rng.node(nodes)],
                     rng.between_ms(5_000, 15_000),
+                    None,
+                    None,
+                ),
+                FaultKind::DiskFull => (
+                    vec![rng.node(nodes)],
+                    rng.between_ms(4_000, 10_000),
                     None,
                     None,
                 ),

@@ -59,6 +59,7 @@ fn view(i: usize, members: &[usize]) -> NodeView {
     NodeView {
         node: NAMES[i].into(),
         claims: vec![format!("claim-{}", NAMES[i])],
+        prepared: vec![format!("claim-{}", NAMES[i])],
         imex: ImexView {
             running: true,
             starts: 1,
@@ -334,6 +335,43 @@ fn lost_and_resurrected_claims_are_caught_in_real_checkpoint_files() {
         only(&check(&world, &obs, now), Invariant::Checkpoint)
             .iter()
             .any(|v| v.detail.contains("still holds unprepared")),
+    );
+}
+
+#[test]
+fn a_full_state_directory_may_lag_on_disk_for_the_grace_but_never_in_state() {
+    let now = Instant::now();
+    let mut world = formed(now);
+    let filled = now - Duration::from_secs(3);
+    world.set_state_dir_full(0, true, filled);
+    world.set_claim(0, "while-full", ClaimPhase::Prepared, filled);
+    let mut obs = healthy(now, &[0, 1, 2]);
+    obs.nodes[0]
+        .view
+        .as_mut()
+        .unwrap()
+        .claims
+        .push("while-full".into());
+    // Answered from memory while full: the file does not have it yet.
+    assert_eq!(
+        only(&check(&world, &obs, now), Invariant::Checkpoint),
+        Vec::<&Violation>::new()
+    );
+    // /state must have it all the same.
+    let mut forgetful = obs.clone();
+    forgetful.nodes[0].view.as_mut().unwrap().claims.pop();
+    assert!(
+        only(&check(&world, &forgetful, now), Invariant::Checkpoint)
+            .iter()
+            .any(|v| v.detail.contains("/state lost") && v.detail.contains("while-full")),
+    );
+    // Freed: the file has the grace to catch up, then it must.
+    world.set_state_dir_full(0, false, now);
+    assert!(only(&check(&world, &obs, now + GRACE / 2), Invariant::Checkpoint).is_empty());
+    assert!(
+        only(&check(&world, &obs, now + GRACE), Invariant::Checkpoint)
+            .iter()
+            .any(|v| v.detail.contains("lost prepared claims") && v.detail.contains("while-full")),
     );
 }
 

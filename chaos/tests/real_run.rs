@@ -5,7 +5,7 @@
 //! Which `domaind` and `imex-sim`: `domaind_e2e::binaries`, which says why it builds
 //! them.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
@@ -96,4 +96,89 @@ fn three_nodes_under_seeded_faults_break_no_invariant() {
             assert!(heal["p99_ms"].as_u64() <= heal["max_ms"].as_u64());
         }
     }
+}
+
+/// `disk-full` on real daemons: as root the state directory is filled and freed and
+/// nothing else breaks; whatever the daemon does while it is full, only the prepares and
+/// unprepares made meanwhile may fail (issue 15 item 3: until the daemon serves them
+/// from memory, they do). Without root the fault is skipped, saying why. Either way no
+/// tmpfs of the run outlives it.
+#[test]
+fn a_full_state_directory_breaks_nothing_but_the_calls_made_while_full() {
+    let domaind_e2e::Binaries { domaind, imex_sim } = domaind_e2e::binaries().clone();
+    let out = tempfile::tempdir().unwrap();
+    let json = out.path().join("report.json");
+    let harness = Command::new(env!("CARGO_BIN_EXE_domaind-chaos"))
+        .args([
+            "run",
+            "--nodes",
+            "2",
+            "--scenario",
+            "disk-full",
+            "--seed",
+            "3",
+            "--duration",
+            "12",
+            "--subnet",
+            "45",
+            "--daemon-log",
+            "info,domaind_gossip=warn",
+            "--quiet",
+        ])
+        .arg("--domaind")
+        .arg(&domaind)
+        .arg("--imex-sim")
+        .arg(&imex_sim)
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its mounts are named after it.
+    let source = format!("domaind-chaos-{} ", harness.id());
+    let run = harness.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        matches!(run.status.code(), Some(0 | 1)),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        run.status
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let faults = report["faults"].as_array().unwrap();
+    assert!(!faults.is_empty(), "{report:#}");
+    let root = nix::unistd::geteuid().is_root();
+    for fault in faults {
+        assert_eq!(fault["kind"], "disk-full", "{fault:#}");
+        if root {
+            assert_eq!(fault["outcome"], "healed", "{fault:#}");
+            assert!(
+                fault["notes"][0]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("state directory full"),
+                "{fault:#}"
+            );
+        } else {
+            assert_eq!(fault["outcome"], "skipped", "{fault:#}");
+            assert!(
+                fault["reason"].as_str().unwrap().contains("not root"),
+                "{fault:#}"
+            );
+        }
+    }
+    assert_eq!(report["crashes"].as_array().unwrap().len(), 0, "{report:#}");
+    for violation in report["violations"].as_array().unwrap() {
+        assert!(
+            violation["invariant"] == "liveness"
+                && violation["detail"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("with its state directory full"),
+            "only the calls made while full may fail: {violation:#}"
+        );
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&source), "{mounts}");
 }

@@ -53,6 +53,11 @@ pub enum Command {
     /// backend. Every child process and temporary file is removed at the end, on
     /// Ctrl-C too.
     Demo(crate::demo::DemoArgs),
+    /// Measure the product on a rack of real daemons on loopback, as the demo runs it:
+    /// prepare latency through a node's DRA socket (`bench prepare`). Prints the
+    /// figures docs/BENCHMARKS.md records.
+    #[command(subcommand)]
+    Bench(crate::bench::BenchCommand),
     /// Run the node daemon: the kubelet's DRA plugin, a gossip member of this node's
     /// NVLink clique, and the supervisor of the local IMEX daemon.
     ///

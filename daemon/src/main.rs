@@ -1,5 +1,6 @@
 //! `domaind`: ComputeDomains for NVIDIA multi-node NVLink racks, formed peer to peer.
 
+mod bench;
 mod cli;
 mod commands;
 mod demo;

@@ -1,6 +1,7 @@
 //! The end-to-end suite, one test binary: each costs link time and disk.
 //!
 //! - `rack`: a loopback rack of `domaind run` processes with the local backend.
+//! - `storm`: SIGTERM during a storm of prepares; what was answered is what is held.
 //! - `cliques`: a loopback rack of three cliques, a domain each, nothing crossing.
 //! - `kube`: the node daemons and the controller against the real API server.
 //! - `kubelet`: the same with real kubelets, NVIDIA's blog workload and a node loss.
@@ -19,3 +20,4 @@ mod kube;
 mod kubelet;
 mod rack;
 mod statedir;
+mod storm;

@@ -13,8 +13,8 @@
 //!   quiet between steps, the final checks, the graceful stop);
 //! - `observer`: one tick (reap crashes, advance lives, collect prepares, observe,
 //!   check) and the waits made of ticks;
-//! - `faults`: the nine injectors, a module per family (processes, network, claims,
-//!   certificates, the IMEX port), each ending in the one heal tail;
+//! - `faults`: the injectors, a module per family (processes, network, claims,
+//!   certificates, the IMEX port, the state directory), each ending in the one heal tail;
 //! - `heal`: whether the domain is whole, the wait for it, detection and heal times;
 //! - `claims`: the kubelet's part: claim files, prepares in the background, unprepares;
 //! - `findings`: violations (each once, later sightings counted) and crashes;
@@ -41,6 +41,7 @@ use crate::invariants::{Invariant, Life, Violation, World};
 use crate::netfault::NetFaults;
 use crate::observe::Observation;
 use crate::schedule::{FaultKind, Schedule};
+use crate::statedir::StateDirs;
 
 use claims::Prepares;
 use findings::Findings;
@@ -102,9 +103,12 @@ pub struct RunConfig {
 /// The rack under test and everything the run did to it and saw of it.
 struct Harness {
     config: RunConfig,
-    // Declared before the temporary directory: dropped (daemons killed) before it is
+    // Declared before the mounts and the temporary directory: dropped (daemons killed)
+    // before the state directories are unmounted, and those before the directory is
     // removed.
     rack: LocalRack,
+    /// A tmpfs over each state directory of the first clique (`disk-full`), or why not.
+    disks: Result<StateDirs, String>,
     tmp: Option<tempfile::TempDir>,
     net: Result<NetFaults, String>,
     world: World,
@@ -154,7 +158,20 @@ impl Harness {
         // The kubelet calls again after a retryable answer; a short deadline keeps each
         // call, and so each wait of the harness, short.
         spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
-        let mut rack = LocalRack::create(spec)?;
+        let rack = LocalRack::create(spec)?;
+        // Before any daemon starts: a mount over a directory in use would hide its files.
+        let disks = if schedule.kinds.iter().any(|k| k.needs_state_dir_mounts()) {
+            let dirs: Vec<PathBuf> = rack
+                .nodes()
+                .iter()
+                .take(config.nodes)
+                .map(|n| n.state_dir())
+                .collect();
+            StateDirs::mount(&dirs)
+        } else {
+            Err("not needed by this scenario".into())
+        };
+        let mut rack = rack;
         let now = Instant::now();
         let domain = ComputeDomainRef {
             namespace: NAMESPACE.into(),
@@ -183,6 +200,7 @@ impl Harness {
         let mut harness = Self {
             config,
             rack,
+            disks,
             tmp: Some(tmp),
             net,
             world,
@@ -219,6 +237,32 @@ impl Harness {
             ),
             Err(reason) => format!("unavailable ({reason})"),
         }
+    }
+
+    fn state_dirs_line(&self) -> String {
+        match &self.disks {
+            Ok(disks) => format!(
+                "a {} MiB tmpfs over each of the {} state directories",
+                crate::statedir::STATE_DIR_SIZE >> 20,
+                disks.dirs().len()
+            ),
+            Err(reason) => format!("unavailable ({reason})"),
+        }
+    }
+
+    /// Why a fault of `kind` cannot be injected here, if it cannot.
+    fn missing_control(&self, kind: FaultKind) -> Option<String> {
+        if kind.needs_network_control()
+            && let Err(reason) = &self.net
+        {
+            return Some(reason.clone());
+        }
+        if kind.needs_state_dir_mounts()
+            && let Err(reason) = &self.disks
+        {
+            return Some(reason.clone());
+        }
+        None
     }
 
     fn name(&self, node: usize) -> String {

@@ -26,6 +26,9 @@ pub async fn run(config: RunConfig) -> anyhow::Result<Report> {
         harness.rack.spec().root.display(),
         harness.network_line()
     ));
+    if schedule.kinds.iter().any(|k| k.needs_state_dir_mounts()) {
+        harness.say(&format!("state directories: {}", harness.state_dirs_line()));
+    }
     let formation = harness.form().await;
     let mut faults = Vec::new();
     match formation {
@@ -94,11 +97,9 @@ impl Harness {
 
     /// Runs one step of the schedule: waits for its time, injects, holds, ends, heals.
     async fn run_step(&mut self, step: &Step) -> Vec<FaultRecord> {
-        if step.kind.needs_network_control()
-            && let Err(reason) = &self.net
-        {
-            let mut record = self.not_run(step, reason);
-            record.outcome = Outcome::Skipped(reason.clone());
+        if let Some(reason) = self.missing_control(step.kind) {
+            let mut record = self.not_run(step, &reason);
+            record.outcome = Outcome::Skipped(reason);
             return vec![record];
         }
         // Past twice the planned duration (and a minute), the run is too far behind

@@ -8,6 +8,7 @@ use crate::cli::Command;
 
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Bench(bench) => crate::bench::run(bench),
         Command::Certs(certs) => certs::run(certs),
         Command::Controller(args) => domaind_controller::run(*args),
         Command::Crdgen => {

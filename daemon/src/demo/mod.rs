@@ -566,20 +566,20 @@ fn print_how_to_poke(rack: &LocalRack, domain: &DemoDomain, json: bool) {
 }
 
 /// SIGINT and SIGTERM, as one stream.
-struct Interrupts {
+pub(crate) struct Interrupts {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
 }
 
 impl Interrupts {
-    fn new() -> anyhow::Result<Self> {
+    pub(crate) fn new() -> anyhow::Result<Self> {
         Ok(Self {
             int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
             term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
         })
     }
 
-    async fn next(&mut self) -> &'static str {
+    pub(crate) async fn next(&mut self) -> &'static str {
         tokio::select! {
             _ = self.int.recv() => "SIGINT",
             _ = self.term.recv() => "SIGTERM",

@@ -1,6 +1,7 @@
 //! The `domaind` binary's command line: each subcommand run as a process, as a user or
 //! a manifest runs it. One test binary: each costs link time and disk.
 
+mod bench;
 mod certs;
 mod controller;
 mod demo;

@@ -10,7 +10,7 @@ use domaind_actors::ports::{ClaimError, ClaimSource};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
-use super::{BAD_FILES, LocalDir, LocalError, read_json};
+use super::{CLAIM_FILE_LIMIT, LocalDir, count_bad_file, read_json};
 
 use domaind_kube_api::names::CHANNEL_REQUEST;
 
@@ -123,21 +123,22 @@ impl LocalClaimSource {
 #[async_trait]
 impl ClaimSource for LocalClaimSource {
     async fn resolve(&self, claim: &ClaimRef) -> Result<ClaimInfo, ClaimError> {
-        let bad = |kind: &'static str, message: String| {
-            metrics::counter!(BAD_FILES, "kind" => kind).increment(1);
+        let bad = |reason: &'static str, message: String| {
+            count_bad_file("claim", reason);
             warn!(claim = %claim.uid, %message, "claim refused");
             ClaimError::Permanent(message)
         };
         let path = self
             .dir
             .claim_path(&claim.uid)
-            .map_err(|e| bad("claim", e.to_string()))?;
+            .map_err(|e| bad(e.reason(), e.to_string()))?;
         let dir = self.dir.clone();
-        let read = tokio::task::spawn_blocking(move || read_json::<ClaimFile>(&path))
-            .await
-            .map_err(|e| ClaimError::Transient(format!("claim lookup failed: {e}")))?;
+        let read =
+            tokio::task::spawn_blocking(move || read_json::<ClaimFile>(&path, CLAIM_FILE_LIMIT))
+                .await
+                .map_err(|e| ClaimError::Transient(format!("claim lookup failed: {e}")))?;
         match read {
-            Ok(Some(file)) => self.check(claim, file).map_err(|m| bad("claim", m)),
+            Ok(Some(file)) => self.check(claim, file).map_err(|m| bad("invalid", m)),
             Ok(None) => Err(ClaimError::Permanent(format!(
                 "claim {}/{} ({}) is unknown: no file {} in the local backend",
                 claim.namespace,
@@ -147,7 +148,7 @@ impl ClaimSource for LocalClaimSource {
                     .map(|p| p.display().to_string())
                     .unwrap_or_default()
             ))),
-            Err(error @ LocalError::Parse { .. }) => Err(bad("claim", error.to_string())),
+            Err(error) if error.is_bad_file() => Err(bad(error.reason(), error.to_string())),
             Err(error) => Err(ClaimError::Transient(error.to_string())),
         }
     }

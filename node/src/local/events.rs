@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use super::{LocalDir, LocalError};
+use super::{LocalDir, LocalError, count_bad_file, files};
 use crate::events::{EventText, EventType};
 
 /// One line of an event file: what `kubectl describe` would show, and who saw it.
@@ -64,12 +64,13 @@ impl LocalEventSink {
             source,
         };
         std::fs::create_dir_all(self.dir.events_dir()).map_err(write)?;
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .and_then(|mut file| file.write_all(&bytes))
-            .map_err(write)
+        // Appended as root: a link to a system file, or a FIFO nobody reads, is refused.
+        let mut file = files::open_append(&path).inspect_err(|error| {
+            if error.is_bad_file() {
+                count_bad_file("events", error.reason());
+            }
+        })?;
+        file.write_all(&bytes).map_err(write)
     }
 }
 

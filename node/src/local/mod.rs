@@ -14,6 +14,7 @@
 
 mod claims;
 mod events;
+mod files;
 mod stale;
 mod status;
 
@@ -22,13 +23,21 @@ use std::path::{Path, PathBuf};
 
 pub use claims::{ClaimFile, ComputeDomainRef, LocalClaimSource};
 pub use events::{LocalEvent, LocalEventSink};
+pub use files::{CLAIM_FILE_LIMIT, STATUS_FILE_LIMIT};
 pub use stale::{LocalClaimExistence, LocalStaleClaimNotices};
 pub use status::LocalStatusSink;
 
 use domaind_kube_api::crd::ComputeDomainStatus;
 
-/// Counts files of the local backend that could not be used, by `kind`.
+/// Counts files of the local backend that could not be used, by `kind` (`claim`,
+/// `status`, `events`) and `reason` ([`LocalError::reason`], or `invalid` for a claim
+/// file that parses but is refused).
 pub const BAD_FILES: &str = "domaind_local_bad_files_total";
+
+/// Counts one bad file of `kind`.
+fn count_bad_file(kind: &'static str, reason: &'static str) {
+    metrics::counter!(BAD_FILES, "kind" => kind, "reason" => reason).increment(1);
+}
 
 /// Why a file of the local backend could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +62,33 @@ pub enum LocalError {
         #[source]
         source: io::Error,
     },
+    #[error("{} is a symbolic link: the local backend does not follow links", path.display())]
+    Symlink { path: PathBuf },
+    #[error("{} is a {what}, not a regular file: the local backend reads regular files only", path.display())]
+    NotRegular { path: PathBuf, what: &'static str },
+    #[error("{} is larger than {limit} bytes, the most the local backend reads from such a file", path.display())]
+    TooLarge { path: PathBuf, limit: u64 },
+}
+
+impl LocalError {
+    /// The `reason` label of [`BAD_FILES`].
+    pub fn reason(&self) -> &'static str {
+        match self {
+            LocalError::BadName { .. } => "bad_name",
+            LocalError::Read { .. } => "unreadable",
+            LocalError::Parse { .. } => "unparsable",
+            LocalError::Write { .. } => "unwritable",
+            LocalError::Symlink { .. } => "symlink",
+            LocalError::NotRegular { .. } => "not_regular_file",
+            LocalError::TooLarge { .. } => "too_large",
+        }
+    }
+
+    /// Whether the file itself is wrong (and stays wrong until someone fixes it), as
+    /// opposed to a failure to reach it.
+    pub fn is_bad_file(&self) -> bool {
+        !matches!(self, LocalError::Read { .. } | LocalError::Write { .. })
+    }
 }
 
 /// The layout of a local backend directory.
@@ -121,34 +157,32 @@ impl LocalDir {
     /// A domain's status as last written, or `None` before its reporter wrote one.
     pub fn read_status(&self, cd_uid: &str) -> Result<Option<ComputeDomainStatus>, LocalError> {
         let path = self.status_path(cd_uid)?;
-        read_json(&path)
+        read_json(&path, STATUS_FILE_LIMIT)
     }
 
     /// A domain's events, oldest first. A line that does not parse (a torn append after
-    /// a crash) is skipped.
+    /// a crash) is skipped. For tools and tests: the daemons only append. Not capped,
+    /// since the file only grows; a link or a FIFO is still refused.
     pub fn read_events(&self, cd_uid: &str) -> Result<Vec<LocalEvent>, LocalError> {
         let path = self.events_path(cd_uid)?;
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(text
-                .lines()
-                .filter_map(|line| serde_json::from_str(line).ok())
-                .collect()),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(source) => Err(LocalError::Read { path, source }),
-        }
+        let Some(bytes) = files::read_bounded(&path, None)? else {
+            return Ok(Vec::new());
+        };
+        Ok(String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect())
     }
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, LocalError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(LocalError::Read {
-                path: path.to_owned(),
-                source,
-            });
-        }
+/// A JSON file of the backend, refused unless it is a regular file of at most `limit`
+/// bytes; `None` when there is no file.
+fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    limit: u64,
+) -> Result<Option<T>, LocalError> {
+    let Some(bytes) = files::read_bounded(path, Some(limit))? else {
+        return Ok(None);
     };
     serde_json::from_slice(&bytes)
         .map(Some)

@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use domaind_actors::model::{ClaimRef, DomainRef, NodeId};
 
-use super::{ClaimFile, LocalDir, LocalEventSink, read_json};
+use super::{CLAIM_FILE_LIMIT, ClaimFile, LocalDir, LocalEventSink, count_bad_file, read_json};
 use crate::stale::{
     ClaimExistence, FoundClaim, FoundDomain, Lookup, StaleClaim, StaleClaimNotices, released_event,
 };
@@ -31,7 +31,9 @@ impl ClaimExistence for LocalClaimExistence {
             Ok(path) => path,
             Err(error) => return Lookup::Failed(error.to_string()),
         };
-        let read = tokio::task::spawn_blocking(move || read_json::<ClaimFile>(&path)).await;
+        let read =
+            tokio::task::spawn_blocking(move || read_json::<ClaimFile>(&path, CLAIM_FILE_LIMIT))
+                .await;
         match read {
             Ok(Ok(None)) => Lookup::NotFound,
             // Files are named by uid: one of that name is this claim, allocated here
@@ -40,7 +42,12 @@ impl ClaimExistence for LocalClaimExistence {
                 uid: file.uid,
                 allocated_here: true,
             }),
-            Ok(Err(error)) => Lookup::Failed(error.to_string()),
+            Ok(Err(error)) => {
+                if error.is_bad_file() {
+                    count_bad_file("claim", error.reason());
+                }
+                Lookup::Failed(error.to_string())
+            }
             Err(error) => Lookup::Failed(format!("reading the claim file failed: {error}")),
         }
     }

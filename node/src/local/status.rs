@@ -7,7 +7,7 @@ use domaind_actors::ports::{PortError, StatusSink};
 use domaind_actors::rules::status::DomainStatus;
 use time::OffsetDateTime;
 
-use super::{BAD_FILES, FILE_MODE, LocalDir, LocalError};
+use super::{FILE_MODE, LocalDir, LocalError, count_bad_file};
 use crate::contract::{domain_from_status, status_from_domain};
 
 /// Counts status documents written by outcome (`ok`, `failed`), as the Kubernetes
@@ -24,20 +24,21 @@ impl LocalStatusSink {
         Self { dir }
     }
 
-    /// Returns whether the previous file was unreadable (and so replaced).
+    /// Returns why the previous file was unusable (and so replaced), if it was.
     fn write_blocking(
         &self,
         domain: &DomainRef,
         status: &DomainStatus,
-    ) -> Result<bool, LocalError> {
+    ) -> Result<Option<&'static str>, LocalError> {
         let uid = domain.uid.0.as_str();
         // The previous document only keeps the condition's transition time: one that
-        // cannot be read is replaced.
+        // cannot be read is replaced. The rename replaces a link itself, never what it
+        // points to.
         let (previous, garbled) = match self.dir.read_status(uid) {
-            Ok(previous) => (previous, false),
+            Ok(previous) => (previous, None),
             Err(error) => {
                 tracing::warn!(%error, "replacing an unreadable status file");
-                (None, true)
+                (None, Some(error.reason()))
             }
         };
         let document =
@@ -66,8 +67,8 @@ impl StatusSink for LocalStatusSink {
             .and_then(|result| result.map_err(|e| PortError(e.to_string())));
         let outcome = match written {
             Ok(garbled) => {
-                if garbled {
-                    metrics::counter!(BAD_FILES, "kind" => "status").increment(1);
+                if let Some(reason) = garbled {
+                    count_bad_file("status", reason);
                 }
                 "ok"
             }
@@ -87,7 +88,7 @@ impl StatusSink for LocalStatusSink {
         match read {
             Ok(status) => Ok(status.as_ref().map(domain_from_status)),
             Err(error) => {
-                metrics::counter!(BAD_FILES, "kind" => "status").increment(1);
+                count_bad_file("status", error.reason());
                 Err(PortError(error.to_string()))
             }
         }

@@ -1,4 +1,6 @@
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use domaind_actors::model::{
     AllocationMode, ClaimRef, DomainRef, DomainUid, Phase, ReadinessPolicy,
@@ -39,23 +41,40 @@ fn asked(uid: &str) -> ClaimRef {
     }
 }
 
-/// Runs `body` on a fresh runtime with a recorder of its own, and returns the sum of
-/// the `domaind_local_bad_files_total` counters it left.
-fn with_metrics<T>(body: impl FnOnce() -> T) -> (T, u64) {
+/// Runs `body` with a recorder of its own (on this thread only), and returns the
+/// `domaind_local_bad_files_total` counters it left, by `(kind, reason)`.
+fn with_bad_files<T>(body: impl FnOnce() -> T) -> (T, BTreeMap<(String, String), u64>) {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let out = metrics::with_local_recorder(&recorder, body);
-    let bad = snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(key, ..)| key.key().name() == BAD_FILES)
-        .map(|(.., value)| match value {
-            DebugValue::Counter(n) => n,
-            _ => 0,
-        })
-        .sum();
-    (out, bad)
+    let mut counts = BTreeMap::new();
+    for (key, .., value) in snapshotter.snapshot().into_vec() {
+        if key.key().name() != BAD_FILES {
+            continue;
+        }
+        let label = |name: &str| {
+            key.key()
+                .labels()
+                .find(|l| l.key() == name)
+                .map(|l| l.value().to_owned())
+                .unwrap_or_default()
+        };
+        if let DebugValue::Counter(n) = value {
+            *counts.entry((label("kind"), label("reason"))).or_default() += n;
+        }
+    }
+    (out, counts)
+}
+
+/// [`with_bad_files`], summed over every kind and reason.
+fn with_metrics<T>(body: impl FnOnce() -> T) -> (T, u64) {
+    let (out, counts) = with_bad_files(body);
+    (out, counts.values().sum())
+}
+
+/// `{(kind, reason): 1}`.
+fn counted_once(kind: &str, reason: &str) -> BTreeMap<(String, String), u64> {
+    BTreeMap::from([((kind.to_owned(), reason.to_owned()), 1)])
 }
 
 fn resolve(dir: &LocalDir, claim: &ClaimRef) -> Result<ClaimInfo, ClaimError> {
@@ -271,4 +290,182 @@ fn events_are_appended_one_per_line_by_every_node() {
             .all(|e| e.type_ == EventType::Warning && e.reason == "NodeLost")
     );
     assert_eq!(dir.read_events("cd-unknown").unwrap(), vec![]);
+}
+
+/// A claim file whose content would be accepted, in a directory outside the backend.
+fn outside_claim(uid: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("secret.json");
+    std::fs::write(&target, serde_json::to_vec(&claim_file(uid)).unwrap()).unwrap();
+    (outside, target)
+}
+
+#[test]
+fn a_claim_file_linked_to_a_file_outside_the_directory_is_refused_and_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = LocalDir::new(tmp.path());
+    std::fs::create_dir_all(dir.claims_dir()).unwrap();
+    let (_outside, target) = outside_claim("linked");
+    std::os::unix::fs::symlink(&target, dir.claim_path("linked").unwrap()).unwrap();
+
+    let (result, counts) = with_bad_files(|| resolve(&dir, &asked("linked")));
+    let Err(ClaimError::Permanent(message)) = result else {
+        panic!("expected a permanent refusal, got {result:?}");
+    };
+    assert!(
+        message.contains(&dir.claim_path("linked").unwrap().display().to_string())
+            && message.contains("symbolic link"),
+        "{message}"
+    );
+    assert_eq!(counts, counted_once("claim", "symlink"));
+
+    // The stale-claim check does not take the link for the claim either: it proves
+    // nothing, so the claim is kept, and the file counts.
+    use crate::stale::ClaimExistence as _;
+    let existence = LocalClaimExistence::new(dir.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (lookup, counts) = with_bad_files(|| rt.block_on(existence.claim(&asked("linked"))));
+    assert!(
+        matches!(&lookup, crate::stale::Lookup::Failed(m) if m.contains("symbolic link")),
+        "{lookup:?}"
+    );
+    assert_eq!(counts, counted_once("claim", "symlink"));
+}
+
+#[test]
+fn a_fifo_claim_file_is_refused_without_blocking() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = LocalDir::new(tmp.path());
+    std::fs::create_dir_all(dir.claims_dir()).unwrap();
+    let fifo = dir.claim_path("fifo").unwrap();
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+
+    // On a thread of its own: a read that blocks on the FIFO (nobody ever writes it)
+    // fails the test at the timeout instead of hanging it.
+    let (answer, answered) = std::sync::mpsc::channel();
+    let reading = dir.clone();
+    std::thread::spawn(move || {
+        let _ = answer.send(with_bad_files(|| resolve(&reading, &asked("fifo"))));
+    });
+    let (result, counts) = answered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("resolving a FIFO claim file blocked");
+    let Err(ClaimError::Permanent(message)) = result else {
+        panic!("expected a permanent refusal, got {result:?}");
+    };
+    assert!(
+        message.contains(&fifo.display().to_string())
+            && message.contains("FIFO")
+            && message.contains("not a regular file"),
+        "{message}"
+    );
+    assert_eq!(counts, counted_once("claim", "not_regular_file"));
+
+    std::fs::create_dir(dir.claim_path("dir").unwrap()).unwrap();
+    let (message, _) = refused(&dir, &asked("dir"));
+    assert!(message.contains("is a directory"), "{message}");
+}
+
+#[test]
+fn a_claim_file_above_the_cap_is_refused_and_one_at_the_cap_is_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = LocalDir::new(tmp.path());
+    std::fs::create_dir_all(dir.claims_dir()).unwrap();
+    // Valid JSON either way: only the size decides.
+    let padded = |uid: &str, size: u64| {
+        let mut bytes = serde_json::to_vec(&claim_file(uid)).unwrap();
+        bytes.resize(size as usize, b' ');
+        std::fs::write(dir.claim_path(uid).unwrap(), bytes).unwrap();
+    };
+    padded("big", CLAIM_FILE_LIMIT + 1);
+    padded("limit", CLAIM_FILE_LIMIT);
+
+    let (result, counts) = with_bad_files(|| resolve(&dir, &asked("big")));
+    let Err(ClaimError::Permanent(message)) = result else {
+        panic!("expected a permanent refusal, got {result:?}");
+    };
+    assert!(
+        message.contains("big.json") && message.contains("larger than 65536 bytes"),
+        "{message}"
+    );
+    assert_eq!(counts, counted_once("claim", "too_large"));
+    resolve(&dir, &asked("limit")).unwrap();
+}
+
+#[test]
+fn status_and_event_files_are_never_followed_out_of_the_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = LocalDir::new(tmp.path());
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("passwd");
+    std::fs::write(&target, b"root:x:0:0::/root:/bin/sh\n").unwrap();
+    std::fs::create_dir_all(dir.status_dir()).unwrap();
+    std::fs::create_dir_all(dir.events_dir()).unwrap();
+    std::os::unix::fs::symlink(&target, dir.status_path("cd-1").unwrap()).unwrap();
+    std::os::unix::fs::symlink(&target, dir.events_path("cd-1").unwrap()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sink = LocalStatusSink::new(dir.clone());
+
+    let (read, counts) = with_bad_files(|| rt.block_on(sink.read(&domain())));
+    assert!(
+        read.as_ref()
+            .is_err_and(|e| e.0.contains("cd-1.json is a symbolic link")),
+        "{read:?}"
+    );
+    assert_eq!(counts, counted_once("status", "symlink"));
+
+    let events = LocalEventSink::new(dir.clone(), "node-1");
+    let text = crate::events::EventText::of(&DomainEvent::NodeLost {
+        node: "node-3".into(),
+    });
+    let (appended, counts) = with_bad_files(|| events.append_text(&domain(), text.clone()));
+    assert!(
+        appended
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("cd-1.jsonl is a symbolic link")),
+        "{appended:?}"
+    );
+    assert_eq!(counts, counted_once("events", "symlink"));
+
+    // The reporter's next write replaces the link itself with a regular file.
+    rt.block_on(sink.write(&domain(), &document(Phase::Ready, 2)))
+        .unwrap();
+    assert!(
+        std::fs::symlink_metadata(dir.status_path("cd-1").unwrap())
+            .unwrap()
+            .is_file()
+    );
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        b"root:x:0:0::/root:/bin/sh\n",
+        "the link's target is untouched"
+    );
+
+    // An event file that is a FIFO with no reader: refused at once, not waited on.
+    std::fs::remove_file(dir.events_path("cd-1").unwrap()).unwrap();
+    nix::unistd::mkfifo(
+        &dir.events_path("cd-1").unwrap(),
+        nix::sys::stat::Mode::S_IRWXU,
+    )
+    .unwrap();
+    let (answer, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = answer.send(with_bad_files(|| events.append_text(&domain(), text)));
+    });
+    let (appended, counts) = answered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("appending to a FIFO event file blocked");
+    assert!(
+        appended
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("not a regular file")),
+        "{appended:?}"
+    );
+    assert_eq!(counts, counted_once("events", "not_regular_file"));
 }

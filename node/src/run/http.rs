@@ -15,7 +15,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
-use domaind_actors::{GetSnapshot, NodeActor};
+use domaind_actors::ports::PrepareState;
+use domaind_actors::{GetClaims, GetSnapshot, NodeActor};
 use futures::FutureExt as _;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
@@ -98,9 +99,22 @@ struct StateSources {
 }
 
 async fn state(State(sources): State<Arc<StateSources>>) -> Response {
-    match tokio::time::timeout(LIVENESS_TIMEOUT, sources.node.send(GetSnapshot)).await {
-        Ok(Ok(snapshot)) => {
+    let asked = async {
+        let snapshot = sources.node.send(GetSnapshot).await?;
+        let records = sources.node.send(GetClaims).await?;
+        Ok::<_, actix::MailboxError>((snapshot, records))
+    };
+    match tokio::time::timeout(LIVENESS_TIMEOUT, asked).await {
+        Ok(Ok((snapshot, records))) => {
             let mut view = NodeView::from(snapshot);
+            // Asked right after the snapshot: a claim answered in between may be here
+            // and not in `claims`.
+            view.prepared = records
+                .into_iter()
+                .filter(|r| r.state == PrepareState::PrepareCompleted)
+                .map(|r| r.claim.uid)
+                .collect();
+            view.prepared.sort();
             view.gossip = GossipView {
                 cluster_id: sources.cluster_id.clone(),
                 members: sources.gossip.live_nodes().into_keys().collect(),

@@ -12,8 +12,15 @@ use crate::checkpoint::Persistence;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeView {
     pub node: NodeId,
-    /// Prepared claims, by uid.
+    /// The claims this node holds, by uid: admitted (resolved and checkpointed), whether
+    /// or not their prepare has been answered yet.
     pub claims: Vec<String>,
+    /// Those of `claims` whose prepare was answered with success: the rest are still
+    /// waiting for their domain, or were refused after they were admitted (the kubelet
+    /// prepares them again or unprepares them). Absent from daemons older than the
+    /// field.
+    #[serde(default)]
+    pub prepared: Vec<String>,
     pub imex: ImexView,
     pub domains: Vec<DomainView>,
     /// Absent from daemons older than the field.
@@ -115,6 +122,8 @@ impl From<NodeSnapshot> for NodeView {
         Self {
             node: snapshot.node,
             claims: snapshot.claims,
+            // The snapshot does not say; `/state` asks the node for its records.
+            prepared: Vec::new(),
             imex: ImexView {
                 running: snapshot.imex.running,
                 starts: snapshot.imex.starts,

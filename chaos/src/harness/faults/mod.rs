@@ -1,10 +1,11 @@
-//! The nine fault injectors, a module per family: what each does to the rack, how
+//! The fault injectors, a module per family: what each does to the rack, how
 //! long it holds, how it ends, and what counts as its detection. Each ends in the one
 //! heal tail (`Harness::heal_fault`), so every fault is healed, timed and checked
 //! the same way.
 
 mod certs;
 mod churn;
+mod disk;
 mod imex_port;
 mod network;
 mod process;
@@ -29,6 +30,7 @@ impl Harness {
             FaultKind::Churn => vec![self.churn(step).await],
             FaultKind::CertRotate => vec![self.cert_rotate(step).await],
             FaultKind::ImexPort => vec![self.imex_port(step).await],
+            FaultKind::DiskFull => vec![self.disk_full(step).await],
         }
     }
 
@@ -65,4 +67,11 @@ impl Harness {
             notes: Vec::new(),
         }
     }
+}
+
+/// A fault that could not be made: not injected after all.
+fn skipped(mut record: FaultRecord, error: anyhow::Error) -> FaultRecord {
+    record.injected_at_ms = None;
+    record.outcome = Outcome::Skipped(format!("{error:#}"));
+    record
 }

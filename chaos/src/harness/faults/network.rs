@@ -5,6 +5,7 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
+use super::skipped;
 use crate::harness::Harness;
 use crate::invariants::missing_members;
 use crate::netfault::NetFaults;
@@ -85,11 +86,4 @@ impl Harness {
             self.liveness(node, format!("cannot remove the network fault: {error:#}"));
         }
     }
-}
-
-/// A fault that could not be made: not injected after all.
-fn skipped(mut record: FaultRecord, error: anyhow::Error) -> FaultRecord {
-    record.injected_at_ms = None;
-    record.outcome = Outcome::Skipped(format!("{error:#}"));
-    record
 }
