@@ -466,15 +466,19 @@ impl Handler<Depart> for NodeActor {
 }
 
 impl Handler<Complete> for NodeActor {
-    type Result = ResponseActFuture<Self, Result<(), PrepareError>>;
+    // Not tied to the actor: once the completion is taken in by the store, its answer
+    // must reach the caller even if the node stops meanwhile (a SIGTERM's departure),
+    // or a prepare recorded as completed would be answered as refused.
+    type Result = ResponseFuture<Result<(), PrepareError>>;
 
     fn handle(&mut self, msg: Complete, _: &mut Self::Context) -> Self::Result {
         let Some(record) = self.checkpoint.claims.get(&msg.claim_uid) else {
             // Unprepared while its devices were being made: nothing to answer for.
-            return Box::pin(actix::fut::ready(Err(PrepareError::Transient(format!(
+            let refused = PrepareError::Transient(format!(
                 "claim {} was unprepared while it was being prepared; call again",
                 msg.claim_uid
-            )))));
+            ));
+            return Box::pin(std::future::ready(Err(refused)));
         };
         let changes =
             if record.state == PrepareState::PrepareCompleted && record.devices == msg.devices {
@@ -486,7 +490,7 @@ impl Handler<Complete> for NodeActor {
                 vec![CheckpointChange::Claim(completed)]
             };
         let recorded = self.record(changes);
-        Box::pin(async move { recorded.await.map_err(not_recorded) }.into_actor(self))
+        Box::pin(async move { recorded.await.map_err(not_recorded) })
     }
 }
 
