@@ -101,7 +101,7 @@ impl StateDirs {
             }
         }
         let free = nix::sys::statvfs::statvfs(dir)
-            .map(|s| s.blocks_available() as u64 * s.fragment_size() as u64)
+            .map(|s| s.blocks_available() * s.fragment_size())
             .with_context(|| format!("cannot ask {} for its free space", dir.display()))?;
         if free > 0 {
             bail!(
