@@ -112,7 +112,7 @@ fn three_nodes_under_seeded_faults_break_no_invariant() {
 /// from memory, they do). Without root the fault is skipped, saying why. Either way no
 /// tmpfs of the run outlives it.
 #[test]
-fn a_full_state_directory_breaks_nothing_but_the_calls_made_while_full() {
+fn a_full_state_directory_breaks_no_invariant() {
     let _rack = ONE_RACK_AT_A_TIME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -180,16 +180,13 @@ fn a_full_state_directory_breaks_nothing_but_the_calls_made_while_full() {
         }
     }
     assert_eq!(report["crashes"].as_array().unwrap().len(), 0, "{report:#}");
-    for violation in report["violations"].as_array().unwrap() {
-        assert!(
-            violation["invariant"] == "liveness"
-                && violation["detail"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with("with its state directory full"),
-            "only the calls made while full may fail: {violation:#}"
-        );
-    }
+    // A full state directory is served from memory: the calls made while it is full
+    // succeed, and nothing else breaks.
+    assert_eq!(
+        report["violations"].as_array().unwrap().len(),
+        0,
+        "{report:#}"
+    );
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&source), "{mounts}");
 }
