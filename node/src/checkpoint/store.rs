@@ -315,14 +315,11 @@ impl FileCheckpointStore {
                         %moved_to,
                         "damaged checkpoint records set aside; the rest was restored"
                     );
-                    self.tell(
-                        domains,
-                        DomainEvent::CheckpointDamaged {
-                            node: String::new(),
-                            records: *damaged_records,
-                            lost_claims: lost_claims.clone(),
-                        },
-                    );
+                    self.tell(domains, |node| DomainEvent::CheckpointDamaged {
+                        node,
+                        records: *damaged_records,
+                        lost_claims: lost_claims.clone(),
+                    });
                 }
                 // A load that finds a newer format fails: logged below.
                 LoadOutcome::NewerFormat { .. } => {}
@@ -332,27 +329,12 @@ impl FileCheckpointStore {
     }
 
     /// Emits `event` on each of `domains`, in the background, as the node set by
-    /// [`Self::report_events_to`] (the event's node is filled in here).
-    fn tell(&self, domains: &[DomainRef], event: DomainEvent) {
+    /// [`Self::report_events_to`] (`event` is given that node's name).
+    fn tell(&self, domains: &[DomainRef], event: impl FnOnce(String) -> DomainEvent) {
         let Some(target) = lock(&self.inner.events).clone() else {
             return;
         };
-        emit_all(&target, domains, with_node(event, &target.node));
-    }
-}
-
-fn with_node(event: DomainEvent, node: &str) -> DomainEvent {
-    match event {
-        DomainEvent::CheckpointDamaged {
-            records,
-            lost_claims,
-            ..
-        } => DomainEvent::CheckpointDamaged {
-            node: node.to_owned(),
-            records,
-            lost_claims,
-        },
-        other => other,
+        emit_all(&target, domains, event(target.node.clone()));
     }
 }
 
