@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::model::{CliqueId, DEFAULT_MAX_SLOTS, NodeId, ReadinessPolicy, Slot};
+use crate::model::{ChannelId, CliqueId, DEFAULT_MAX_SLOTS, NodeId, ReadinessPolicy, Slot};
 use crate::rules::imex_poll::ImexPollConfig;
 use crate::rules::peer_health::PeerHealthConfig;
 
@@ -16,6 +16,9 @@ pub struct NodeConfig {
     pub clique: CliqueId,
     /// IMEX slots per domain: 18 for an NVL72 rack, up to the clique size.
     pub max_slots: Slot,
+    /// Channel isolation: the channels sharing domains are given, `0..channels` (the
+    /// channel devices a node publishes).
+    pub channels: ChannelId,
     /// For claims whose opaque config does not say.
     pub default_readiness: ReadinessPolicy,
     /// How long a prepare call waits for its readiness policy before answering with a
@@ -71,6 +74,7 @@ impl NodeConfig {
             ip,
             clique,
             max_slots: DEFAULT_MAX_SLOTS,
+            channels: 8,
             default_readiness: ReadinessPolicy::Local,
             prepare_deadline: Duration::from_secs(10),
             status_quiet: Duration::from_millis(400),

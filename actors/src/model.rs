@@ -1,5 +1,6 @@
 //! The domain's vocabulary. No Kubernetes, tonic or NVML types: adapters translate.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 
@@ -80,6 +81,39 @@ pub enum AllocationMode {
     All,
 }
 
+/// How a ComputeDomain is kept apart from the others (`spec.isolation`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Isolation {
+    /// The domain owns its nodes' IMEX daemons: its own IMEX domain, one ComputeDomain
+    /// per node (NVIDIA's driver's behaviour, and what a manifest without the field means).
+    #[default]
+    #[serde(rename = "IMEXDomain")]
+    ImexDomain,
+    /// The nodes' IMEX daemons form one IMEX domain per clique, shared by every domain of
+    /// this mode there; each domain has its own channel, so memory is shared only within
+    /// it. Several such domains may hold one node.
+    Channel,
+}
+
+impl Isolation {
+    pub fn is_default(&self) -> bool {
+        *self == Self::ImexDomain
+    }
+}
+
+/// As `spec.isolation` spells it.
+impl fmt::Display for Isolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ImexDomain => "IMEXDomain",
+            Self::Channel => "Channel",
+        })
+    }
+}
+
+/// An IMEX channel number (`/dev/nvidia-caps-imex-channels/channel<N>`).
+pub type ChannelId = u32;
+
 /// What a node tells its clique about its part in one domain: the value of its
 /// `domain/<uid>` gossip key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +137,26 @@ pub struct Advertisement {
     /// When this node joined the domain (ms since the epoch, its own clock): seniority
     /// in slot conflicts. Only the order matters, never the value.
     pub joined_at_ms: u64,
+    /// Channel isolation only (left out otherwise, so that an exclusive domain's
+    /// advertisement reads as before): the mode, the channel this node holds for the
+    /// domain and, on the shared IMEX domain's own advertisement, the channel of every
+    /// sharing domain as this node assigns them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing: Option<Sharing>,
+}
+
+/// The channel-isolation part of an advertisement.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sharing {
+    /// On a ComputeDomain's advertisement: the channel this node holds for it, once
+    /// assigned. Its members' preference after restarts, as a slot is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<ChannelId>,
+    /// On the shared IMEX domain's advertisement: every sharing domain's channel as this
+    /// node assigns them. A channel is handed to a pod only once every live node of the
+    /// shared IMEX domain assigns it the same way.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub channels: BTreeMap<DomainUid, ChannelId>,
 }
 
 /// A live member of a domain, from gossip.
@@ -156,6 +210,9 @@ pub struct ClaimInfo {
     pub allocation_mode: AllocationMode,
     /// From the claim's opaque config; the daemon's default when absent.
     pub readiness: Option<ReadinessPolicy>,
+    /// `spec.isolation` of the claim's ComputeDomain.
+    #[serde(default, skip_serializing_if = "Isolation::is_default")]
+    pub isolation: Isolation,
     /// The devices of our driver allocated on this node: what the kubelet is told the
     /// claim got. Whichever channel device was picked, the claim's containers get the
     /// domain's channel (see the DRA plugin).

@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{AllocatedDevice, AllocationMode, DomainRef, DomainUid, NodeId, Slot};
+use crate::model::{
+    AllocatedDevice, AllocationMode, ChannelId, DomainRef, DomainUid, Isolation, NodeId, Slot,
+};
 
 /// A prepared claim: what the DRA plugin turns into CDI devices.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,23 +14,30 @@ pub struct Prepared {
     pub node: NodeId,
     pub allocation_mode: AllocationMode,
     pub slot: Option<Slot>,
+    /// Channel isolation: the domain's channel; `None`: the default channel.
+    pub channel: Option<ChannelId>,
     /// As the claim source resolved them.
     pub devices: Vec<AllocatedDevice>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PrepareError {
-    /// One IMEX daemon per node: a node serves one domain at a time.
+    /// One IMEX daemon per node: a node serves one domain at a time, or several that
+    /// all share the clique's IMEX domain (`isolation: Channel`).
     #[error(
-        "node {node} already serves ComputeDomain {active}; claim {claim} asks for ComputeDomain \
-         {requested}. A node serves one ComputeDomain at a time: schedule the pod on another \
-         node, or wait until the pods of {active} on this node are gone"
+        "node {node} already serves ComputeDomain {active} (isolation {active_isolation}); \
+         claim {claim} asks for ComputeDomain {requested} (isolation {requested_isolation}). \
+         A node serves one ComputeDomain at a time unless every ComputeDomain on it has \
+         isolation Channel: schedule the pod on another node, or wait until the pods of \
+         {active} on this node are gone"
     )]
     Busy {
         node: NodeId,
         claim: String,
         requested: String,
         active: String,
+        active_isolation: Isolation,
+        requested_isolation: Isolation,
     },
     /// Asking again will not help: the claim or its domain is wrong.
     #[error("{0}")]

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use domaind_gossip::{GossipNode, Membership};
 
-use crate::model::{ClaimInfo, ClaimRef, DomainRef, DomainUid, NodeId, ReadinessPolicy, Slot};
+use crate::model::{
+    ChannelId, ClaimInfo, ClaimRef, DomainRef, DomainUid, NodeId, ReadinessPolicy, Slot,
+};
 use crate::rules::peers::PeerSet;
 use crate::rules::status::DomainStatus;
 
@@ -141,6 +143,14 @@ pub enum DomainEvent {
         node: NodeId,
         reason: String,
     },
+    /// A node of the clique's shared IMEX domain (channel isolation) is faulty: every
+    /// domain sharing it is told, since its pods' IMEX reconfigures too.
+    SharedImexFault {
+        node: NodeId,
+        /// "lost", "IMEX failing".
+        fault: String,
+        clique: String,
+    },
 }
 
 #[async_trait]
@@ -186,6 +196,9 @@ pub struct ClaimRecord {
     /// The CDI device ids the claim was given (filled by the DRA plugin).
     #[serde(default)]
     pub devices: Vec<String>,
+    /// Channel isolation: the channel the claim was given (its domain's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<ChannelId>,
 }
 
 /// What survives a daemon restart.

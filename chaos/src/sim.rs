@@ -346,6 +346,7 @@ impl SimCluster {
                 allocation_mode: AllocationMode::Single,
                 readiness: policy,
                 devices: Vec::new(),
+                isolation: Default::default(),
             }),
         );
         let actor = self.nodes[&index].actor.clone().expect("node alive");
@@ -366,6 +367,7 @@ impl SimCluster {
                     let complete = Complete {
                         claim_uid: claim.clone(),
                         devices: Vec::new(),
+                        channel: None,
                     };
                     match actor.send(complete).await {
                         Ok(Ok(())) => {}

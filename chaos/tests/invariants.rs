@@ -111,6 +111,7 @@ fn status(members: &[usize]) -> ComputeDomainStatus {
         total_nodes: members.len() as u32,
         conditions: Vec::new(),
         observed_generation: None,
+        channel: None,
     }
 }
 

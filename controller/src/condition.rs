@@ -123,6 +123,7 @@ mod tests {
             total_nodes: 0,
             conditions: vec![condition],
             observed_generation: None,
+            channel: None,
         });
         cd
     }

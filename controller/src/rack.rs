@@ -104,6 +104,7 @@ pub fn desired_domain(clique: &str, settings: &RackSettings) -> ComputeDomain {
                 },
                 allocation_mode: ChannelAllocationMode::Single,
             },
+            isolation: Default::default(),
         },
     );
     cd.metadata = ObjectMeta {

@@ -4,7 +4,7 @@
 //! so that the controller needs none of them; the mapping lives here, at the node's
 //! edge.
 
-use domaind_actors::model::{AllocationMode, Phase, ReadinessPolicy};
+use domaind_actors::model::{AllocationMode, Isolation, Phase, ReadinessPolicy};
 use domaind_actors::rules::status::{DomainStatus, NodeStatus};
 use domaind_kube_api::channel_config::Readiness;
 use domaind_kube_api::crd::{
@@ -31,6 +31,13 @@ pub fn allocation_mode(mode: ChannelAllocationMode) -> AllocationMode {
     match mode {
         ChannelAllocationMode::All => AllocationMode::All,
         ChannelAllocationMode::Single => AllocationMode::Single,
+    }
+}
+
+pub fn isolation(isolation: crd::ComputeDomainIsolation) -> Isolation {
+    match isolation {
+        crd::ComputeDomainIsolation::ImexDomain => Isolation::ImexDomain,
+        crd::ComputeDomainIsolation::Channel => Isolation::Channel,
     }
 }
 
@@ -86,6 +93,7 @@ pub fn status_from_domain(
             now,
         )],
         observed_generation,
+        channel: domain.channel,
     }
 }
 
@@ -112,6 +120,7 @@ pub fn domain_from_status(status: &ComputeDomainStatus) -> DomainStatus {
                 status: phase(n.status),
             })
             .collect(),
+        channel: status.channel,
     }
 }
 
@@ -133,6 +142,7 @@ mod tests {
                 index: None,
                 status: phase,
             }],
+            channel: None,
         }
     }
 

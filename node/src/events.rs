@@ -86,6 +86,18 @@ impl EventText {
                      {reason}"
                 ),
             ),
+            DomainEvent::SharedImexFault {
+                node,
+                fault,
+                clique,
+            } => (
+                EventType::Warning,
+                "SharedImexFault",
+                format!(
+                    "node {node} of the shared IMEX domain of clique {clique} is {fault}: the \
+                     IMEX daemons of every ComputeDomain sharing it reconfigure, this one's too"
+                ),
+            ),
         };
         Self {
             type_,

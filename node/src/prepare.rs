@@ -3,7 +3,9 @@
 //!
 //! Whichever channel device the scheduler picked from the node's pool, a `Single` claim
 //! gets the domain's channel: pods on different nodes share memory only through the
-//! same channel number, and one node serves one domain at a time.
+//! same channel number. A domain with its own IMEX domain has channel 0 (one such domain
+//! per node); a domain sharing the clique's IMEX domain has the channel the shared
+//! domain confirmed for it, which no other domain has.
 
 use std::sync::Arc;
 
@@ -100,7 +102,7 @@ impl NodePlugin for PrepareService {
             .map_err(failure)?;
         let channels = ClaimChannels::for_mode(
             prepared.allocation_mode,
-            DOMAIN_CHANNEL,
+            prepared.channel.unwrap_or(DOMAIN_CHANNEL),
             0..self.channels.all_channels,
         );
         let ids = self.inject(uid, channels).await.map_err(|message| {
@@ -113,6 +115,7 @@ impl NodePlugin for PrepareService {
             .send(Complete {
                 claim_uid: claim.uid.clone(),
                 devices: ids.clone(),
+                channel: prepared.channel,
             })
             .await
             .map_err(|_| node_gone())?
@@ -127,7 +130,7 @@ impl NodePlugin for PrepareService {
         } else {
             prepared.devices
         };
-        info!(claim = %claim.uid, domain = %prepared.domain, slot = ?prepared.slot, "claim prepared");
+        info!(claim = %claim.uid, domain = %prepared.domain, slot = ?prepared.slot, channel = ?prepared.channel, "claim prepared");
         Ok(allocated
             .into_iter()
             .map(|device| PreparedDevice {

@@ -107,6 +107,7 @@ fn status_listing(nodes: &[&str]) -> ComputeDomainStatus {
         total_nodes: count,
         conditions: Vec::new(),
         observed_generation: Some(1),
+        channel: None,
     }
 }
 

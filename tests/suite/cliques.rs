@@ -48,6 +48,7 @@ fn claim_file(node: &str, clique: usize) -> ClaimFile {
             name: format!("training-{clique}"),
             uid: domain_uid(clique),
             num_nodes: PER_CLIQUE as u32,
+            isolation: Default::default(),
         },
         allocation_mode: AllocationMode::Single,
         readiness: Some(ReadinessPolicy::Domain),

@@ -54,6 +54,7 @@ fn claim_file(uid: &str, cd_uid: &str, cd_name: &str, num_nodes: u32) -> ClaimFi
             name: cd_name.into(),
             uid: cd_uid.into(),
             num_nodes,
+            isolation: Default::default(),
         },
         allocation_mode: AllocationMode::Single,
         readiness: Some(ReadinessPolicy::Domain),

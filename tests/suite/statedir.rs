@@ -74,6 +74,7 @@ fn claim(rack: &LocalRack, uid: &str) -> ClaimRef {
                 name: "full-disk".into(),
                 uid: CD_UID.into(),
                 num_nodes: 1,
+                isolation: Default::default(),
             },
             allocation_mode: AllocationMode::Single,
             readiness: Some(ReadinessPolicy::Domain),

@@ -65,6 +65,7 @@ fn claim_file(claim: &ClaimRef) -> ClaimFile {
             name: "storm".into(),
             uid: CD_UID.into(),
             num_nodes: 1,
+            isolation: Default::default(),
         },
         allocation_mode: AllocationMode::Single,
         readiness: Some(ReadinessPolicy::Local),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::{oneshot, watch};
 
-use crate::model::{ReadinessPolicy, Slot};
+use crate::model::{ChannelId, ReadinessPolicy, Slot};
 use crate::outcome::{PrepareError, Prepared};
 use crate::ports::ClaimRecord;
 
@@ -19,6 +19,9 @@ pub struct Progress {
     pub local_ready: bool,
     pub domain_ready: bool,
     pub slot: Option<Slot>,
+    /// Channel isolation: the domain's confirmed channel (else the domain's channel is
+    /// the default one).
+    pub channel: Option<ChannelId>,
     /// "domain ns/cd (uid): 3/18 nodes ready".
     pub summary: String,
 }
@@ -71,6 +74,7 @@ impl ChannelActor {
             node: self.node.clone(),
             allocation_mode: self.record.info.allocation_mode,
             slot: progress.slot,
+            channel: progress.channel,
             devices: self.record.info.devices.clone(),
         })
     }

@@ -20,11 +20,15 @@ use crate::actors::channel::{ChannelActor, Progress, WaitReady};
 use crate::actors::imex_peer::{ImexPeerActor, PeerSignal, PeerVerdict};
 use crate::actors::imex_process::{ApplyPeers, ImexProcessActor, ImexReport, ReleaseImex};
 use crate::actors::last_out::LastOut;
+use crate::actors::sharing::{ChannelState, Role, SharedFault, SharedImexProgress, new_faults};
 use crate::actors::status_writer::{PublishStatus, Retire, StatusWriterActor};
 use crate::config::NodeConfig;
-use crate::model::{Advertisement, DomainMember, DomainRef, NodeId, Phase, Slot};
+use crate::model::{
+    Advertisement, ChannelId, DomainMember, DomainRef, NodeId, Phase, Sharing, Slot,
+};
 use crate::outcome::{PrepareError, Prepared};
 use crate::ports::{ClaimRecord, DomainEvent, Ports};
+use crate::rules::channels::{assign_channels, confirmed, sharing_domains};
 use crate::rules::local_imex::{DaemonReport, Reconfigure, desired_peers, imex_ready, reconfigure};
 use crate::rules::membership::{
     decode_advertisement, domain_key, domain_members, encode_advertisement, status_key,
@@ -39,6 +43,10 @@ use crate::rules::status_writes::{StatusWrites, next_term};
 use crate::rules::takeover::{Takeover, takeover};
 
 pub const BAD_ADVERTISEMENTS: &str = "domaind_bad_advertisements_total";
+/// Sharing domains that found every channel of the range taken, by this node's count.
+pub const CHANNELS_EXHAUSTED: &str = "domaind_channels_exhausted_total";
+/// A sharing domain whose channel moved after this node handed it to a pod.
+pub const CHANNEL_CONFLICTS: &str = "domaind_channel_conflicts_total";
 
 /// How soon a failed read of the written status is tried again.
 const READ_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
@@ -110,6 +118,11 @@ pub struct DomainSnapshot {
     pub claims: Vec<String>,
     /// How many times this actor was restarted by its supervisor.
     pub restarts: u32,
+    /// Channel isolation: the domain's channel once confirmed (a sharing domain); every
+    /// sharing domain's channel as assigned here (the shared IMEX domain).
+    pub channel: Option<ChannelId>,
+    pub channels: BTreeMap<crate::model::DomainUid, ChannelId>,
+    pub isolation: crate::model::Isolation,
 }
 
 pub struct DomainActor {
@@ -119,6 +132,19 @@ pub struct DomainActor {
     imex: Addr<ImexProcessActor>,
     slot_listener: Recipient<SlotChanged>,
     restarts: u32,
+    role: Role,
+    /// The shared IMEX domain: the node, told of its progress.
+    shared_listener: Option<Recipient<SharedImexProgress>>,
+    /// The shared IMEX domain: the progress last told.
+    shared_told: Option<SharedImexProgress>,
+    /// A sharing domain: the shared IMEX domain's progress on this node.
+    shared: Option<SharedImexProgress>,
+    /// A sharing domain, on its reporter: the shared IMEX domain's faults announced.
+    faults_announced: Option<BTreeMap<NodeId, SharedFault>>,
+    /// A sharing domain: the channel this node handed to a pod, to notice a move.
+    channel_handed: Option<ChannelId>,
+    /// A sharing domain: whether the exhaustion was counted, once per episode.
+    exhausted_counted: bool,
 
     // Everything below is rebuilt on (re)start.
     claims: BTreeMap<String, (ClaimRecord, Addr<ChannelActor>)>,
@@ -187,6 +213,8 @@ impl DomainActor {
         ports: Ports,
         imex: Addr<ImexProcessActor>,
         slot_listener: Recipient<SlotChanged>,
+        role: Role,
+        shared_listener: Option<Recipient<SharedImexProgress>>,
     ) -> Self {
         Self {
             domain,
@@ -195,6 +223,13 @@ impl DomainActor {
             imex,
             slot_listener,
             restarts: 0,
+            role,
+            shared_listener,
+            shared_told: None,
+            shared: None,
+            faults_announced: None,
+            channel_handed: None,
+            exhausted_counted: false,
             claims: BTreeMap::new(),
             my_ad: None,
             published: None,
@@ -255,6 +290,25 @@ impl DomainActor {
                 .as_ref()
                 .and_then(|ad| ad.slot)
                 .or_else(|| checkpoint.slots.get(&act.domain.uid).copied());
+            let sharing = match act.role {
+                Role::Exclusive => None,
+                Role::SharedImex => Some(Sharing::default()),
+                // The channel held before a restart, or the one its pods were given.
+                Role::Sharing => Some(Sharing {
+                    channel: previous
+                        .as_ref()
+                        .and_then(|ad| ad.sharing.as_ref())
+                        .and_then(|s| s.channel)
+                        .or_else(|| {
+                            checkpoint
+                                .claims
+                                .values()
+                                .filter(|r| r.info.domain.uid == act.domain.uid)
+                                .find_map(|r| r.channel)
+                        }),
+                    ..Sharing::default()
+                }),
+            };
             act.my_ad = Some(Advertisement {
                 namespace: act.domain.namespace.clone(),
                 name: act.domain.name.clone(),
@@ -267,6 +321,7 @@ impl DomainActor {
                 joined_at_ms: previous
                     .map(|ad| ad.joined_at_ms)
                     .unwrap_or_else(|| act.ports.clock.now_ms()),
+                sharing,
             });
             for record in checkpoint.claims.into_values() {
                 if record.info.domain.uid == act.domain.uid {
@@ -440,7 +495,9 @@ impl DomainActor {
             my_slot,
             self.has_fabric(),
         );
+        let drives_imex = self.role != Role::Sharing;
         match reconfigure(&self.peer_set, &peers, self.peer_version) {
+            _ if !drives_imex => {}
             Reconfigure::Unchanged => {}
             Reconfigure::Release => {
                 self.peer_set = peers;
@@ -476,6 +533,14 @@ impl DomainActor {
                 .imex_report
                 .as_ref()
                 .is_some_and(|r| r.failure.is_some() && !r.running);
+        let channel = match self.role {
+            Role::Exclusive => ChannelState::Unassigned,
+            Role::SharedImex => {
+                self.assign_channels(&live, &mut new_ad);
+                ChannelState::Unassigned
+            }
+            Role::Sharing => self.follow_shared_imex(&mut new_ad),
+        };
         if new_ad.slot != my_ad.slot {
             self.slot_listener.do_send(SlotChanged {
                 domain: self.domain.uid.clone(),
@@ -490,17 +555,32 @@ impl DomainActor {
         self.publish(ctx);
 
         let readiness = self.roster.readiness(&assignment, self.domain.num_nodes);
-        let local_ready = self
-            .roster
-            .members()
-            .get(self.me())
-            .is_some_and(|me| node_ready(me, &assignment, true));
+        // A sharing domain's pods wait for its channel too: handed out only once every
+        // node of the shared IMEX domain agrees on it.
+        let channel_waits = match self.role {
+            Role::Sharing => channel.waiting(self.config.channels),
+            _ => None,
+        };
+        let local_ready = channel_waits.is_none()
+            && self
+                .roster
+                .members()
+                .get(self.me())
+                .is_some_and(|me| node_ready(me, &assignment, true));
+        let summary = match &channel_waits {
+            Some(why) => format!("domain {}: {readiness}; {why}", self.domain),
+            None => format!("domain {}: {readiness}", self.domain),
+        };
         let progress = Progress {
             local_ready,
-            domain_ready: readiness.is_ready(),
+            domain_ready: readiness.is_ready() && channel_waits.is_none(),
             slot: my_slot,
-            summary: format!("domain {}: {readiness}", self.domain),
+            channel: channel.confirmed(),
+            summary,
         };
+        if let Some(confirmed) = channel.confirmed() {
+            self.note_handed(confirmed);
+        }
         if self.progress.as_ref() != Some(&progress) {
             for (_, channel) in self.claims.values() {
                 channel.do_send(progress.clone());
@@ -565,6 +645,10 @@ impl DomainActor {
 
     /// Writes status and events, if this node is the reporter.
     fn report(&mut self, readiness: &Readiness, ctx: &mut Context<Self>) {
+        if self.role == Role::SharedImex {
+            // Not a ComputeDomain: its faults are reported on the sharing domains.
+            return;
+        }
         let now = Instant::now();
         let joined = *self.joined_domain.get_or_insert(now);
         // Alone in gossip is a view that has not started filling up (a rack starting
@@ -654,10 +738,16 @@ impl DomainActor {
         let Some(writer) = &self.status_writer else {
             return;
         };
-        let document =
+        let mut document =
             self.roster
                 .status_document(&self.assignment, readiness, self.domain.num_nodes);
+        if self.role == Role::Sharing {
+            document.channel = ChannelState::of(&self.domain.uid, self.shared.as_ref()).confirmed();
+        }
         writer.do_send(PublishStatus(document));
+        if self.role == Role::Sharing {
+            self.announce_shared_faults();
+        }
 
         let now = Announced {
             members: self.roster.members().keys().cloned().collect(),
@@ -695,6 +785,25 @@ impl DomainActor {
             reporter: reporter(self.roster.members()).map(str::to_owned),
             claims: self.claims.keys().cloned().collect(),
             restarts: self.restarts,
+            isolation: match self.role {
+                Role::Sharing => crate::model::Isolation::Channel,
+                _ => crate::model::Isolation::ImexDomain,
+            },
+            channel: match self.role {
+                Role::Sharing => {
+                    ChannelState::of(&self.domain.uid, self.shared.as_ref()).confirmed()
+                }
+                _ => None,
+            },
+            channels: match self.role {
+                Role::SharedImex => self
+                    .my_ad
+                    .as_ref()
+                    .and_then(|ad| ad.sharing.as_ref())
+                    .map(|s| s.channels.clone())
+                    .unwrap_or_default(),
+                _ => BTreeMap::new(),
+            },
         }
     }
 
@@ -717,6 +826,153 @@ impl DomainActor {
         self.recompute_scheduled = false;
         self.retention_timer = None;
         self.takeover = TakeoverState::Unread;
+        self.shared_told = None;
+        self.faults_announced = None;
+    }
+
+    /// The shared IMEX domain: assigns every sharing domain of the clique its channel,
+    /// advertises the assignment, and tells the node what is confirmed.
+    fn assign_channels(&mut self, live: &domaind_gossip::Membership, ad: &mut Advertisement) {
+        let candidates = sharing_domains(live, &self.config.clique);
+        let assignment = assign_channels(&candidates, self.config.channels);
+        let me = self.me().to_owned();
+        let others: Vec<BTreeMap<crate::model::DomainUid, ChannelId>> = self
+            .roster
+            .members()
+            .values()
+            .filter(|member| member.node != me)
+            .map(|member| {
+                member
+                    .ad
+                    .sharing
+                    .as_ref()
+                    .map(|s| s.channels.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let agreed = confirmed(&assignment.channels, others.iter());
+        let mut faults: BTreeMap<NodeId, SharedFault> = self
+            .roster
+            .lost()
+            .keys()
+            .map(|node| (node.clone(), SharedFault::Lost))
+            .collect();
+        for member in self.roster.members().values() {
+            if member.node != me && member.ad.imex_failing {
+                faults.insert(member.node.clone(), SharedFault::ImexFailing);
+            }
+        }
+        ad.sharing = Some(Sharing {
+            channel: None,
+            channels: assignment.channels.clone(),
+        });
+        let failure = self
+            .imex_report
+            .as_ref()
+            .and_then(|r| r.failure.as_ref())
+            .map(|f| (f.episode, f.reason.clone()));
+        let progress = SharedImexProgress {
+            local_ready: imex_ready(
+                self.has_fabric(),
+                self.imex_report.as_ref().map(|r| DaemonReport {
+                    version: r.version,
+                    running: r.running,
+                    ready: r.ready,
+                }),
+                self.peer_version,
+                &self.peer_set,
+            ),
+            imex_failing: ad.imex_failing,
+            assigned: assignment.channels,
+            confirmed: agreed,
+            exhausted: assignment.unassigned,
+            faults,
+            failure,
+        };
+        if self.shared_told.as_ref() != Some(&progress)
+            && let Some(listener) = &self.shared_listener
+        {
+            listener.do_send(progress.clone());
+            self.shared_told = Some(progress);
+        }
+    }
+
+    /// A sharing domain: IMEX readiness is the shared IMEX domain's on this node; the
+    /// channel is the one it assigns, held (advertised) until it is confirmed.
+    fn follow_shared_imex(&mut self, ad: &mut Advertisement) -> ChannelState {
+        let shared = self.shared.as_ref();
+        ad.imex_ready = !self.has_fabric() || shared.is_some_and(|p| p.local_ready);
+        ad.imex_failing = shared.is_some_and(|p| p.imex_failing);
+        let state = ChannelState::of(&self.domain.uid, shared);
+        let held = ad.sharing.as_ref().and_then(|s| s.channel);
+        let channel = match state {
+            ChannelState::Unassigned => held,
+            _ => state.held(),
+        };
+        ad.sharing = Some(Sharing {
+            channel,
+            ..Sharing::default()
+        });
+        if state == ChannelState::Exhausted {
+            if !self.exhausted_counted {
+                self.exhausted_counted = true;
+                metrics::counter!(CHANNELS_EXHAUSTED).increment(1);
+                warn!(domain = %self.domain, channels = self.config.channels, "no free channel for the domain: every channel of the shared IMEX domain is taken");
+            }
+        } else {
+            self.exhausted_counted = false;
+        }
+        state
+    }
+
+    /// A confirmed channel never moves while pods hold it; if it does, it is said loudly.
+    fn note_handed(&mut self, channel: ChannelId) {
+        if let Some(before) = self.channel_handed
+            && before != channel
+            && !self.claims.is_empty()
+        {
+            metrics::counter!(CHANNEL_CONFLICTS).increment(1);
+            tracing::error!(domain = %self.domain, before, now = channel, "the domain's confirmed channel moved while this node's pods hold the old one");
+        }
+        self.channel_handed = Some(channel);
+    }
+
+    /// A sharing domain's reporter: a fault of the shared IMEX domain outside this
+    /// domain's own members is an event on this domain too, naming the node and the
+    /// shared domain.
+    fn announce_shared_faults(&mut self) {
+        let now = self
+            .shared
+            .as_ref()
+            .map(|p| p.faults.clone())
+            .unwrap_or_default();
+        let before = self
+            .faults_announced
+            .replace(now.clone())
+            .unwrap_or_default();
+        let events: Vec<DomainEvent> = new_faults(&before, &now)
+            .into_iter()
+            .filter(|(node, fault)| {
+                // Its own members' losses are NodeLost events already.
+                !(*fault == SharedFault::Lost && self.roster.lost().contains_key(node))
+            })
+            .map(|(node, fault)| DomainEvent::SharedImexFault {
+                node,
+                fault: fault.to_string(),
+                clique: self.config.clique.to_string(),
+            })
+            .collect();
+        if events.is_empty() {
+            return;
+        }
+        let (sink, domain) = (self.ports.events.clone(), self.domain.clone());
+        actix::spawn(async move {
+            for event in events {
+                if let Err(error) = sink.emit(&domain, event).await {
+                    warn!(%domain, %error, "event not recorded");
+                }
+            }
+        });
     }
 }
 
@@ -785,6 +1041,7 @@ impl Handler<ImexReport> for DomainActor {
         }
         if let Some(failure) = &report.failure
             && failure.episode > self.imex_episode_told
+            && self.role == Role::Exclusive
         {
             self.imex_episode_told = failure.episode;
             self.tell_imex_failing(failure.reason.clone());
@@ -811,6 +1068,25 @@ impl DomainActor {
                 warn!(%domain, %error, "event not recorded");
             }
         });
+    }
+}
+
+impl Handler<SharedImexProgress> for DomainActor {
+    type Result = ();
+    fn handle(&mut self, progress: SharedImexProgress, ctx: &mut Self::Context) {
+        if let Some((episode, reason)) = &progress.failure
+            && *episode > self.imex_episode_told
+        {
+            self.imex_episode_told = *episode;
+            self.tell_imex_failing(format!(
+                "{reason} (the shared IMEX domain of clique {}: every ComputeDomain sharing it on this node is touched)",
+                self.config.clique
+            ));
+        }
+        if self.shared.as_ref() != Some(&progress) {
+            self.shared = Some(progress);
+            self.schedule_recompute(ctx);
+        }
     }
 }
 
@@ -879,7 +1155,9 @@ impl Handler<Leave> for DomainActor {
     fn handle(&mut self, Leave { workload_gone }: Leave, _: &mut Self::Context) -> Self::Result {
         self.leaving = true;
         info!(domain = %self.domain, workload_gone, "leaving the domain");
-        self.imex.do_send(ReleaseImex);
+        if self.role != Role::Sharing {
+            self.imex.do_send(ReleaseImex);
+        }
         let gossip = self.ports.gossip.clone();
         let uid = self.domain.uid.clone();
         let status_writer = self.status_writer.take();

@@ -1,6 +1,8 @@
 //! Node: the root actor. Owns the configuration and the checkpoint, restores prepared
 //! claims at start, routes prepare and unprepare calls to the domains, enforces one
-//! domain per node, and starts the singletons (IMEX supervisor, gossip bridge).
+//! domain per node (or several, all of `isolation: Channel`, and then runs the clique's
+//! shared IMEX domain beside them), and starts the singletons (IMEX supervisor, gossip
+//! bridge).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,13 +16,15 @@ use crate::actors::domain::{
 };
 use crate::actors::gossip_bridge::GossipBridge;
 use crate::actors::imex_process::{Detach, GetImexLifecycle, ImexLifecycle, ImexProcessActor};
+use crate::actors::sharing::{Role, SharedImexProgress};
 use crate::config::NodeConfig;
-use crate::model::{ClaimRef, DomainUid};
+use crate::model::{AllocationMode, ClaimRef, DomainRef, DomainUid, Isolation};
 use crate::outcome::{PrepareError, Prepared, domain_label};
 use crate::ports::{
     Checkpoint, CheckpointChange, ClaimError, ClaimRecord, DomainEvent, PortError, Ports,
     PrepareState, Recorded,
 };
+use crate::rules::channels::shared_imex_uid;
 
 pub const PREPARES: &str = "domaind_prepare_total";
 pub const CHECKPOINT_FAILURES: &str = "domaind_checkpoint_failures_total";
@@ -61,6 +65,8 @@ pub struct Depart;
 pub struct Complete {
     pub claim_uid: String,
     pub devices: Vec<String>,
+    /// Channel isolation: the channel the claim was given.
+    pub channel: Option<crate::model::ChannelId>,
 }
 
 #[derive(Debug, Message)]
@@ -73,6 +79,9 @@ pub struct NodeSnapshot {
     pub node: String,
     pub claims: Vec<String>,
     pub domains: Vec<DomainSnapshot>,
+    /// The clique's shared IMEX domain, while this node holds a domain of
+    /// `isolation: Channel`.
+    pub shared_imex: Option<DomainSnapshot>,
     pub imex: ImexLifecycle,
 }
 
@@ -82,6 +91,10 @@ pub struct NodeActor {
     imex: Option<Addr<ImexProcessActor>>,
     bridge: Option<Addr<GossipBridge>>,
     domains: BTreeMap<DomainUid, Addr<DomainActor>>,
+    /// The clique's shared IMEX domain, while a sharing domain is held.
+    shared_imex: Option<Addr<DomainActor>>,
+    /// Its latest progress, for sharing domains started later.
+    shared_progress: Option<SharedImexProgress>,
     /// What the checkpoint holds once every change recorded so far is: kept here, so
     /// that the store only ever hears of changes.
     checkpoint: Checkpoint,
@@ -103,6 +116,8 @@ impl NodeActor {
             imex: None,
             bridge: None,
             domains: BTreeMap::new(),
+            shared_imex: None,
+            shared_progress: None,
             checkpoint: Checkpoint::default(),
         }
     }
@@ -116,21 +131,68 @@ impl NodeActor {
         if let Some(domain) = self.domains.get(&uid) {
             return domain.clone();
         }
-        let (domain, config, ports, imex) = (
-            record.info.domain.clone(),
-            self.config.clone(),
-            self.ports.clone(),
-            self.imex(),
-        );
-        let slots = ctx.address().recipient::<SlotChanged>();
-        let addr = Supervisor::start(move |_| DomainActor::new(domain, config, ports, imex, slots));
+        let role = match record.info.isolation {
+            Isolation::ImexDomain => Role::Exclusive,
+            Isolation::Channel => Role::Sharing,
+        };
+        let addr = self.start_domain(record.info.domain.clone(), role, ctx);
+        if role == Role::Sharing {
+            self.ensure_shared_imex(ctx);
+            if let Some(progress) = &self.shared_progress {
+                addr.do_send(progress.clone());
+            }
+        }
         self.domains.insert(uid, addr.clone());
         addr
     }
 
-    /// The domain this node serves, if any (one at a time).
-    fn active_domain(&self) -> Option<&ClaimRecord> {
-        self.checkpoint.claims.values().next()
+    fn start_domain(
+        &self,
+        domain: DomainRef,
+        role: Role,
+        ctx: &mut Context<Self>,
+    ) -> Addr<DomainActor> {
+        let (config, ports, imex) = (self.config.clone(), self.ports.clone(), self.imex());
+        let slots = ctx.address().recipient::<SlotChanged>();
+        let progress =
+            (role == Role::SharedImex).then(|| ctx.address().recipient::<SharedImexProgress>());
+        Supervisor::start(move |_| {
+            DomainActor::new(domain, config, ports, imex, slots, role, progress)
+        })
+    }
+
+    /// The clique's shared IMEX domain on this node: started with the first sharing
+    /// domain.
+    fn ensure_shared_imex(&mut self, ctx: &mut Context<Self>) {
+        if self.shared_imex.is_some() {
+            return;
+        }
+        let clique = &self.config.clique;
+        let domain = DomainRef {
+            uid: shared_imex_uid(clique),
+            namespace: String::new(),
+            name: format!("shared IMEX domain of clique {clique}"),
+            num_nodes: 0,
+        };
+        info!(node = %self.config.node, %clique, "joining the clique's shared IMEX domain");
+        self.shared_imex = Some(self.start_domain(domain, Role::SharedImex, ctx));
+    }
+
+    /// The claim already held here that keeps `info`'s domain off this node, if any:
+    /// one domain per node, unless every domain on it shares the IMEX domain.
+    fn holder_against(&self, info: &crate::model::ClaimInfo) -> Option<&ClaimRecord> {
+        self.checkpoint.claims.values().find(|held| {
+            held.info.domain.uid != info.domain.uid
+                && !(held.info.isolation == Isolation::Channel
+                    && info.isolation == Isolation::Channel)
+        })
+    }
+
+    fn holds_sharing_claims(&self) -> bool {
+        self.checkpoint
+            .claims
+            .values()
+            .any(|r| r.info.isolation == Isolation::Channel)
     }
 
     /// Applies `changes` here and hands them to the store, in this order: the store
@@ -182,10 +244,15 @@ impl NodeActor {
                 self.config.node
             )));
         }
-        if let Some(active) = self
-            .active_domain()
-            .filter(|a| a.info.domain.uid != info.domain.uid)
-        {
+        if info.isolation == Isolation::Channel && info.allocation_mode == AllocationMode::All {
+            return Err(PrepareError::Permanent(format!(
+                "ComputeDomain {} has isolation Channel and allocationMode All: a domain sharing \
+                 its IMEX domain gets its own channel only, never every channel; use \
+                 allocationMode Single, or isolation IMEXDomain",
+                domain_label(&info.domain.uid, &info.domain.namespace, &info.domain.name)
+            )));
+        }
+        if let Some(active) = self.holder_against(&info) {
             let error = PrepareError::Busy {
                 node: self.config.node.clone(),
                 claim: format!("{}/{} ({})", claim.namespace, claim.name, claim.uid),
@@ -199,6 +266,8 @@ impl NodeActor {
                     &active.info.domain.namespace,
                     &active.info.domain.name,
                 ),
+                active_isolation: active.info.isolation,
+                requested_isolation: info.isolation,
             };
             let (sink, domain, event) = (
                 self.ports.events.clone(),
@@ -219,6 +288,7 @@ impl NodeActor {
             info,
             state: PrepareState::PrepareStarted,
             devices: Vec::new(),
+            channel: None,
         };
         let recorded = self.record(vec![CheckpointChange::Claim(record.clone())]);
         let domain = self.domain(&record, ctx);
@@ -363,6 +433,19 @@ impl Handler<Unprepare> for NodeActor {
                     if act.checkpoint.slots.contains_key(&domain_uid) {
                         changes.push(CheckpointChange::SlotGone(domain_uid));
                     }
+                    if !act.holds_sharing_claims()
+                        && let Some(shared) = act.shared_imex.take()
+                    {
+                        info!(node = %act.config.node, "leaving the clique's shared IMEX domain: no sharing domain is held here any more");
+                        shared.do_send(Leave {
+                            workload_gone: false,
+                        });
+                        act.shared_progress = None;
+                        let uid = shared_imex_uid(&act.config.clique);
+                        if act.checkpoint.slots.contains_key(&uid) {
+                            changes.push(CheckpointChange::SlotGone(uid));
+                        }
+                    }
                 }
                 let slot_gone = (!changes.is_empty()).then(|| act.record(changes));
                 async move {
@@ -383,16 +466,40 @@ impl Handler<Unprepare> for NodeActor {
 impl Handler<GossipChanged> for NodeActor {
     type Result = ();
     fn handle(&mut self, msg: GossipChanged, _: &mut Self::Context) {
-        for domain in self.domains.values() {
+        for domain in self.domains.values().chain(&self.shared_imex) {
             domain.do_send(msg.clone());
         }
+    }
+}
+
+impl Handler<SharedImexProgress> for NodeActor {
+    type Result = ();
+    fn handle(&mut self, progress: SharedImexProgress, _: &mut Self::Context) {
+        if self.shared_imex.is_none() {
+            return;
+        }
+        let sharing: Vec<&DomainUid> = self
+            .checkpoint
+            .claims
+            .values()
+            .filter(|r| r.info.isolation == Isolation::Channel)
+            .map(|r| &r.info.domain.uid)
+            .collect();
+        for (uid, domain) in &self.domains {
+            if sharing.contains(&uid) {
+                domain.do_send(progress.clone());
+            }
+        }
+        self.shared_progress = Some(progress);
     }
 }
 
 impl Handler<SlotChanged> for NodeActor {
     type Result = ();
     fn handle(&mut self, SlotChanged { domain, slot }: SlotChanged, ctx: &mut Self::Context) {
-        if !self.domains.contains_key(&domain) {
+        let shared_imex =
+            self.shared_imex.is_some() && domain == shared_imex_uid(&self.config.clique);
+        if !self.domains.contains_key(&domain) && !shared_imex {
             return;
         }
         let change = match slot {
@@ -418,6 +525,9 @@ impl Handler<Shutdown> for NodeActor {
         for (_, domain) in std::mem::take(&mut self.domains) {
             domain.do_send(Halt);
         }
+        if let Some(shared) = self.shared_imex.take() {
+            shared.do_send(Halt);
+        }
         self.imex().do_send(Detach {
             stop_daemon: stop_imex,
         });
@@ -432,7 +542,9 @@ impl Handler<Depart> for NodeActor {
 
     fn handle(&mut self, _: Depart, _: &mut Self::Context) -> Self::Result {
         info!(node = %self.config.node, domains = self.domains.len(), "node departing");
-        let domains = std::mem::take(&mut self.domains);
+        let mut domains: Vec<Addr<DomainActor>> =
+            std::mem::take(&mut self.domains).into_values().collect();
+        domains.extend(self.shared_imex.take());
         // The supervisor stops polling and restarting; the daemon is stopped here, so
         // that this call returns only once it is gone.
         if let Some(imex) = self.imex.take() {
@@ -443,7 +555,7 @@ impl Handler<Depart> for NodeActor {
         let imex = self.ports.imex.clone();
         Box::pin(
             async move {
-                for domain in domains.values() {
+                for domain in &domains {
                     let _ = domain
                         .send(Leave {
                             workload_gone: false,
@@ -480,15 +592,18 @@ impl Handler<Complete> for NodeActor {
             ));
             return Box::pin(std::future::ready(Err(refused)));
         };
-        let changes =
-            if record.state == PrepareState::PrepareCompleted && record.devices == msg.devices {
-                Vec::new()
-            } else {
-                let mut completed = record.clone();
-                completed.state = PrepareState::PrepareCompleted;
-                completed.devices = msg.devices;
-                vec![CheckpointChange::Claim(completed)]
-            };
+        let changes = if record.state == PrepareState::PrepareCompleted
+            && record.devices == msg.devices
+            && record.channel == msg.channel
+        {
+            Vec::new()
+        } else {
+            let mut completed = record.clone();
+            completed.state = PrepareState::PrepareCompleted;
+            completed.devices = msg.devices;
+            completed.channel = msg.channel;
+            vec![CheckpointChange::Claim(completed)]
+        };
         let recorded = self.record(changes);
         Box::pin(async move { recorded.await.map_err(not_recorded) })
     }
@@ -499,6 +614,7 @@ impl Handler<GetSnapshot> for NodeActor {
     fn handle(&mut self, _: GetSnapshot, _: &mut Self::Context) -> Self::Result {
         let domains: Vec<Addr<DomainActor>> = self.domains.values().cloned().collect();
         let imex = self.imex.clone();
+        let shared_imex = self.shared_imex.clone();
         let node = self.config.node.clone();
         let claims = self.checkpoint.claims.keys().cloned().collect();
         Box::pin(async move {
@@ -512,10 +628,15 @@ impl Handler<GetSnapshot> for NodeActor {
                 Some(imex) => imex.send(GetImexLifecycle).await.unwrap_or_default(),
                 None => ImexLifecycle::default(),
             };
+            let shared_imex = match shared_imex {
+                Some(shared) => shared.send(GetDomainSnapshot).await.ok(),
+                None => None,
+            };
             NodeSnapshot {
                 node,
                 claims,
                 domains: snapshots,
+                shared_imex,
                 imex,
             }
         })

@@ -15,6 +15,7 @@ pub fn advertisement() -> Advertisement {
         imex_ready: false,
         imex_failing: false,
         joined_at_ms: 0,
+        sharing: None,
     }
 }
 

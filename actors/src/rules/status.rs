@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Advertisement, DomainMember, NodeId, Phase, Slot};
+use crate::model::{Advertisement, ChannelId, DomainMember, NodeId, Phase, Slot};
 use crate::rules::readiness::{Readiness, domain_readiness};
 use crate::rules::slots::SlotAssignment;
 
@@ -28,6 +28,9 @@ pub struct DomainStatus {
     pub message: String,
     /// Sorted by name.
     pub nodes: Vec<NodeStatus>,
+    /// Channel isolation: the domain's channel, once every node of the shared IMEX
+    /// domain agrees on it.
+    pub channel: Option<ChannelId>,
 }
 
 /// Builds the document from live members and the members lost (with their last
@@ -70,6 +73,7 @@ pub fn status_document(
         total_nodes: readiness.total as u32,
         message: readiness.to_string(),
         nodes,
+        channel: None,
     }
 }
 

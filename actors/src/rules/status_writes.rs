@@ -353,6 +353,7 @@ mod tests {
             total_nodes: total,
             message: format!("{ready}/{total} nodes ready"),
             nodes: Vec::new(),
+            channel: None,
         }
     }
 

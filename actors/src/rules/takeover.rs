@@ -94,6 +94,7 @@ mod tests {
             total_nodes: names.len() as u32,
             message: String::new(),
             nodes: names.iter().map(|n| row(n, Phase::Ready)).collect(),
+            channel: None,
         }
     }
 

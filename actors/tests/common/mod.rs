@@ -134,6 +134,21 @@ impl Rack {
                 allocation_mode: AllocationMode::Single,
                 readiness: policy,
                 devices: Vec::new(),
+                isolation: Default::default(),
+            }),
+        );
+    }
+
+    /// A claim of a domain with `isolation: Channel`.
+    pub fn sharing_claim(&self, uid: &str, domain: &DomainRef, mode: AllocationMode) {
+        self.claims.insert(
+            uid,
+            Ok(ClaimInfo {
+                domain: domain.clone(),
+                allocation_mode: mode,
+                readiness: None,
+                devices: Vec::new(),
+                isolation: domaind_actors::model::Isolation::Channel,
             }),
         );
     }
@@ -204,6 +219,7 @@ pub async fn prepare_on(node: Addr<NodeActor>, claim: ClaimRef) -> Result<Prepar
     node.send(domaind_actors::Complete {
         claim_uid: uid,
         devices: Vec::new(),
+        channel: prepared.channel,
     })
     .await
     .expect("node alive")?;

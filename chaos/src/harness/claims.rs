@@ -181,6 +181,7 @@ mod tests {
             name: "d".into(),
             uid: "chaos-0000000000000001".into(),
             num_nodes: 0,
+            isolation: Default::default(),
         };
         let file = claim_file(&domain, "claim-node-01");
         // Domain readiness: a prepare that answers means every member was Ready,

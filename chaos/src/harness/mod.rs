@@ -178,6 +178,7 @@ impl Harness {
             name: DOMAIN_NAME.into(),
             uid: format!("chaos-{:016x}", config.seed),
             num_nodes: 0,
+            isolation: Default::default(),
         };
         let world = World::new(
             domain.uid.clone(),

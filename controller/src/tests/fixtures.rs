@@ -22,6 +22,7 @@ pub fn compute_domain() -> ComputeDomain {
                 },
                 allocation_mode: ChannelAllocationMode::Single,
             },
+            isolation: Default::default(),
         },
     );
     cd.metadata.namespace = Some(NAMESPACE.into());

@@ -131,6 +131,7 @@ async fn measure(rack: &mut LocalRack, args: &PrepareBenchArgs) -> anyhow::Resul
         name: DOMAIN.into(),
         uid: format!("bench-{}", std::process::id()),
         num_nodes: nodes as u32,
+        isolation: Default::default(),
     };
     say(&format!(
         "Starting a rack of {nodes} domaind nodes on 127.0.{}.1-{nodes} (imex-sim, fake GB200 GPUs, the local backend in {})",

@@ -459,6 +459,7 @@ fn claim_file(node: &str, domain: &DemoDomain, nodes: usize) -> ClaimFile {
             name: domain.name.clone(),
             uid: domain.uid.clone(),
             num_nodes: nodes as u32,
+            isolation: Default::default(),
         },
         allocation_mode: AllocationMode::Single,
         readiness: Some(ReadinessPolicy::Domain),

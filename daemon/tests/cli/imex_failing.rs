@@ -31,6 +31,7 @@ fn claim(node: &str) -> (ClaimFile, ClaimRef) {
             name: "failing".into(),
             uid: CD.into(),
             num_nodes: 2,
+            isolation: Default::default(),
         },
         allocation_mode: AllocationMode::Single,
         readiness: Some(ReadinessPolicy::Domain),

@@ -102,6 +102,7 @@ fn claim() -> (ClaimFile, ClaimRef) {
             name: "orphans".into(),
             uid: "cd-orphans".into(),
             num_nodes: 1,
+            isolation: Default::default(),
         },
         allocation_mode: AllocationMode::Single,
         readiness: Some(ReadinessPolicy::Local),

@@ -30,7 +30,11 @@ pub const VERSION: &str = "v1beta1";
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("self == oldSelf").message("A computeDomain.spec is immutable"))]
+#[x_kube(
+    validation = Rule::new("self == oldSelf").message("A computeDomain.spec is immutable"),
+    validation = Rule::new("!has(self.isolation) || self.isolation != 'Channel' || self.channel.allocationMode != 'All'")
+        .message("isolation Channel gives each pod its domain's own channel: it cannot be combined with channel.allocationMode All")
+)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = super::formats::kubernetes_formats)]
 pub struct ComputeDomainSpec {
@@ -40,6 +44,28 @@ pub struct ComputeDomainSpec {
     #[schemars(range(min = 0))]
     pub num_nodes: u32,
     pub channel: ComputeDomainChannelSpec,
+    /// domaind's, not in NVIDIA's CRD: how this domain is kept apart from others.
+    /// `IMEXDomain` (the default, NVIDIA's behaviour): the domain owns its nodes' IMEX
+    /// daemons, one ComputeDomain per node. `Channel`: the nodes' IMEX daemons form one
+    /// IMEX domain per NVLink clique, shared by every ComputeDomain of this mode there,
+    /// and each gets its own channel: several may hold pods on one node, each sharing
+    /// memory only with its own pods.
+    #[serde(default, skip_serializing_if = "ComputeDomainIsolation::is_default")]
+    pub isolation: ComputeDomainIsolation,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ComputeDomainIsolation {
+    #[default]
+    #[serde(rename = "IMEXDomain")]
+    ImexDomain,
+    Channel,
+}
+
+impl ComputeDomainIsolation {
+    pub fn is_default(&self) -> bool {
+        *self == Self::ImexDomain
+    }
 }
 
 /// The channel a workload's pods get.

@@ -6,8 +6,8 @@ mod formats;
 mod status;
 
 pub use computedomain::{
-    ChannelAllocationMode, ComputeDomain, ComputeDomainChannelSpec, ComputeDomainSpec, GROUP,
-    ResourceClaimTemplateRef, VERSION,
+    ChannelAllocationMode, ComputeDomain, ComputeDomainChannelSpec, ComputeDomainIsolation,
+    ComputeDomainSpec, GROUP, ResourceClaimTemplateRef, VERSION,
 };
 
 pub use status::{

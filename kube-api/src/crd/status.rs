@@ -36,6 +36,10 @@ pub struct ComputeDomainStatus {
     /// local backend, which has no generations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// `isolation: Channel`: the IMEX channel the domain's pods get, unique among the
+    /// domains sharing the clique's IMEX domain; set once every node of it agrees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -38,12 +38,14 @@ pub(crate) fn record(uid: &str, state: PrepareState, mode: AllocationMode) -> Cl
             allocation_mode: mode,
             readiness: Some(ReadinessPolicy::Domain),
             devices: Vec::new(),
+            isolation: Default::default(),
         },
         policy: ReadinessPolicy::Domain,
         state,
         devices: vec![format!(
             "k8s.compute-domain.nvidia.com/claim={uid}-channel-0"
         )],
+        channel: None,
     }
 }
 

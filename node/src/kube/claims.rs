@@ -188,6 +188,7 @@ impl ClaimSource for KubeClaimSource {
             allocation_mode: allocated.allocation_mode,
             readiness: allocated.readiness,
             devices: allocated.devices,
+            isolation: crate::contract::isolation(cd.spec.isolation),
         })
     }
 }

@@ -94,6 +94,9 @@ pub fn kube_event(event: &DomainEvent) -> (Event, bool) {
         // One per failure episode, each with its own reason: never folded into an
         // earlier episode's series, whose note would be kept.
         DomainEvent::ImexFailing { node: name, .. } => ("ImexDaemon", Some(node(name)), false),
+        DomainEvent::SharedImexFault { node: name, .. } => {
+            ("SharedImexDomain", Some(node(name)), false)
+        }
         DomainEvent::PrepareRefused { claim, .. } => (
             "PrepareResources",
             Some(ObjectReference {

@@ -140,6 +140,7 @@ pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
                 allocation_mode: allocated.allocation_mode,
                 readiness: allocated.readiness,
                 devices: allocated.devices,
+                isolation: Default::default(),
             },
             policy: allocated.readiness.unwrap_or(input.default_readiness),
             state: if prepared {
@@ -148,6 +149,7 @@ pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
                 PrepareState::PrepareStarted
             },
             devices,
+            channel: None,
         };
         let allocated_at = claim
             .status

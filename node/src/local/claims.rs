@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use domaind_actors::model::{
-    AllocatedDevice, AllocationMode, ClaimInfo, ClaimRef, DomainRef, DomainUid, NodeId,
+    AllocatedDevice, AllocationMode, ClaimInfo, ClaimRef, DomainRef, DomainUid, Isolation, NodeId,
     ReadinessPolicy,
 };
 use domaind_actors::ports::{ClaimError, ClaimSource};
@@ -44,6 +44,9 @@ pub struct ComputeDomainRef {
     /// `spec.numNodes`; 0 (follow the workload) when absent.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub num_nodes: u32,
+    /// `spec.isolation`; `IMEXDomain` when absent.
+    #[serde(default, skip_serializing_if = "Isolation::is_default")]
+    pub isolation: Isolation,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -116,6 +119,7 @@ impl LocalClaimSource {
                 pool: self.node.clone(),
                 device: file.device.unwrap_or_else(|| "channel-0".into()),
             }],
+            isolation: cd.isolation,
         })
     }
 }

@@ -112,6 +112,7 @@ mod tests {
                 name: "training".into(),
                 uid: "cd-1".into(),
                 num_nodes: 0,
+                isolation: Default::default(),
             },
             allocation_mode: Default::default(),
             readiness: None,

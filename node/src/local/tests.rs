@@ -25,6 +25,7 @@ fn claim_file(uid: &str) -> ClaimFile {
             name: "training".into(),
             uid: "cd-1".into(),
             num_nodes: 0,
+            isolation: Default::default(),
         },
         allocation_mode: AllocationMode::Single,
         readiness: Some(ReadinessPolicy::Domain),
@@ -210,6 +211,7 @@ fn document(phase: Phase, ready: u32) -> DomainStatus {
             index: Some(0),
             status: phase,
         }],
+        channel: None,
     }
 }
 

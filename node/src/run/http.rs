@@ -25,7 +25,7 @@ pub use domaind_kube_api::health::Readiness;
 
 use domaind_gossip::GossipNode;
 
-use super::state::{CheckpointView, GossipView, NodeView};
+use super::state::{CheckpointView, GossipView, HandedChannel, NodeView};
 use super::vitals::Vitals;
 use crate::checkpoint::Persistence;
 use tokio::sync::watch;
@@ -110,11 +110,23 @@ async fn state(State(sources): State<Arc<StateSources>>) -> Response {
             // Asked right after the snapshot: a claim answered in between may be here
             // and not in `claims`.
             view.prepared = records
-                .into_iter()
+                .iter()
                 .filter(|r| r.state == PrepareState::PrepareCompleted)
-                .map(|r| r.claim.uid)
+                .map(|r| r.claim.uid.clone())
                 .collect();
             view.prepared.sort();
+            view.channels = records
+                .iter()
+                .filter(|r| r.state == PrepareState::PrepareCompleted)
+                .filter_map(|r| {
+                    Some(HandedChannel {
+                        claim: r.claim.uid.clone(),
+                        domain: r.info.domain.uid.0.clone(),
+                        channel: r.channel?,
+                    })
+                })
+                .collect();
+            view.channels.sort();
             view.gossip = GossipView {
                 cluster_id: sources.cluster_id.clone(),
                 members: sources.gossip.live_nodes().into_keys().collect(),

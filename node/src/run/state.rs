@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use domaind_actors::NodeSnapshot;
-use domaind_actors::model::{NodeId, Phase, Slot};
+use domaind_actors::actors::domain::DomainSnapshot;
+use domaind_actors::model::{ChannelId, Isolation, NodeId, Phase, Slot};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Persistence;
@@ -29,6 +30,39 @@ pub struct NodeView {
     /// Absent from daemons older than the field.
     #[serde(default)]
     pub checkpoint: CheckpointView,
+    /// Channel isolation: the prepared claims given a domain's own channel. What the
+    /// chaos harness checks no pod of another domain ever holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<HandedChannel>,
+    /// The clique's shared IMEX domain, while this node holds a domain with
+    /// `isolation: Channel`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_imex: Option<SharedImexView>,
+}
+
+/// A prepared claim of a sharing domain, and the channel its pod got.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct HandedChannel {
+    pub claim: String,
+    /// The ComputeDomain's uid.
+    pub domain: String,
+    pub channel: ChannelId,
+}
+
+/// The clique's shared IMEX domain as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedImexView {
+    pub uid: String,
+    /// Nodes holding a sharing domain in this clique.
+    pub members: Vec<NodeId>,
+    pub lost: Vec<NodeId>,
+    /// This node's slot in it.
+    pub slot: Option<Slot>,
+    pub local_ready: bool,
+    /// The IMEX peer set this node applied: slot to node.
+    pub peers: BTreeMap<Slot, NodeId>,
+    /// Every sharing domain's channel as this node assigns them, by domain uid.
+    pub channels: BTreeMap<String, ChannelId>,
 }
 
 /// Whether this node's prepared claims are on disk.
@@ -112,9 +146,16 @@ pub struct DomainView {
     pub members: Vec<NodeId>,
     /// Members that died and are listed NotReady.
     pub lost: Vec<NodeId>,
-    /// The IMEX peer set this node applied: slot to node.
+    /// The IMEX peer set this node applied: slot to node (empty for a domain with
+    /// `isolation: Channel`: the shared IMEX domain has it).
     pub peers: BTreeMap<Slot, NodeId>,
     pub reporter: Option<NodeId>,
+    /// `spec.isolation`. Absent from daemons older than the field.
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// `isolation: Channel`: the domain's channel, once confirmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<ChannelId>,
 }
 
 impl From<NodeSnapshot> for NodeView {
@@ -147,17 +188,35 @@ impl From<NodeSnapshot> for NodeView {
                     local_ready: d.local_ready,
                     members: d.members,
                     lost: d.lost,
-                    peers: d
-                        .peer_set
-                        .peers
-                        .into_iter()
-                        .map(|(slot, peer)| (slot, peer.node))
-                        .collect(),
+                    peers: peers(d.peer_set),
                     reporter: d.reporter,
+                    isolation: d.isolation,
+                    channel: d.channel,
                 })
                 .collect(),
             gossip: GossipView::default(),
             checkpoint: CheckpointView::default(),
+            channels: Vec::new(),
+            shared_imex: snapshot.shared_imex.map(shared_imex_view),
         }
     }
+}
+
+fn shared_imex_view(d: DomainSnapshot) -> SharedImexView {
+    SharedImexView {
+        uid: d.domain.uid.0,
+        members: d.members,
+        lost: d.lost,
+        slot: d.my_slot,
+        local_ready: d.local_ready,
+        peers: peers(d.peer_set),
+        channels: d.channels.into_iter().map(|(uid, c)| (uid.0, c)).collect(),
+    }
+}
+
+fn peers(set: domaind_actors::rules::peers::PeerSet) -> BTreeMap<Slot, NodeId> {
+    set.peers
+        .into_iter()
+        .map(|(slot, peer)| (slot, peer.node))
+        .collect()
 }

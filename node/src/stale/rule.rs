@@ -204,10 +204,12 @@ mod tests {
                 allocation_mode: AllocationMode::Single,
                 readiness: None,
                 devices: Vec::new(),
+                isolation: Default::default(),
             },
             policy: ReadinessPolicy::Local,
             state: PrepareState::PrepareCompleted,
             devices: Vec::new(),
+            channel: None,
         }
     }
 

@@ -40,6 +40,7 @@ fn info(domain_uid: &str) -> ClaimInfo {
         allocation_mode: AllocationMode::Single,
         readiness: Some(ReadinessPolicy::Local),
         devices: Vec::new(),
+        isolation: Default::default(),
     }
 }
 
@@ -50,6 +51,7 @@ fn record(uid: &str, domain_uid: &str) -> ClaimRecord {
         policy: ReadinessPolicy::Local,
         state: PrepareState::PrepareCompleted,
         devices: Vec::new(),
+        channel: None,
     }
 }
 

@@ -120,6 +120,7 @@ async fn the_real_api_servers_claim_resolves_to_its_domain_from_the_cache() {
                 pool: NODE.into(),
                 device: "channel-0".into(),
             }],
+            isolation: Default::default(),
         }
     );
     assert!(bad.is_empty());

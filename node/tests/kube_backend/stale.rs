@@ -187,10 +187,12 @@ fn record(claim: ClaimRef) -> ClaimRecord {
             allocation_mode: AllocationMode::Single,
             readiness: None,
             devices: Vec::new(),
+            isolation: Default::default(),
         },
         policy: ReadinessPolicy::Local,
         state: PrepareState::PrepareCompleted,
         devices: Vec::new(),
+        channel: None,
     }
 }
 

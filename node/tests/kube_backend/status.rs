@@ -43,6 +43,7 @@ fn document(phase: Phase) -> DomainStatus {
                 status: phase,
             })
             .collect(),
+        channel: None,
     }
 }
 
