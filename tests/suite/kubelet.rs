@@ -52,7 +52,7 @@ const CD_NAME: &str = "compute-domain-0";
 const TEMPLATE_NAME: &str = "compute-domain-0-rct";
 
 /// Fake nodes made with `kubelet.sh`; stopped and deleted when dropped.
-struct FakeNodes {
+pub(crate) struct FakeNodes {
     script: PathBuf,
     names: Vec<String>,
     keep: bool,
@@ -63,7 +63,7 @@ struct FakeNodes {
 }
 
 impl FakeNodes {
-    fn start(kube_dir: &Path, names: &[String], ips: &[IpAddr], clique: &str) -> Self {
+    pub(crate) fn start(kube_dir: &Path, names: &[String], ips: &[IpAddr], clique: &str) -> Self {
         let script = kube_dir.join("kubelet.sh");
         let cwd = short_temp_dir("dmkl-cwd").unwrap();
         let nodes = Self {
@@ -103,7 +103,7 @@ impl Drop for FakeNodes {
 }
 
 /// The kube scripts' state prefix: where each node's kubelet root lives.
-fn kube_state_dir() -> PathBuf {
+pub(crate) fn kube_state_dir() -> PathBuf {
     std::env::var_os("KV")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("domaind-kube"))
@@ -111,7 +111,7 @@ fn kube_state_dir() -> PathBuf {
 
 /// A GB200 node's four GPUs, as GPU feature discovery would advertise them: the blog's
 /// pods ask for all four.
-async fn advertise_gpus(client: &Client, node: &str, gpus: u32) {
+pub(crate) async fn advertise_gpus(client: &Client, node: &str, gpus: u32) {
     let patch = json!({"status": {"capacity": {"nvidia.com/gpu": gpus.to_string()}}});
     Api::<Node>::all(client.clone())
         .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
@@ -120,7 +120,7 @@ async fn advertise_gpus(client: &Client, node: &str, gpus: u32) {
 }
 
 /// The pods of `selector`, as (name, node, phase).
-async fn pods_of(pods: &Api<Pod>, selector: &str) -> Vec<(String, String, String)> {
+pub(crate) async fn pods_of(pods: &Api<Pod>, selector: &str) -> Vec<(String, String, String)> {
     pods.list(&ListParams::default().labels(selector))
         .await
         .unwrap()
@@ -138,7 +138,7 @@ async fn pods_of(pods: &Api<Pod>, selector: &str) -> Vec<(String, String, String
         .collect()
 }
 
-async fn wait_running(pods: &Api<Pod>, selector: &str, count: usize, per_node: usize) {
+pub(crate) async fn wait_running(pods: &Api<Pod>, selector: &str, count: usize, per_node: usize) {
     wait_every(
         &format!("{count} pods of {selector} Running, {per_node} per node"),
         Duration::from_millis(50),
@@ -183,7 +183,7 @@ fn ready(total: u64) -> impl Fn(&Value) -> bool {
 }
 
 /// Files in a node's CDI directory: one spec per prepared claim.
-fn cdi_specs(dir: &Path) -> Vec<String> {
+pub(crate) fn cdi_specs(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .map(|entries| {
             entries
@@ -194,7 +194,7 @@ fn cdi_specs(dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn create_from_yaml(client: &Client, namespace: &str, document: &Value) {
+pub(crate) async fn create_from_yaml(client: &Client, namespace: &str, document: &Value) {
     let params = PostParams::default();
     match document["kind"].as_str() {
         Some("ComputeDomain") => {
@@ -212,6 +212,69 @@ async fn create_from_yaml(client: &Client, namespace: &str, document: &Value) {
                 .unwrap();
         }
         other => panic!("unexpected kind {other:?}"),
+    }
+}
+
+/// A `domaind run --backend kube` per node, serving its kubelet's plugin directories,
+/// with the chart's ServiceAccount tokens where the environment gives them.
+pub(crate) async fn start_daemons(
+    client: &Client,
+    names: &[String],
+    ips: &[IpAddr],
+    dir: &Path,
+    pod_prefix: &str,
+) -> (LocalRack, Option<domaind_e2e::tokens::NodeTokens>) {
+    let state = kube_state_dir();
+    let mut spec = RackSpec::self_contained(
+        names.len(),
+        domaind_e2e::binaries().domaind.clone(),
+        dir.join("rack"),
+    );
+    spec.names = Some(names.to_vec());
+    spec.ips = Some(ips.to_vec());
+    spec.backend = RackBackend::Kube;
+    spec.kubelet_dirs = Some(names.iter().map(|n| state.join("nodes").join(n)).collect());
+    let tokens = node_tokens_for_rack(
+        &mut spec.node_env,
+        client,
+        names,
+        dir,
+        &format!("{pod_prefix}-{}", std::process::id()),
+    )
+    .await;
+    let mut rack = LocalRack::create(spec).unwrap();
+    rack.start_all().unwrap();
+    tokio::task::block_in_place(|| rack.wait_all_ready(domaind_e2e::cluster::LIMIT)).unwrap();
+    (rack, tokens)
+}
+
+/// The kubelet registered each daemon through its plugin watcher, and each daemon
+/// published its node's channels.
+pub(crate) async fn wait_registered(client: &Client, names: &[String], rack: &LocalRack) {
+    let slices = Api::<ResourceSlice>::all(client.clone());
+    wait_for("every node's ResourceSlice is published", || async {
+        let list = slices.list(&ListParams::default()).await.unwrap();
+        let pools: Vec<String> = list
+            .items
+            .iter()
+            .filter(|s| s.spec.driver == DRIVER)
+            .filter_map(|s| s.spec.node_name.clone())
+            .collect();
+        (names.iter().all(|n| pools.contains(n)), pools)
+    })
+    .await;
+    for node in rack.nodes() {
+        let http = node.info().unwrap().http_addr;
+        wait_for("the kubelet registered the plugin", || async move {
+            let (_, metrics) = domaind_node::rack::http_get(http, "/metrics")
+                .await
+                .unwrap_or_default();
+            let registered = metrics.lines().any(|l| {
+                l.starts_with("domaind_kubelet_registrations_total{outcome=\"registered\"}")
+            });
+            (registered, ())
+        })
+        .await;
     }
 }
 
@@ -245,55 +308,8 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
     let tmp = short_temp_dir("dmkl").unwrap();
     let controller = spawn_controller(&domaind_e2e::binaries().domaind, &namespace, tmp.path());
 
-    let state = kube_state_dir();
-    let mut spec = RackSpec::self_contained(
-        3,
-        domaind_e2e::binaries().domaind.clone(),
-        tmp.path().join("rack"),
-    );
-    spec.names = Some(names.clone());
-    spec.ips = Some(ips.clone());
-    spec.backend = RackBackend::Kube;
-    spec.kubelet_dirs = Some(names.iter().map(|n| state.join("nodes").join(n)).collect());
-    let _tokens = node_tokens_for_rack(
-        &mut spec.node_env,
-        &client,
-        &names,
-        tmp.path(),
-        &format!("kubelet-e2e-{}", std::process::id()),
-    )
-    .await;
-    let mut rack = LocalRack::create(spec).unwrap();
-    rack.start_all().unwrap();
-    tokio::task::block_in_place(|| rack.wait_all_ready(domaind_e2e::cluster::LIMIT)).unwrap();
-
-    // The kubelet registered each daemon through its plugin watcher, and each daemon
-    // published its node's channels.
-    let slices = Api::<ResourceSlice>::all(client.clone());
-    wait_for("every node's ResourceSlice is published", || async {
-        let list = slices.list(&ListParams::default()).await.unwrap();
-        let pools: Vec<String> = list
-            .items
-            .iter()
-            .filter(|s| s.spec.driver == DRIVER)
-            .filter_map(|s| s.spec.node_name.clone())
-            .collect();
-        (names.iter().all(|n| pools.contains(n)), pools)
-    })
-    .await;
-    for node in rack.nodes() {
-        let http = node.info().unwrap().http_addr;
-        wait_for("the kubelet registered the plugin", || async move {
-            let (_, metrics) = domaind_node::rack::http_get(http, "/metrics")
-                .await
-                .unwrap_or_default();
-            let registered = metrics.lines().any(|l| {
-                l.starts_with("domaind_kubelet_registrations_total{outcome=\"registered\"}")
-            });
-            (registered, ())
-        })
-        .await;
-    }
+    let (mut rack, _tokens) = start_daemons(&client, &names, &ips, tmp.path(), "kubelet-e2e").await;
+    wait_registered(&client, &names, &rack).await;
 
     // 2. NVIDIA's blog: the ComputeDomain, then the Deployment.
     let blog = documents(&repo_file("tests/fixtures/nvidia-blog-workload.yaml"));

@@ -9,6 +9,7 @@
 //! - `admission`: the chart's admission policies for the node daemon, with its tokens.
 //! - `certs`: gossip node certificates through the CSR signer on the real API server.
 //! - `discovery`: gossip seeds from the real API server, two cliques kept apart.
+//! - `sharing`: two ComputeDomains with `isolation: Channel` on the same real kubelets.
 //! - `statedir`: a node on a full state directory serves from memory and catches up.
 
 mod admission;
@@ -19,5 +20,6 @@ mod formation;
 mod kube;
 mod kubelet;
 mod rack;
+mod sharing;
 mod statedir;
 mod storm;
