@@ -13,6 +13,7 @@
 //! | no config, malformed config, requests naming different domains | permanent |
 //! | the named ComputeDomain does not exist (in the claim's namespace) | permanent |
 //! | the ComputeDomain is in another namespace | permanent |
+//! | an `isolation: Channel` domain already listing nodes of another clique | transient |
 //!
 //! A missing RBAC permission is transient: fixing the Role fixes the claim, with no
 //! change to the claim. An unknown ComputeDomain is permanent once the cache has synced,
@@ -45,6 +46,8 @@ pub struct KubeClaimSource {
     pub(super) node: NodeId,
     pub(super) driver: String,
     pub(super) timeout: Duration,
+    /// This node's NVLink clique, for domains that share the clique's IMEX domain.
+    pub(super) clique: String,
 }
 
 // The client has no Debug of its own.
@@ -72,7 +75,14 @@ impl KubeClaimSource {
             node: node.into(),
             driver: driver.into(),
             timeout,
+            clique: String::new(),
         }
+    }
+
+    /// This node's NVLink clique (`<clusterUUID>.<cliqueId>`), or empty without fabric.
+    pub fn in_clique(mut self, clique: impl Into<String>) -> Self {
+        self.clique = clique.into();
+        self
     }
 
     /// The ComputeDomain with `uid`: from the cache, or, when the cache does not have
@@ -111,6 +121,25 @@ impl KubeClaimSource {
             .into_iter()
             .find(|cd| cd.metadata.uid.as_deref() == Some(uid)))
     }
+}
+
+/// The clique of another NVLink clique that `cd`'s status already lists, if `cd` shares
+/// its clique's IMEX domain (`isolation: Channel`) and this node is in `clique`. Such a
+/// domain's channel is chosen by each clique's shared IMEX domain on its own, so its
+/// pods in two cliques would be two domains under one name, each reported over the
+/// other. Pods of one clique cannot share memory with another's anyway (no NVLink
+/// between them): the claim waits until the other clique's pods are gone.
+pub fn spans_cliques(cd: &ComputeDomain, clique: &str) -> Option<String> {
+    if cd.spec.isolation != domaind_kube_api::crd::ComputeDomainIsolation::Channel {
+        return None;
+    }
+    cd.status
+        .as_ref()?
+        .nodes
+        .iter()
+        .map(|n| n.clique_id.as_str())
+        .find(|other| !other.is_empty() && *other != clique)
+        .map(str::to_owned)
 }
 
 /// A permanent refusal that is the claim's fault: counted, logged once here.
@@ -183,6 +212,19 @@ impl ClaimSource for KubeClaimSource {
                 ),
             ));
         }
+        if let Some(other) = spans_cliques(&cd, &self.clique) {
+            metrics::counter!(BAD_CLAIMS, "reason" => "spans_cliques").increment(1);
+            let message = format!(
+                "{label}: ComputeDomain {}/{} has isolation Channel and already runs in NVLink \
+                 clique {other}; this node is in clique {:?}. A domain sharing its clique's IMEX \
+                 domain gets its channel there and cannot span cliques (no memory is shared \
+                 across cliques anyway): schedule its pods in one clique (a node affinity on \
+                 the clique label), or wait until its pods in {other} are gone",
+                domain.namespace, domain.name, self.clique
+            );
+            warn!(claim = %asked.uid, %message, "claim refused for now");
+            return Err(ClaimError::Transient(message));
+        }
         Ok(ClaimInfo {
             domain,
             allocation_mode: allocated.allocation_mode,
@@ -190,5 +232,68 @@ impl ClaimSource for KubeClaimSource {
             devices: allocated.devices,
             isolation: crate::contract::isolation(cd.spec.isolation),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domaind_kube_api::crd::{
+        ComputeDomainChannelSpec, ComputeDomainIsolation, ComputeDomainNode, ComputeDomainSpec,
+        ComputeDomainStatus, Phase, ResourceClaimTemplateRef,
+    };
+
+    fn cd(isolation: ComputeDomainIsolation, cliques: &[&str]) -> ComputeDomain {
+        let mut cd = ComputeDomain::new(
+            "cd",
+            ComputeDomainSpec {
+                num_nodes: 0,
+                channel: ComputeDomainChannelSpec {
+                    resource_claim_template: ResourceClaimTemplateRef { name: "t".into() },
+                    allocation_mode: Default::default(),
+                },
+                isolation,
+            },
+        );
+        cd.status = Some(ComputeDomainStatus {
+            status: Phase::Ready,
+            nodes: cliques
+                .iter()
+                .enumerate()
+                .map(|(i, clique)| ComputeDomainNode {
+                    name: format!("n{i}"),
+                    ip_address: "10.0.0.1".into(),
+                    clique_id: (*clique).into(),
+                    index: None,
+                    status: Phase::Ready,
+                })
+                .collect(),
+            ready_nodes: 0,
+            total_nodes: 0,
+            conditions: Vec::new(),
+            observed_generation: None,
+            channel: None,
+        });
+        cd
+    }
+
+    #[test]
+    fn a_sharing_domain_listing_another_clique_is_spanning() {
+        let spanning = cd(ComputeDomainIsolation::Channel, &["u.1", "u.2"]);
+        assert_eq!(spans_cliques(&spanning, "u.1"), Some("u.2".into()));
+        assert_eq!(
+            spans_cliques(&cd(ComputeDomainIsolation::Channel, &["u.1", ""]), "u.1"),
+            None,
+            "a node without fabric is in no clique"
+        );
+        assert_eq!(
+            spans_cliques(&cd(ComputeDomainIsolation::ImexDomain, &["u.2"]), "u.1"),
+            None,
+            "an exclusive domain is not checked"
+        );
+        let mut vacated = cd(ComputeDomainIsolation::Channel, &[]);
+        assert_eq!(spans_cliques(&vacated, "u.1"), None);
+        vacated.status = None;
+        assert_eq!(spans_cliques(&vacated, "u.1"), None);
     }
 }

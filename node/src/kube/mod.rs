@@ -150,13 +150,16 @@ impl KubeBackend {
             },
         );
         Self {
-            claims: Arc::new(KubeClaimSource::new(
-                client.clone(),
-                domains.clone(),
-                settings.node.clone(),
-                settings.driver.clone(),
-                settings.api_timeout,
-            )),
+            claims: Arc::new(
+                KubeClaimSource::new(
+                    client.clone(),
+                    domains.clone(),
+                    settings.node.clone(),
+                    settings.driver.clone(),
+                    settings.api_timeout,
+                )
+                .in_clique(settings.clique.clone()),
+            ),
             status: Arc::new(KubeStatusSink::new(
                 client.clone(),
                 domains.clone(),
