@@ -19,6 +19,12 @@ pub struct NodeConfig {
     /// Channel isolation: the channels sharing domains are given, `0..channels` (the
     /// channel devices a node publishes).
     pub channels: ChannelId,
+    /// Channel isolation: how long this node's assignment of a channel must have been
+    /// advertised, unchanged, before it is handed to a pod. Longer than gossip takes to
+    /// spread a change across the clique, so that two nodes that have not heard of
+    /// each other's new domains yet cannot both hand one channel out
+    /// (`rules::channels`).
+    pub channel_settle: Duration,
     /// For claims whose opaque config does not say.
     pub default_readiness: ReadinessPolicy,
     /// How long a prepare call waits for its readiness policy before answering with a
@@ -75,6 +81,7 @@ impl NodeConfig {
             clique,
             max_slots: DEFAULT_MAX_SLOTS,
             channels: 8,
+            channel_settle: Duration::from_secs(1),
             default_readiness: ReadinessPolicy::Local,
             prepare_deadline: Duration::from_secs(10),
             status_quiet: Duration::from_millis(400),

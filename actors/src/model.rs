@@ -152,6 +152,11 @@ pub struct Sharing {
     /// assigned. Its members' preference after restarts, as a slot is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel: Option<ChannelId>,
+    /// On a ComputeDomain's advertisement: this node has handed `channel` to a pod. A
+    /// domain held anywhere outranks every domain held nowhere, whatever their
+    /// seniority: its channel can no longer move.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
     /// On the shared IMEX domain's advertisement: every sharing domain's channel as this
     /// node assigns them. A channel is handed to a pod only once every live node of the
     /// shared IMEX domain assigns it the same way.

@@ -283,3 +283,34 @@ fn a_fault_in_the_shared_imex_domain_is_told_to_every_domain_sharing_it() {
         .await;
     });
 }
+
+/// Two new domains formed at the same moment on nodes that have not heard of each
+/// other yet (gossip slower than usual, up to just under the settle time): neither
+/// hands out a channel the other could also hand out. Without the settle each node,
+/// alone in its view, confirms channel 0.
+#[test]
+fn domains_formed_at_once_on_nodes_not_yet_in_touch_never_share_a_channel() {
+    run(|| async {
+        let rack = rack_of(&["node-a", "node-b"], |_| {});
+        let (cd1, cd2) = (domain("cd1", 0), domain("cd2", 0));
+        rack.sharing_claim("c1", &cd1, AllocationMode::Single);
+        rack.sharing_claim("c2", &cd2, AllocationMode::Single);
+        // Each sees only itself: its news reaches the other 0.9 s late.
+        rack.net.pause("node-a");
+        rack.net.pause("node-b");
+        let a = actix::spawn(common::prepare_on(
+            rack.nodes["node-a"].addr.clone(),
+            common::claim_ref("c1"),
+        ));
+        let b = actix::spawn(common::prepare_on(
+            rack.nodes["node-b"].addr.clone(),
+            common::claim_ref("c2"),
+        ));
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        rack.net.resume("node-a");
+        rack.net.resume("node-b");
+        let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+        assert!(a.channel.is_some() && b.channel.is_some());
+        assert_ne!(a.channel, b.channel, "two domains were handed one channel");
+    });
+}

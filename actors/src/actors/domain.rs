@@ -145,6 +145,9 @@ pub struct DomainActor {
     channel_handed: Option<ChannelId>,
     /// A sharing domain: whether the exhaustion was counted, once per episode.
     exhausted_counted: bool,
+    /// The shared IMEX domain: since when this node has assigned each domain its
+    /// channel (the settle before a channel is confirmed).
+    assigned_at: BTreeMap<crate::model::DomainUid, (ChannelId, Instant)>,
 
     // Everything below is rebuilt on (re)start.
     claims: BTreeMap<String, (ClaimRecord, Addr<ChannelActor>)>,
@@ -230,6 +233,7 @@ impl DomainActor {
             faults_announced: None,
             channel_handed: None,
             exhausted_counted: false,
+            assigned_at: BTreeMap::new(),
             claims: BTreeMap::new(),
             my_ad: None,
             published: None,
@@ -293,21 +297,24 @@ impl DomainActor {
             let sharing = match act.role {
                 Role::Exclusive => None,
                 Role::SharedImex => Some(Sharing::default()),
-                // The channel held before a restart, or the one its pods were given.
-                Role::Sharing => Some(Sharing {
-                    channel: previous
-                        .as_ref()
-                        .and_then(|ad| ad.sharing.as_ref())
-                        .and_then(|s| s.channel)
-                        .or_else(|| {
-                            checkpoint
-                                .claims
-                                .values()
-                                .filter(|r| r.info.domain.uid == act.domain.uid)
-                                .find_map(|r| r.channel)
+                // The channel its pods were given, or the one held before a restart.
+                Role::Sharing => {
+                    act.channel_handed = checkpoint
+                        .claims
+                        .values()
+                        .filter(|r| r.info.domain.uid == act.domain.uid)
+                        .find_map(|r| r.channel);
+                    Some(Sharing {
+                        channel: act.channel_handed.or_else(|| {
+                            previous
+                                .as_ref()
+                                .and_then(|ad| ad.sharing.as_ref())
+                                .and_then(|s| s.channel)
                         }),
-                    ..Sharing::default()
-                }),
+                        held: act.channel_handed.is_some(),
+                        ..Sharing::default()
+                    })
+                }
             };
             act.my_ad = Some(Advertisement {
                 namespace: act.domain.namespace.clone(),
@@ -536,7 +543,7 @@ impl DomainActor {
         let channel = match self.role {
             Role::Exclusive => ChannelState::Unassigned,
             Role::SharedImex => {
-                self.assign_channels(&live, &mut new_ad);
+                self.assign_channels(&live, &mut new_ad, ctx);
                 ChannelState::Unassigned
             }
             Role::Sharing => self.follow_shared_imex(&mut new_ad),
@@ -578,9 +585,6 @@ impl DomainActor {
             channel: channel.confirmed(),
             summary,
         };
-        if let Some(confirmed) = channel.confirmed() {
-            self.note_handed(confirmed);
-        }
         if self.progress.as_ref() != Some(&progress) {
             for (_, channel) in self.claims.values() {
                 channel.do_send(progress.clone());
@@ -828,13 +832,28 @@ impl DomainActor {
         self.takeover = TakeoverState::Unread;
         self.shared_told = None;
         self.faults_announced = None;
+        self.assigned_at.clear();
     }
 
     /// The shared IMEX domain: assigns every sharing domain of the clique its channel,
     /// advertises the assignment, and tells the node what is confirmed.
-    fn assign_channels(&mut self, live: &domaind_gossip::Membership, ad: &mut Advertisement) {
+    fn assign_channels(
+        &mut self,
+        live: &domaind_gossip::Membership,
+        ad: &mut Advertisement,
+        ctx: &mut Context<Self>,
+    ) {
         let candidates = sharing_domains(live, &self.config.clique);
         let assignment = assign_channels(&candidates, self.config.channels);
+        let now = Instant::now();
+        let before = std::mem::take(&mut self.assigned_at);
+        for (uid, channel) in &assignment.channels {
+            let since = match before.get(uid) {
+                Some((held, since)) if held == channel => *since,
+                _ => now,
+            };
+            self.assigned_at.insert(uid.clone(), (*channel, since));
+        }
         let me = self.me().to_owned();
         let others: Vec<BTreeMap<crate::model::DomainUid, ChannelId>> = self
             .roster
@@ -850,7 +869,21 @@ impl DomainActor {
                     .unwrap_or_default()
             })
             .collect();
-        let agreed = confirmed(&assignment.channels, others.iter());
+        // Agreed by every node, and advertised here long enough (`rules::channels`).
+        let settle = self.config.channel_settle;
+        let mut agreed = confirmed(&assignment.channels, others.iter());
+        let mut settles_at: Option<Instant> = None;
+        agreed.retain(|uid, _| {
+            let since = self.assigned_at.get(uid).map_or(now, |(_, since)| *since);
+            let due = since + settle;
+            if now < due {
+                settles_at = Some(settles_at.map_or(due, |at| at.min(due)));
+            }
+            now >= due
+        });
+        if let Some(at) = settles_at {
+            self.recompute_at(at, ctx);
+        }
         let mut faults: BTreeMap<NodeId, SharedFault> = self
             .roster
             .lost()
@@ -863,8 +896,8 @@ impl DomainActor {
             }
         }
         ad.sharing = Some(Sharing {
-            channel: None,
             channels: assignment.channels.clone(),
+            ..Sharing::default()
         });
         let failure = self
             .imex_report
@@ -904,13 +937,22 @@ impl DomainActor {
         ad.imex_ready = !self.has_fabric() || shared.is_some_and(|p| p.local_ready);
         ad.imex_failing = shared.is_some_and(|p| p.imex_failing);
         let state = ChannelState::of(&self.domain.uid, shared);
-        let held = ad.sharing.as_ref().and_then(|s| s.channel);
-        let channel = match state {
-            ChannelState::Unassigned => held,
-            _ => state.held(),
+        let advertised = ad.sharing.as_ref().and_then(|s| s.channel);
+        // A channel handed to a pod is advertised as held until the domain leaves the
+        // node: it outranks any domain not held (`rules::channels`).
+        if let Some(confirmed) = state.confirmed()
+            && !self.claims.is_empty()
+        {
+            self.note_handed(confirmed);
+        }
+        let channel = match (self.channel_handed, &state) {
+            (Some(handed), _) => Some(handed),
+            (None, ChannelState::Unassigned) => advertised,
+            (None, _) => state.held(),
         };
         ad.sharing = Some(Sharing {
             channel,
+            held: self.channel_handed.is_some(),
             ..Sharing::default()
         });
         if state == ChannelState::Exhausted {

@@ -13,9 +13,12 @@
 //! domain advertises the channel it holds for it. Every node computes the same
 //! assignment from what it sees:
 //!
-//! 1. Domains are ordered by seniority: `(earliest joined_at_ms of its members, uid)`.
-//! 2. In that order, each domain's preference (the channel its most senior member
-//!    advertises) in `0..capacity` is granted unless a more senior domain got it.
+//! 1. Domains already handed to pods come first (a member advertises `held`: its
+//!    channel can no longer move), then by seniority: `(earliest joined_at_ms of its
+//!    members, uid)`.
+//! 2. In that order, each domain's preference (the channel a holding member
+//!    advertises, else its most senior member's) in `0..capacity` is granted unless a
+//!    domain before it got it.
 //! 3. Then each domain left without one gets the lowest free channel; none free: the
 //!    range is exhausted and the domain waits, unassigned.
 //!
@@ -25,12 +28,25 @@
 //! **Handing a channel out.** Views differ while gossip spreads: two domains created at
 //! once on different nodes may both be assigned channel 1 for a moment. A pod that got
 //! it could import the other domain's memory, and a device given to a running pod
-//! cannot be taken back, so a channel is only handed out once it is *confirmed*: every
-//! live node of the shared IMEX domain advertises (on the shared domain's key) the same
-//! channel for the domain. A node advertises one assignment, a function, so while any
-//! node assigns channel 1 to D1, no node sees D2 confirmed on channel 1. What this does
-//! not cover: a gossip partition, where each side confirms with its own live nodes
-//! (ARCHITECTURE, "Several ComputeDomains on one node").
+//! cannot be taken back, so a channel is only handed out once it is *confirmed*:
+//!
+//! - every live node of the shared IMEX domain advertises (on the shared domain's key)
+//!   the same channel for the domain: a node advertises one assignment, injective, so
+//!   while any node it sees assigns channel 1 to D1, no node sees D2 confirmed on it;
+//! - and this node has advertised that assignment, unchanged, for a settle time `T`
+//!   longer than gossip takes to spread a change (`L`). Without it, two nodes that
+//!   each form a new domain and have not yet heard of the other's shared-domain key
+//!   (each alone in its view) would each confirm channel 0. With it: say a confirms D1
+//!   on 0 at `t` and b confirms D2 on 0 at `t'`. b advertised its assignment by
+//!   `t' - T`, so a saw it by `t' - T + L` and, not having seen it at `t`,
+//!   `t < t' - T + L`; likewise `t' < t - T + L`. Adding: `0 < 2(L - T)`, false when
+//!   `T > L`.
+//! - Once handed out, a domain is `held` and outranks the domains held nowhere, so a
+//!   more senior domain seen late cannot take its channel.
+//!
+//! What this does not cover: a gossip partition (or a delay longer than `T`), where
+//! each side confirms with the nodes it sees (ARCHITECTURE, "Several ComputeDomains on
+//! one node").
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -56,6 +72,8 @@ pub fn is_shared_imex(uid: &DomainUid) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChannelCandidate {
     pub uid: DomainUid,
+    /// A member has handed the channel it advertises to a pod.
+    pub held: bool,
     /// The earliest `joined_at_ms` among its members.
     pub seniority: u64,
     pub preferred: Option<ChannelId>,
@@ -69,7 +87,7 @@ pub struct ChannelAssignment {
 }
 
 /// A channel a member advertises, ranked by the member's seniority `(joined, node)`.
-type Preference = ((u64, NodeId), ChannelId);
+type Preference = ((bool, u64, NodeId), ChannelId);
 
 /// The sharing domains advertised in `clique` by the live nodes of `live`, as
 /// candidates: a domain's preference is the channel its most senior member advertises.
@@ -93,7 +111,8 @@ pub fn sharing_domains(live: &Membership, clique: &CliqueId) -> Vec<ChannelCandi
             let entry = domains.entry(uid).or_insert((ad.joined_at_ms, None));
             entry.0 = entry.0.min(ad.joined_at_ms);
             if let Some(channel) = sharing.channel {
-                let rank = (ad.joined_at_ms, node.clone());
+                // A holding member's channel first, then the most senior member's.
+                let rank = (!sharing.held, ad.joined_at_ms, node.clone());
                 if entry.1.as_ref().is_none_or(|(best, _)| rank < *best) {
                     entry.1 = Some((rank, channel));
                 }
@@ -104,6 +123,9 @@ pub fn sharing_domains(live: &Membership, clique: &CliqueId) -> Vec<ChannelCandi
         .into_iter()
         .map(|(uid, (seniority, preferred))| ChannelCandidate {
             uid,
+            held: preferred
+                .as_ref()
+                .is_some_and(|((not_held, _, _), _)| !not_held),
             seniority,
             preferred: preferred.map(|(_, channel)| channel),
         })
@@ -113,7 +135,7 @@ pub fn sharing_domains(live: &Membership, clique: &CliqueId) -> Vec<ChannelCandi
 /// Assigns channels `0..capacity`; see the module documentation.
 pub fn assign_channels(candidates: &[ChannelCandidate], capacity: ChannelId) -> ChannelAssignment {
     let mut order: Vec<&ChannelCandidate> = candidates.iter().collect();
-    order.sort_by(|a, b| (a.seniority, &a.uid).cmp(&(b.seniority, &b.uid)));
+    order.sort_by(|a, b| (!a.held, a.seniority, &a.uid).cmp(&(!b.held, b.seniority, &b.uid)));
     order.dedup_by(|a, b| a.uid == b.uid);
 
     let mut taken = BTreeSet::new();
@@ -175,6 +197,7 @@ mod tests {
     fn c(uid: &str, seniority: u64, preferred: Option<ChannelId>) -> ChannelCandidate {
         ChannelCandidate {
             uid: DomainUid(uid.into()),
+            held: false,
             seniority,
             preferred,
         }
@@ -204,6 +227,17 @@ mod tests {
     }
 
     #[test]
+    fn a_held_channel_never_moves_for_a_more_senior_domain_seen_late() {
+        let held = ChannelCandidate {
+            held: true,
+            ..c("young-held", 9, Some(0))
+        };
+        let a = assign_channels(&[c("old", 1, Some(0)), held], 8);
+        assert_eq!(a.channels[&uid("young-held")], 0);
+        assert_eq!(a.channels[&uid("old")], 1);
+    }
+
+    #[test]
     fn an_exhausted_range_leaves_the_junior_unassigned() {
         let a = assign_channels(&[c("a", 1, None), c("b", 2, None), c("c", 3, None)], 2);
         assert_eq!(a.channels.len(), 2);
@@ -229,11 +263,22 @@ mod tests {
     }
 
     fn ad(clique: &str, joined: u64, channel: Option<ChannelId>, shared: bool) -> String {
+        held_ad(clique, joined, channel, shared, false)
+    }
+
+    fn held_ad(
+        clique: &str,
+        joined: u64,
+        channel: Option<ChannelId>,
+        shared: bool,
+        held: bool,
+    ) -> String {
         encode_advertisement(&crate::model::Advertisement {
             clique: CliqueId(clique.into()),
             joined_at_ms: joined,
             sharing: shared.then(|| Sharing {
                 channel,
+                held,
                 ..Sharing::default()
             }),
             ..advertisement()
@@ -251,6 +296,11 @@ mod tests {
                 ],
             ),
             member("b", vec![("domain/d1".into(), ad("c.0", 2, Some(4), true))]),
+            member("g", vec![("domain/d3".into(), ad("c.0", 3, Some(5), true))]),
+            member(
+                "h",
+                vec![("domain/d3".into(), held_ad("c.0", 8, Some(6), true, true))],
+            ),
             member("c", vec![("domain/d2".into(), ad("c.0", 9, None, true))]),
             member("d", vec![("domain/x".into(), ad("c.0", 1, None, false))]),
             member("e", vec![("domain/y".into(), ad("c.1", 1, Some(0), true))]),
@@ -259,7 +309,11 @@ mod tests {
         .into_iter()
         .collect();
         let found = sharing_domains(&live, &CliqueId("c.0".into()));
-        assert_eq!(found, vec![c("d1", 2, Some(4)), c("d2", 9, None)]);
+        let held_d3 = ChannelCandidate {
+            held: true,
+            ..c("d3", 3, Some(6))
+        };
+        assert_eq!(found, vec![c("d1", 2, Some(4)), c("d2", 9, None), held_d3]);
     }
 
     #[test]

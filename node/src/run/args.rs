@@ -255,6 +255,14 @@ pub struct RunArgs {
     #[arg(long, env = "DOMAIND_PREPARE_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub prepare_deadline: Duration,
 
+    /// `isolation: Channel` domains: how long this node must have advertised a
+    /// domain's channel, unchanged and agreed by every node of the clique's shared
+    /// IMEX domain, before a pod gets it. Must exceed the time gossip takes to spread
+    /// a change across the clique: two domains formed at once on nodes that have not
+    /// heard of each other then never get one channel.
+    #[arg(long, env = "DOMAIND_CHANNEL_SETTLE", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub channel_settle: Duration,
+
     /// Also serve the standard gRPC health service on this TCP address, for
     /// Kubernetes grpc probes (it is always served on the DRA socket).
     #[arg(long, env = "DOMAIND_HEALTH_GRPC_ADDR")]

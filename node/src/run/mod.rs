@@ -233,6 +233,7 @@ async fn serve(
     let mut config = NodeConfig::new(node.as_str(), args.pod_ip, clique);
     config.max_slots = args.max_slots;
     config.channels = args.channel_devices;
+    config.channel_settle = args.channel_settle;
     config.default_readiness = args.default_readiness.into();
     config.prepare_deadline = args.prepare_deadline;
     config.imex_poll.steady = args.imex_poll_steady;
