@@ -22,7 +22,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::kubelet::{
-    FakeNodes, advertise_gpus, cdi_specs, create_from_yaml, pods_of, start_daemons,
+    FakeNodes, cdi_specs, create_from_yaml, pods_of, start_daemons,
     wait_registered, wait_running,
 };
 use domaind_e2e::cluster::{
@@ -30,6 +30,8 @@ use domaind_e2e::cluster::{
 };
 
 const DOMAINS: [&str; 2] = ["shared-a", "shared-b"];
+const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
+const CLIQUE: &str = "e2e-share.1";
 
 fn compute_domain(name: &str, allocation_mode: &str) -> Value {
     json!({
@@ -47,8 +49,9 @@ fn compute_domain(name: &str, allocation_mode: &str) -> Value {
     })
 }
 
-/// Three pods of `domain`, one per node, each with two of the node's four GPUs: two
-/// domains fill the nodes side by side.
+/// Three pods of `domain`, one per node of this test (its clique label): no GPUs, so
+/// that no other test's pods (which ask for GPUs) land on these nodes, nor these on
+/// theirs.
 fn workload(domain: &str) -> Value {
     json!({
         "apiVersion": "apps/v1",
@@ -61,6 +64,7 @@ fn workload(domain: &str) -> Value {
                 "metadata": {"labels": {"job": domain}},
                 "spec": {
                     "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": format!("{domain}-rct")}],
+                    "nodeSelector": {CLIQUE_LABEL: CLIQUE},
                     "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
                         "labelSelector": {"matchLabels": {"job": domain}},
                         "topologyKey": "kubernetes.io/hostname",
@@ -69,7 +73,7 @@ fn workload(domain: &str) -> Value {
                         "name": "ctr",
                         "image": "ubuntu:22.04",
                         "command": ["sleep", "infinity"],
-                        "resources": {"claims": [{"name": "cd"}], "limits": {"nvidia.com/gpu": 2}},
+                        "resources": {"claims": [{"name": "cd"}]},
                     }],
                 },
             },
@@ -115,10 +119,7 @@ async fn two_sharing_domains_run_pods_on_the_same_nodes_each_with_its_own_channe
     let names: Vec<String> = (1..=3).map(|i| format!("domaind-share-{i}")).collect();
     let ips: Vec<IpAddr> = (5..=7).map(|i| IpAddr::from([127, 0, 0, i])).collect();
 
-    let _nodes = FakeNodes::start(&kube_dir, &names, &ips, "e2e-share.1");
-    for name in &names {
-        advertise_gpus(&client, name, 4).await;
-    }
+    let _nodes = FakeNodes::start(&kube_dir, &names, &ips, CLIQUE);
     install_crd_and_device_classes(&client).await;
     let namespace = format!("domaind-share-e2e-{}", std::process::id());
     create_namespace(&client, &namespace).await;
