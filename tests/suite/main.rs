@@ -10,11 +10,13 @@
 //! - `certs`: gossip node certificates through the CSR signer on the real API server.
 //! - `discovery`: gossip seeds from the real API server, two cliques kept apart.
 //! - `statedir`: a node on a full state directory serves from memory and catches up.
+//! - `examples`: `deploy/examples/` accepted by the real API server (server-side dry run).
 
 mod admission;
 mod certs;
 mod cliques;
 mod discovery;
+mod examples;
 mod formation;
 mod kube;
 mod kubelet;
