@@ -1,5 +1,6 @@
-//! What the leader tells Prometheus about the domains it reconciles: how many are Ready
-//! or NotReady, how many member nodes each status lists Ready or NotReady (a lost node
+//! What the leader tells Prometheus about the domains it reconciles: how many are Ready,
+//! NotReady with members, or idle (no member yet, or none left: NotReady in the CRD, but
+//! only waiting for pods, so not worth an alert), how many member nodes each status lists Ready or NotReady (a lost node
 //! stays listed NotReady until it is back or the domain is released), and how long a
 //! domain took to form and to heal.
 //!
@@ -85,6 +86,7 @@ impl Transition {
 pub struct Totals {
     pub domains_ready: usize,
     pub domains_not_ready: usize,
+    pub domains_idle: usize,
     pub nodes_ready: usize,
     pub nodes_not_ready: usize,
 }
@@ -140,8 +142,10 @@ impl Census {
             .fold(Totals::default(), |mut totals, (seen, _)| {
                 if seen.ready {
                     totals.domains_ready += 1;
-                } else {
+                } else if seen.has_members() {
                     totals.domains_not_ready += 1;
+                } else {
+                    totals.domains_idle += 1;
                 }
                 totals.nodes_ready += seen.nodes_ready;
                 totals.nodes_not_ready += seen.nodes_not_ready;
@@ -171,6 +175,7 @@ pub fn set_gauges(totals: Totals) {
     use crate::metrics::{DOMAIN_NODES, DOMAINS};
     ::metrics::gauge!(DOMAINS, "status" => "Ready").set(totals.domains_ready as f64);
     ::metrics::gauge!(DOMAINS, "status" => "NotReady").set(totals.domains_not_ready as f64);
+    ::metrics::gauge!(DOMAINS, "status" => "Idle").set(totals.domains_idle as f64);
     ::metrics::gauge!(DOMAIN_NODES, "status" => "Ready").set(totals.nodes_ready as f64);
     ::metrics::gauge!(DOMAIN_NODES, "status" => "NotReady").set(totals.nodes_not_ready as f64);
 }
@@ -259,7 +264,8 @@ mod tests {
             census.totals(),
             Totals {
                 domains_ready: 1,
-                domains_not_ready: 2,
+                domains_not_ready: 1,
+                domains_idle: 1,
                 nodes_ready: 34,
                 nodes_not_ready: 2,
             }
@@ -270,7 +276,8 @@ mod tests {
             census.totals(),
             Totals {
                 domains_ready: 0,
-                domains_not_ready: 2,
+                domains_not_ready: 1,
+                domains_idle: 1,
                 nodes_ready: 17,
                 nodes_not_ready: 1,
             }
