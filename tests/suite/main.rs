@@ -10,6 +10,7 @@
 //! - `certs`: gossip node certificates through the CSR signer on the real API server.
 //! - `discovery`: gossip seeds from the real API server, two cliques kept apart.
 //! - `statedir`: a node on a full state directory serves from memory and catches up.
+//! - `migrate`: `domaind migrate --check` on objects shaped as NVIDIA's stack leaves them.
 //! - `examples`: `deploy/examples/` accepted by the real API server (server-side dry run).
 
 mod admission;
@@ -20,6 +21,7 @@ mod examples;
 mod formation;
 mod kube;
 mod kubelet;
+mod migrate;
 mod rack;
 mod statedir;
 mod storm;
