@@ -223,7 +223,7 @@ fn every_alert_says_what_it_is_and_links_to_a_runbook_that_exists() {
         .filter(|l| l.trim().starts_with("runbook_url:"))
         .map(|l| {
             let start = l.find('#').expect("a runbook link names an anchor") + 1;
-            l[start..].trim_end_matches(|c| c == '"' || c == '}' || c == ' ' || c == '$')
+            l[start..].trim_end_matches(['"', '}', ' ', '$'])
         })
         .map(|a| a.split('"').next().unwrap())
         .collect();

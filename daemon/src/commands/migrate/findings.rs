@@ -261,7 +261,9 @@ fn compute_domain(cd: &Value) -> Option<Finding> {
         .collect();
     let ours_wrote = managers(cd, Some("status")).iter().any(|m| ours(m));
     let nvidia_shape = status.get("conditions").is_none() && status.get("readyNodes").is_none();
-    if writers.is_empty() && !(nvidia_shape && !ours_wrote) {
+    // Said when someone else wrote it, or it has NVIDIA's shape and none of ours did.
+    let nvidias = !writers.is_empty() || (nvidia_shape && !ours_wrote);
+    if !nvidias {
         return None;
     }
     let nodes = status
