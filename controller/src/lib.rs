@@ -19,6 +19,7 @@
 
 mod args;
 mod backoff;
+mod census;
 mod condition;
 mod finalizer;
 pub mod leader;
@@ -151,6 +152,7 @@ async fn serve(args: ControllerArgs, metrics: PrometheusHandle) -> anyhow::Resul
         lead(client.clone(), &args, &identity, term).await;
         ending.abort();
         ::metrics::gauge!(metrics::LEADER).set(0.0);
+        census::set_gauges(census::Totals::default());
         if stop.is_cancelled() {
             break;
         }

@@ -19,3 +19,13 @@ pub const CSR_DECISIONS: &str = "domaind_controller_csr_decisions_total";
 pub const CSR_ERRORS: &str = "domaind_controller_csr_errors_total";
 /// Failures to load the gossip CA or publish its bundle.
 pub const CA_BUNDLE_ERRORS: &str = "domaind_controller_ca_bundle_errors_total";
+/// Domains by `status`: `Ready`, `NotReady` (members, not all ready), `Idle` (no member:
+/// NotReady in the CRD, waiting for pods), as the leader last saw them; 0 on other
+/// replicas.
+pub const DOMAINS: &str = "domaind_controller_domains";
+/// Member nodes the domains' statuses list, by `status`: a lost node stays listed
+/// `NotReady` until it is back or its domain is released.
+pub const DOMAIN_NODES: &str = "domaind_controller_domain_nodes";
+/// Seconds a domain took to become Ready, by `transition`: `formed` (from its first
+/// member) and `healed` (from losing Ready), on the controller's clock (`census`).
+pub const DOMAIN_READY_SECONDS: &str = "domaind_controller_domain_ready_seconds";

@@ -19,6 +19,7 @@ use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use crate::backoff::Failures;
+use crate::census::{self, Census};
 use crate::condition::{self, TemplateOutcome};
 use crate::template::{self, Ownership, TemplateError, TemplateSettings};
 use crate::{finalizer, membership};
@@ -59,6 +60,8 @@ pub struct Context {
     timing: Timing,
     recorder: Recorder,
     failures: Failures,
+    /// This term's sightings of every domain, for the domain metrics.
+    census: std::sync::Mutex<Census>,
 }
 
 impl std::fmt::Debug for Context {
@@ -86,6 +89,7 @@ impl Context {
             timing,
             recorder,
             failures: Failures::default(),
+            census: std::sync::Mutex::default(),
         }
     }
 }
@@ -181,6 +185,11 @@ fn key(cd: &ComputeDomain) -> String {
 /// The reconciler the controller runs: one pass, timed and counted.
 pub async fn reconcile(cd: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
+    census::record(
+        &mut ctx.census.lock().unwrap_or_else(|p| p.into_inner()),
+        &cd,
+        started,
+    );
     let result = reconcile_once(&cd, &ctx).await;
     ::metrics::histogram!(crate::metrics::RECONCILE_SECONDS)
         .record(started.elapsed().as_secs_f64());

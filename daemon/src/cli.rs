@@ -89,6 +89,13 @@ pub enum Command {
     Topology(TopologyCommand),
     /// Print the ComputeDomain CRD (YAML), as deploy/crds/ holds it.
     Crdgen,
+    /// Before moving a cluster over from NVIDIA's ComputeDomain stack: `--check` lists
+    /// what it holds (its driver, per-domain IMEX DaemonSets, claims its plugin
+    /// allocated, ComputeDomains and their status, leftovers) and says what to do about
+    /// each. Changes nothing. Exits 0 when nothing blocks the switch, 1 when something
+    /// does, 2 when the cluster cannot be inspected. Connects with KUBECONFIG or the
+    /// in-cluster config.
+    Migrate(crate::commands::migrate::MigrateArgs),
     /// The IMEX simulator built into this binary (what `run --imex-sim-builtin` starts);
     /// the same command line as the `imex-sim` binary.
     #[command(hide = true, disable_help_flag = true)]

@@ -22,6 +22,10 @@ pub const BYTES_SENT: &str = "domaind_gossip_bytes_sent_total";
 pub const BYTES_RECEIVED: &str = "domaind_gossip_bytes_received_total";
 pub const CONNECT_FAILURES: &str = "domaind_gossip_connect_failures_total";
 pub const TLS_RELOADS: &str = "domaind_gossip_tls_reloads_total";
+/// When the certificates in use expire, in seconds since the Unix epoch, by `cert`:
+/// `node` (this node's gossip certificate) and `ca` (the earliest of the CA file's).
+/// Set at load and at every rotation; `... - time()` is the time left.
+pub const CERT_EXPIRY: &str = "domaind_gossip_cert_expiry_timestamp_seconds";
 /// Messages of another gossip cluster (another clique) dropped before chitchat, by
 /// `kind`: `syn` (a peer that has us as a seed), `bad_cluster` (a peer refusing ours).
 /// Zero at steady state; anything else is a stale or misconfigured seed.
@@ -87,6 +91,12 @@ pub(crate) fn frame_received(bytes: usize) {
 
 pub(crate) fn connect_failed() {
     metrics::counter!(CONNECT_FAILURES).increment(1);
+}
+
+pub(crate) fn cert_expiry(expiry: crate::tls::Expiry) {
+    // f64 holds every second up to year 285 million exactly.
+    metrics::gauge!(CERT_EXPIRY, "cert" => "node").set(expiry.node_cert as f64);
+    metrics::gauge!(CERT_EXPIRY, "cert" => "ca").set(expiry.ca as f64);
 }
 
 pub(crate) fn tls_reload(result: &'static str) {

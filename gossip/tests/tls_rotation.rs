@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chitchat::transport::Transport;
 use common::{Metrics, Pki, any_port, name, syn, within};
-use domaind_gossip::metrics::{CONNECTIONS_REFUSED, TLS_RELOADS};
+use domaind_gossip::metrics::{CERT_EXPIRY, CONNECTIONS_REFUSED, TLS_RELOADS};
 use domaind_gossip::pki::{DevCa, NodeCertRequest};
 use domaind_gossip::tls::{NodeTls, TlsError};
 use domaind_gossip::transport::{TlsTransport, TransportLimits};
@@ -231,4 +231,71 @@ async fn a_rotated_certificate_signs_the_nodes_state_again_and_peers_follow() {
     );
     a.stop().await.unwrap();
     b.stop().await.unwrap();
+}
+
+/// The expiry gauge's values by `cert` label, from a fresh snapshot.
+fn expiry_gauges(snapshotter: &metrics_util::debugging::Snapshotter) -> Vec<(String, f64)> {
+    let mut found: Vec<(String, f64)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == CERT_EXPIRY)
+        .map(|(key, _, _, value)| {
+            let cert = key
+                .key()
+                .labels()
+                .find(|l| l.key() == "cert")
+                .map(|l| l.value().to_string())
+                .unwrap_or_default();
+            let metrics_util::debugging::DebugValue::Gauge(v) = value else {
+                panic!("{CERT_EXPIRY} is not a gauge");
+            };
+            (cert, v.into_inner())
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+#[test]
+fn the_expiry_gauge_follows_the_certificate_in_use() {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let pki = Pki::new();
+        let tls = pki.node_tls("node-a");
+        let loaded = tls.material().expiry();
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let day = 86_400;
+        // Both issued for a day by the test PKI; seconds, not milliseconds.
+        assert!((loaded.node_cert - (now + day)).abs() < 120, "{loaded:?}");
+        assert!((loaded.ca - (now + day)).abs() < 120, "{loaded:?}");
+        assert_eq!(
+            expiry_gauges(&snapshotter),
+            [
+                ("ca".to_string(), loaded.ca as f64),
+                ("node".to_string(), loaded.node_cert as f64)
+            ]
+        );
+
+        // Rotated to a certificate valid for longer than the CA: the node's gauge moves.
+        let longer = pki
+            .ca
+            .issue(&NodeCertRequest::new(
+                name("node-a"),
+                time::Duration::days(3),
+            ))
+            .unwrap();
+        longer.write(&pki.node_dir("node-a")).unwrap();
+        assert!(tls.reload_if_changed().unwrap());
+        let rotated = tls.material().expiry();
+        assert!(rotated.node_cert > loaded.node_cert + day, "{rotated:?}");
+        assert_eq!(
+            expiry_gauges(&snapshotter),
+            [
+                ("ca".to_string(), rotated.ca as f64),
+                ("node".to_string(), rotated.node_cert as f64)
+            ]
+        );
+    });
 }

@@ -20,6 +20,7 @@ import json
 import sys
 import tempfile
 import time
+from pathlib import Path
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,9 +41,10 @@ BASE_VALUES: dict[str, Any] = {
     "node": {"nodeSelector": NOWHERE},
     "controller": {"nodeSelector": NOWHERE},
 }
-# Each change shows in a live object; three of them change what is rendered at all (rack
+# Each change shows in a live object; five of them change what is rendered at all (rack
 # mode adds RBAC rules, no leader election drops the Lease's Role and RoleBinding, the
-# node's admission policy off drops the ValidatingAdmissionPolicies and their bindings).
+# node's admission policy off drops the ValidatingAdmissionPolicies and their bindings,
+# monitoring adds the dashboard's ConfigMap and the PrometheusRule).
 UPGRADE_VALUES = merge(
     BASE_VALUES,
     {
@@ -53,14 +55,23 @@ UPGRADE_VALUES = merge(
             "seeds": {"mode": "static"},
         },
         "controller": {"rackMode": {"enabled": True}, "leaderElection": {"enabled": False}},
+        "monitoring": {
+            "dashboard": {"enabled": True},
+            "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
+        },
     },
 )
+# The Prometheus Operator is not in the test cluster: a CRD of ours with the rule's
+# schema (no field left open) stands for it, so the API server checks the rendered rule.
+PROMETHEUS_RULE_CRD = Path(__file__).resolve().parents[1] / "fixtures" / "prometheusrule-crd.yaml"
+PROMETHEUS_RULE_CRD_NAME = "prometheusrules.monitoring.coreos.com"
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "OPERATIONS.md"
 INSTANCE = "app.kubernetes.io/instance"
 # Kinds a release or its dependents could leave in the namespace: the chart's own, and
 # what the DaemonSet and Deployment controllers make from them.
 NAMESPACED_KINDS = (
     "daemonsets,deployments,replicasets,pods,controllerrevisions,services,"
-    "serviceaccounts,roles,rolebindings,configmaps,secrets,leases"
+    "serviceaccounts,roles,rolebindings,configmaps,secrets,leases,prometheusrules"
 )
 CLUSTER_KINDS = (
     "clusterroles,clusterrolebindings,deviceclasses,"
@@ -320,6 +331,58 @@ def clear_leftovers(release: Release) -> None:
         kubectl(["delete", CLUSTER_KINDS, "-l", f"{INSTANCE}={release.name}"])
 
 
+def install_prometheus_rule_crd() -> bool:
+    """Our PrometheusRule CRD, established; whether this run made it (and so deletes it)."""
+    if items(["get", "crd", PROMETHEUS_RULE_CRD_NAME, "--ignore-not-found"]):
+        return False
+    kubectl(["apply", "--server-side", "-f", str(PROMETHEUS_RULE_CRD)])
+    kubectl(
+        ["wait", "--for=condition=Established", f"crd/{PROMETHEUS_RULE_CRD_NAME}", "--timeout=60s"]
+    )
+    return True
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives the headings of `markdown`."""
+    anchors = set()
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            text = line.lstrip("#").strip().lower()
+            anchors.add(
+                "".join(c for c in text if c.isalnum() or c in "-_ ").replace(" ", "-")
+            )
+    return anchors
+
+
+def expect_monitoring(objects: dict[ObjectId, dict[str, Any]]) -> None:
+    """monitoring.*.enabled: the dashboard's ConfigMap carries the sidecar's label and a
+    dashboard; the PrometheusRule, as the API server stored it, has every alert's
+    summary, description and a runbook link to an anchor of docs/OPERATIONS.md."""
+    cm = one(objects, "ConfigMap", "-dashboard")
+    if (cm["metadata"].get("labels") or {}).get("grafana_dashboard") != "1":
+        raise E2EError(f"the dashboard ConfigMap lacks the sidecar's label: {cm['metadata']}")
+    dashboard = json.loads(cm["data"]["domaind.json"])
+    if not dashboard.get("panels"):
+        raise E2EError("the dashboard ConfigMap holds a dashboard without panels")
+    rule = one(objects, "PrometheusRule", "")
+    if (rule["metadata"].get("labels") or {}).get("release") != "prometheus":
+        raise E2EError("monitoring.prometheusRule.labels are not on the PrometheusRule")
+    anchors = github_anchors(OPERATIONS.read_text())
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    if len(alerts) < 5:
+        raise E2EError(f"expected the five alerts, the rule holds {len(alerts)}")
+    for alert in alerts:
+        notes = alert.get("annotations") or {}
+        missing = [k for k in ("summary", "description", "runbook_url") if not notes.get(k)]
+        if missing:
+            raise E2EError(f"alert {alert['alert']} lacks {missing}")
+        anchor = notes["runbook_url"].rpartition("#")[2]
+        if anchor not in anchors:
+            raise E2EError(f"alert {alert['alert']}: docs/OPERATIONS.md has no #{anchor}")
+        if "{{ $" in alert["expr"] or "{{ ." in alert["expr"]:
+            raise E2EError(f"alert {alert['alert']}: an unrendered template in {alert['expr']}")
+
+
 def run(release: Release, keep: bool) -> dict[str, float]:
     timings: dict[str, float] = {}
 
@@ -331,6 +394,7 @@ def run(release: Release, keep: bool) -> dict[str, float]:
 
     clear_leftovers(release)
     crd_before = bool(items(["get", "crd", CRD_NAME, "--ignore-not-found"]))
+    made_rule_crd = install_prometheus_rule_crd()
     adopted = adoptable_device_classes(release)
     if adopted:
         log(
@@ -408,6 +472,9 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         if any(object_id(o).kind == "Service" for o in objects1):
             raise E2EError("the default values rendered a Service: seeds come from the API server")
         one(live2, "Service", "-gossip")
+        if any(object_id(o).kind == "PrometheusRule" for o in objects1):
+            raise E2EError("the default values rendered a PrometheusRule: monitoring is opt-in")
+        expect_monitoring(live2)
         deployment = one(live2, "Deployment", "-controller")
         expect_args(
             deployment,
@@ -433,7 +500,9 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         log(
             "upgraded to revision 2: DaemonSet args (--log=debug, --channel-devices=4, "
             "--seed-discovery=static) and the gossip Service, "
-            "controller args and ClusterRole (rack mode) changed in place; dropped: "
+            "controller args and ClusterRole (rack mode) changed in place; the dashboard "
+            "ConfigMap and the PrometheusRule (accepted by the API server, every runbook "
+            "anchor in docs/OPERATIONS.md) added; dropped: "
             + ", ".join(str(object_id(o)) for o in dropped)
         )
 
@@ -475,6 +544,8 @@ def run(release: Release, keep: bool) -> dict[str, float]:
                 log(f"cleanup: {e}")
         if not keep:
             restore(adopted)
+            if made_rule_crd:
+                kubectl(["delete", "crd", PROMETHEUS_RULE_CRD_NAME, "--ignore-not-found"])
             # Helm creates the namespace (create_namespace) but never deletes it.
             kubectl(
                 ["delete", "namespace", release.namespace, "--ignore-not-found", "--wait=false"],

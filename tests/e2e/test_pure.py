@@ -64,6 +64,7 @@ class Values(unittest.TestCase):
                 if isinstance(v, dict) and prefix + k not in (
                     "node.nodeSelector",
                     "controller.nodeSelector",
+                    "monitoring.prometheusRule.labels",
                 ):
                     out |= keys(v, prefix + k + ".")
             return out

@@ -11,14 +11,18 @@
 //! - `discovery`: gossip seeds from the real API server, two cliques kept apart.
 //! - `sharing`: two ComputeDomains with `isolation: Channel` on the same real kubelets.
 //! - `statedir`: a node on a full state directory serves from memory and catches up.
+//! - `migrate`: `domaind migrate --check` on objects shaped as NVIDIA's stack leaves them.
+//! - `examples`: `deploy/examples/` accepted by the real API server (server-side dry run).
 
 mod admission;
 mod certs;
 mod cliques;
 mod discovery;
+mod examples;
 mod formation;
 mod kube;
 mod kubelet;
+mod migrate;
 mod rack;
 mod sharing;
 mod statedir;

@@ -192,6 +192,32 @@ mod tests {
         );
     }
 
+    /// The CA rotation docs/OPERATIONS.md describes: the Secret's `tls.crt` holds the new
+    /// CA first and the old after it, `tls.key` the new key. The new one signs; the whole
+    /// bundle is what the nodes are given to trust, so old and new certificates both
+    /// chain while nodes renew.
+    #[test]
+    fn a_bundle_of_new_and_old_ca_signs_with_the_first_and_publishes_both() {
+        let now = OffsetDateTime::now_utc();
+        let old = GossipCa::generate(Duration::from_secs(365 * 86400), now).unwrap();
+        let new = GossipCa::generate(Duration::from_secs(365 * 86400), now).unwrap();
+        let bundle = format!("{}{}", new.cert_pem(), old.cert_pem());
+        let ca = GossipCa::from_pem(&bundle, new.key_pem()).unwrap();
+        assert_eq!(ca.cert_pem(), bundle);
+        let key = KeyPair::generate().unwrap();
+        let der = parse(
+            &ca.sign(&grant(&key, Duration::from_secs(3600)), now)
+                .unwrap(),
+        );
+        let (_, cert) = X509Certificate::from_der(&der).unwrap();
+        let new_der = parse(new.cert_pem());
+        let (_, new_cert) = X509Certificate::from_der(&new_der).unwrap();
+        cert.verify_signature(Some(new_cert.public_key())).unwrap();
+        let old_der = parse(old.cert_pem());
+        let (_, old_cert) = X509Certificate::from_der(&old_der).unwrap();
+        assert!(cert.verify_signature(Some(old_cert.public_key())).is_err());
+    }
+
     #[test]
     fn a_certificate_never_outlives_its_ca_and_an_expired_ca_signs_nothing() {
         let now = OffsetDateTime::now_utc();

@@ -2,6 +2,7 @@
 
 mod certs;
 mod kubelet_sim;
+pub mod migrate;
 mod topology;
 
 use crate::cli::Command;
@@ -17,6 +18,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Demo(args) => crate::demo::run(args),
         Command::KubeletSim(command) => kubelet_sim::run(command),
+        Command::Migrate(args) => migrate::run(args),
         Command::Run(args) => domaind_node::run::run(*args),
         Command::Topology(topology) => topology::run(topology),
         Command::ImexSim { .. } | Command::ImexGuard { .. } => {

@@ -9,4 +9,5 @@ mod deploy_manifests;
 mod imex_failing;
 mod imex_orphans;
 mod kubelet_sim;
+mod monitoring;
 mod topology;

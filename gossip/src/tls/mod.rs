@@ -128,6 +128,17 @@ pub struct TlsMaterial {
     client: Arc<ClientConfig>,
     /// The same certificate and key, for signing gossip state.
     credentials: Arc<StateCredentials>,
+    /// When the node certificate, and the first of the CA certificates, expire.
+    expiry: Expiry,
+}
+
+/// Expiry times, in seconds since the Unix epoch: what an alert on a certificate close
+/// to expiry compares with the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry {
+    pub node_cert: i64,
+    /// The earliest of the CA file's certificates: a bundle mid-rotation holds two.
+    pub ca: i64,
 }
 
 impl TlsMaterial {
@@ -155,7 +166,14 @@ impl TlsMaterial {
                 found: node,
             });
         }
-        check_valid_now(&paths.cert, &chain[0])?;
+        let node_cert_expiry = check_valid_now(&paths.cert, &chain[0])?;
+        let ca_expiry = ca_certs
+            .iter()
+            .map(|ca| not_after(&paths.ca_cert, ca))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .min()
+            .expect("parse_certs refuses an empty CA file");
 
         let mut roots = RootCertStore::empty();
         for ca in &ca_certs {
@@ -194,7 +212,15 @@ impl TlsMaterial {
             server: Arc::new(server),
             client: Arc::new(client),
             credentials: Arc::new(credentials),
+            expiry: Expiry {
+                node_cert: node_cert_expiry,
+                ca: ca_expiry,
+            },
         })
+    }
+
+    pub fn expiry(&self) -> Expiry {
+        self.expiry
     }
 
     pub fn node(&self) -> &NodeName {
@@ -235,16 +261,31 @@ fn parse_certs(
     Ok(certs)
 }
 
+fn parse_x509<'a>(
+    path: &Path,
+    cert: &'a CertificateDer<'_>,
+) -> Result<X509Certificate<'a>, TlsError> {
+    X509Certificate::from_der(cert.as_ref())
+        .map(|(_, parsed)| parsed)
+        .map_err(|e| TlsError::Identity {
+            path: path.to_path_buf(),
+            source: IdentityError::Unparsable(e.to_string()),
+        })
+}
+
+/// When `cert` expires, in seconds since the Unix epoch.
+fn not_after(path: &Path, cert: &CertificateDer<'_>) -> Result<i64, TlsError> {
+    Ok(parse_x509(path, cert)?.validity().not_after.timestamp())
+}
+
 /// Refuses to start (or to rotate to) a certificate that peers would refuse anyway:
-/// failing here names the file, where a peer's handshake error would not.
-fn check_valid_now(path: &Path, cert: &CertificateDer<'_>) -> Result<(), TlsError> {
-    let (_, parsed) = X509Certificate::from_der(cert.as_ref()).map_err(|e| TlsError::Identity {
-        path: path.to_path_buf(),
-        source: IdentityError::Unparsable(e.to_string()),
-    })?;
+/// failing here names the file, where a peer's handshake error would not. Returns when
+/// it expires, in seconds since the Unix epoch.
+fn check_valid_now(path: &Path, cert: &CertificateDer<'_>) -> Result<i64, TlsError> {
+    let parsed = parse_x509(path, cert)?;
     let validity = parsed.validity();
     if validity.is_valid() {
-        Ok(())
+        Ok(validity.not_after.timestamp())
     } else {
         Err(TlsError::NotValidNow {
             path: path.to_path_buf(),

@@ -45,6 +45,7 @@ impl NodeTls {
     pub fn load(paths: TlsPaths, node: NodeName) -> Result<Arc<Self>, TlsError> {
         let files = TlsFiles::read(&paths)?;
         let material = TlsMaterial::build(&paths, &files, &node)?;
+        metrics::cert_expiry(material.expiry());
         let (credentials, _) = watch::channel(material.credentials());
         Ok(Arc::new(Self {
             paths,
@@ -86,6 +87,7 @@ impl NodeTls {
         }
         match TlsMaterial::build(&self.paths, &files, &self.node) {
             Ok(material) => {
+                metrics::cert_expiry(material.expiry());
                 self.credentials.send_replace(material.credentials());
                 self.current.store(Arc::new(material));
                 *seen = SeenFiles {

@@ -22,6 +22,11 @@ pub const REQUESTS_TOTAL: &str = "domaind_dra_requests_total";
 /// Claims, by `method`, `version` and `outcome`: `ok`, `retryable_error`,
 /// `permanent_error`, `invalid` (refused before reaching the node).
 pub const CLAIMS_TOTAL: &str = "domaind_dra_claims_total";
+/// Seconds a call took, by `method`, from the kubelet's request to the answer for all of
+/// its claims; calls refused whole (shutting down, malformed) are not timed. A prepare
+/// waits here for its domain (up to `--prepare-deadline`), so this is the latency a pod
+/// start sees from the plugin.
+pub const REQUEST_SECONDS: &str = "domaind_dra_request_duration_seconds";
 
 /// Each claim's answer, keyed by uid as the kubelet's response is: the claim's result or
 /// the text of its `error` field.
@@ -170,6 +175,7 @@ impl ClaimHandler {
             version = version.as_str(),
             claims = claims.len()
         );
+        let started = std::time::Instant::now();
         async {
             let _admitted = self.gate.enter().inspect_err(|_| {
                 count_request(method, version, "unavailable");
@@ -206,6 +212,8 @@ impl ClaimHandler {
             .await;
             let all_ok = answers.iter().all(|(_, result)| result.is_ok());
             count_request(method, version, if all_ok { "ok" } else { "claim_errors" });
+            metrics::histogram!(REQUEST_SECONDS, "method" => method.as_str())
+                .record(started.elapsed().as_secs_f64());
             Ok(answers.into_iter().collect())
         }
         .instrument(span)

@@ -139,6 +139,7 @@ impl Counters {
         Self(
             snapshot
                 .into_iter()
+                .filter(|(key, ..)| key.key().name() != REQUEST_SECONDS)
                 .map(|(key, _, _, value)| {
                     let key = key.key();
                     let labels = key
@@ -266,4 +267,61 @@ fn unprepare_calls_are_counted_by_outcome_too() {
         "neither refused call reached the node"
     );
     assert_eq!(gate.in_flight(), 0);
+}
+
+/// The seconds each answered call took, by method; calls refused whole are not timed.
+fn call_seconds(recorder: &DebuggingRecorder) -> Vec<(String, usize)> {
+    recorder
+        .snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == REQUEST_SECONDS)
+        .map(|(key, _, _, value)| {
+            let method = key
+                .key()
+                .labels()
+                .find(|l| l.key() == "method")
+                .map(|l| l.value().to_string())
+                .unwrap_or_default();
+            let DebugValue::Histogram(samples) = value else {
+                panic!("{REQUEST_SECONDS} is not a histogram");
+            };
+            (method, samples.len())
+        })
+        .collect()
+}
+
+#[test]
+fn answered_calls_are_timed_by_method_and_refused_ones_are_not() {
+    let recorder = DebuggingRecorder::new();
+    let plugin = Arc::new(FakeTablePlugin::default());
+    let gate = CallGate::new();
+    let handler = ClaimHandler::new(plugin, gate.clone());
+    metrics::with_local_recorder(&recorder, || {
+        futures::executor::block_on(async {
+            handler
+                .prepare(DraVersion::V1, vec![claim("u1", "ns", "ok")])
+                .await
+                .unwrap();
+            handler
+                .prepare(DraVersion::V1, vec![claim("u2", "ns", "fail")])
+                .await
+                .unwrap();
+            handler
+                .unprepare(DraVersion::V1, vec![claim("u1", "ns", "ok")])
+                .await
+                .unwrap();
+            handler.prepare(DraVersion::V1, vec![]).await.unwrap_err();
+        })
+    });
+    let mut timed = call_seconds(&recorder);
+    timed.sort();
+    assert_eq!(
+        timed,
+        [
+            ("NodePrepareResources".to_string(), 2),
+            ("NodeUnprepareResources".to_string(), 1)
+        ]
+    );
 }
