@@ -85,12 +85,16 @@ fn view(i: usize, members: &[usize]) -> NodeView {
                 .map(|m| (*m as u16, NAMES[*m].to_owned()))
                 .collect(),
             reporter: Some(NAMES[0].into()),
+            isolation: Default::default(),
+            channel: None,
         }],
         gossip: GossipView {
             cluster_id: "clique-a".into(),
             members: members.iter().map(|m| NAMES[*m].to_owned()).collect(),
         },
         checkpoint: Default::default(),
+        channels: Vec::new(),
+        shared_imex: None,
     }
 }
 
