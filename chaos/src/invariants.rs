@@ -644,17 +644,31 @@ pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
                         entry.name, entry.ip_address
                     )));
                 }
-                if let Some((_, peers)) = &agreed {
-                    let slot = peers
-                        .iter()
-                        .find(|(_, who)| **who == entry.name)
-                        .map(|(slot, _)| *slot);
-                    if entry.index != slot {
-                        reasons.push(status_reason(format!(
-                            "{} has index {:?}, its slot is {slot:?}",
-                            entry.name, entry.index
-                        )));
-                    }
+                // With `--domains` the peer set is the shared IMEX domain's, and the
+                // status lists each member at its slot in the domain itself, as the
+                // member's `/state` tells it.
+                let expected = if world.sharing {
+                    obs.nodes[t].view.as_ref().map(|v| {
+                        v.domains
+                            .iter()
+                            .find(|d| d.uid == world.domain_uid)
+                            .and_then(|d| d.slot)
+                    })
+                } else {
+                    agreed.as_ref().map(|(_, peers)| {
+                        peers
+                            .iter()
+                            .find(|(_, who)| **who == entry.name)
+                            .map(|(slot, _)| *slot)
+                    })
+                };
+                if let Some(slot) = expected
+                    && entry.index != slot
+                {
+                    reasons.push(status_reason(format!(
+                        "{} has index {:?}, its slot is {slot:?}",
+                        entry.name, entry.index
+                    )));
                 }
             }
         }
