@@ -270,8 +270,12 @@ fn sharing_domains_under_kills_pauses_and_domain_churn_break_no_invariant() {
     );
     for fault in faults {
         assert_eq!(fault["outcome"], "healed", "{fault:#}");
-        assert!(fault["detect_ms"].as_u64().is_some(), "{fault:#}");
         assert!(fault["heal_ms"].as_u64().is_some(), "{fault:#}");
+        // A pause shorter than the peers' detection may go unnoticed (a note, as
+        // with one domain); a kill and a domain created or deleted never do.
+        if fault["kind"] != "pause" {
+            assert!(fault["detect_ms"].as_u64().is_some(), "{fault:#}");
+        }
     }
     // Domains were both created and deleted while the others lived.
     let churns: Vec<&str> = faults
