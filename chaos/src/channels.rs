@@ -221,7 +221,7 @@ mod tests {
     /// handed its own.
     fn view(i: usize) -> NodeView {
         NodeView {
-            node: format!("n{i}").into(),
+            node: format!("n{i}"),
             claims: vec![format!("c1-{i}"), format!("c2-{i}")],
             prepared: vec![format!("c1-{i}"), format!("c2-{i}")],
             imex: domaind_node::run::ImexView {
