@@ -69,11 +69,19 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
     pub cliques: u16,
 
+    /// ComputeDomains on the clique's nodes. 1: one domain, IMEX its own. 2 or more:
+    /// every domain has `isolation: Channel` and holds a claim on every node (one shared
+    /// IMEX domain, a channel per domain), domain-churn may run, and the channels
+    /// invariant checks that no pod holds another domain's channel and that no two live
+    /// domains share one.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=6))]
+    pub domains: u16,
+
     /// Faults to inject: kill, pause, imex-crash, restart, partition, loss, churn,
-    /// cert-rotate, imex-port, disk-full, or all; several as a comma list (e.g.
-    /// kill,pause,imex-crash,churn). partition and loss need root and iptables,
-    /// disk-full needs root (a tmpfs over each state directory); without them they are
-    /// skipped, and said so.
+    /// cert-rotate, imex-port, disk-full, domain-churn (with --domains 2 or more), or
+    /// all; several as a comma list (e.g. kill,pause,imex-crash,churn). partition and
+    /// loss need root and iptables, disk-full needs root (a tmpfs over each state
+    /// directory); without them they are skipped, and said so.
     #[arg(long, default_value = "all", value_parser = parse_scenario_arg)]
     pub scenario: Scenario,
 
@@ -129,10 +137,38 @@ pub struct RunArgs {
 
 /// The kinds of `--scenario`.
 #[derive(Debug, Clone)]
-pub struct Scenario(pub Vec<FaultKind>);
+pub struct Scenario {
+    pub kinds: Vec<FaultKind>,
+    /// Whether it said `all`: with `--domains`, all takes domain-churn too.
+    pub all: bool,
+}
 
 fn parse_scenario_arg(text: &str) -> Result<Scenario, String> {
-    parse_scenario(text).map(Scenario)
+    Ok(Scenario {
+        kinds: parse_scenario(text)?,
+        all: text.split(',').any(|w| w.trim() == "all"),
+    })
+}
+
+/// The run's kinds: `all` with several domains takes the sharing kinds too; a sharing
+/// kind needs several domains.
+fn scenario_kinds(scenario: &Scenario, domains: u16) -> anyhow::Result<Vec<FaultKind>> {
+    let mut kinds = scenario.kinds.clone();
+    if domains < 2 {
+        if let Some(kind) = kinds.iter().find(|k| k.needs_sharing()) {
+            bail!(
+                "{kind} needs --domains 2 or more: it creates and deletes domains that share \
+                 the nodes with isolation: Channel"
+            );
+        }
+    } else if scenario.all {
+        for kind in FaultKind::SHARING {
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+    }
+    Ok(kinds)
 }
 
 /// Seconds, or a humantime duration.
@@ -158,7 +194,8 @@ impl RunArgs {
         Ok(RunConfig {
             nodes: self.nodes.into(),
             cliques: self.cliques.into(),
-            scenario: self.scenario.0.clone(),
+            domains: self.domains.into(),
+            scenario: scenario_kinds(&self.scenario, self.domains)?,
             seed: self.seed,
             duration: self.duration,
             domaind,
@@ -212,6 +249,24 @@ mod tests {
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("0").is_err());
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn domain_churn_needs_several_domains_and_all_takes_it_with_them() {
+        let kill_churn = parse_scenario_arg("kill,domain-churn").unwrap();
+        let error = scenario_kinds(&kill_churn, 1).unwrap_err().to_string();
+        assert!(error.contains("--domains 2"), "{error}");
+        assert_eq!(
+            scenario_kinds(&kill_churn, 3).unwrap(),
+            vec![FaultKind::Kill, FaultKind::DomainChurn]
+        );
+        let all = parse_scenario_arg("all").unwrap();
+        assert_eq!(scenario_kinds(&all, 1).unwrap(), FaultKind::ALL.to_vec());
+        let with_sharing = scenario_kinds(&all, 2).unwrap();
+        assert_eq!(with_sharing.len(), FaultKind::ALL.len() + 1);
+        assert_eq!(with_sharing.last(), Some(&FaultKind::DomainChurn));
+        let kill = parse_scenario_arg("kill").unwrap();
+        assert_eq!(scenario_kinds(&kill, 2).unwrap(), vec![FaultKind::Kill]);
     }
 
     #[test]

@@ -19,6 +19,9 @@
 //!   daemon exited that the harness did not crash.
 //! - **cliques** (a rack of several cliques, [`crate::cliques`]): no gossip member and
 //!   no IMEX peer of any node is a node of another clique.
+//! - **channels** (several domains with `isolation: Channel`, [`crate::channels`]): no
+//!   pod holds a channel of a domain it does not belong to, and two live domains never
+//!   have the same channel.
 //!
 //! Checked once faults stop ([`unsettled`]): **agreement** (every member has the same
 //! peer set and slots, and sees the same members) and **status** (the status file lists
@@ -120,9 +123,16 @@ impl NodeRecord {
 /// What the harness did to the rack, as far as the invariants care.
 #[derive(Debug, Clone)]
 pub struct World {
+    /// The run's first domain: the one faults are healed against (agreement, status).
     pub domain_uid: String,
     pub grace: Duration,
     pub nodes: Vec<NodeRecord>,
+    /// With `--domains`: the domain of every claim of another domain than the first,
+    /// by claim uid. A claim not listed is the first domain's.
+    pub claim_domains: BTreeMap<String, String>,
+    /// Every domain runs with `isolation: Channel` (`--domains`): the nodes holding a
+    /// claim of any of them form one IMEX domain, and the channel invariant applies.
+    pub sharing: bool,
 }
 
 impl World {
@@ -150,7 +160,16 @@ impl World {
                     state_dir_freed_at: None,
                 })
                 .collect(),
+            claim_domains: BTreeMap::new(),
+            sharing: false,
         }
+    }
+
+    /// The domain `claim` belongs to.
+    pub fn domain_of<'a>(&'a self, claim: &str) -> &'a str {
+        self.claim_domains
+            .get(claim)
+            .map_or(self.domain_uid.as_str(), String::as_str)
     }
 
     pub fn set_life(&mut self, node: usize, life: Life, now: Instant) {
@@ -185,8 +204,21 @@ impl World {
         self.nodes.iter().position(|n| n.ip == ip)
     }
 
-    /// The nodes that hold claims: the domain's members once things settle.
+    /// The nodes that hold claims of the run's first domain: its members once things
+    /// settle.
     pub fn members(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|i| {
+                self.nodes[*i].claims.iter().any(|(uid, phase)| {
+                    *phase != ClaimPhase::Released && self.domain_of(uid) == self.domain_uid
+                })
+            })
+            .collect()
+    }
+
+    /// The nodes that hold claims of any domain: the IMEX peer set once things settle
+    /// (with `--domains`, the shared IMEX domain's members; otherwise [`Self::members`]).
+    pub fn imex_members(&self) -> Vec<usize> {
         (0..self.nodes.len())
             .filter(|i| self.nodes[*i].holds_claims())
             .collect()
@@ -209,6 +241,9 @@ pub enum Invariant {
     Liveness,
     /// A gossip member or IMEX peer of another NVLink clique ([`crate::cliques`]).
     Cliques,
+    /// A pod holding a channel of another domain than its own, or two live domains on
+    /// one channel ([`crate::channels`]).
+    Channels,
 }
 
 impl fmt::Display for Invariant {
@@ -222,6 +257,7 @@ impl fmt::Display for Invariant {
             Invariant::Crash => "crash",
             Invariant::Liveness => "liveness",
             Invariant::Cliques => "cliques",
+            Invariant::Channels => "channels",
         })
     }
 }
@@ -442,7 +478,7 @@ pub fn dropped_by_all(world: &World, obs: &Observation, target: usize) -> bool {
 /// message loss alone there should be none (no false removal).
 pub fn missing_members(world: &World, obs: &Observation) -> Vec<(String, String)> {
     let members: Vec<usize> = world
-        .members()
+        .imex_members()
         .into_iter()
         .filter(|m| world.nodes[*m].life == Life::Up)
         .collect();
@@ -461,6 +497,15 @@ pub fn missing_members(world: &World, obs: &Observation) -> Vec<(String, String)
     missing
 }
 
+fn sorted_names<'a>(world: &'a World, nodes: &[usize]) -> Vec<&'a str> {
+    let mut names: Vec<&str> = nodes
+        .iter()
+        .map(|m| world.nodes[*m].name.as_str())
+        .collect();
+    names.sort_unstable();
+    names
+}
+
 /// Why the rack is not settled, if it is not: every member runs, sees exactly the
 /// members and the domain Ready, has the same peer set as every other (exactly the
 /// members, one slot each), and the status file says Ready with exactly the members,
@@ -468,13 +513,13 @@ pub fn missing_members(world: &World, obs: &Observation) -> Vec<(String, String)
 pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
     let mut reasons = Vec::new();
     let members = world.members();
-    let mut names: Vec<&str> = members
-        .iter()
-        .map(|m| world.nodes[*m].name.as_str())
-        .collect();
-    names.sort_unstable();
+    let names = sorted_names(world, &members);
+    // Who must be in every peer set: with `--domains`, the holders of any sharing
+    // domain's claim (one shared IMEX domain); otherwise the domain's members.
+    let imex_members = world.imex_members();
+    let imex_names = sorted_names(world, &imex_members);
     let mut agreed: Option<(&str, BTreeMap<u16, String>)> = None;
-    for m in &members {
+    for m in &imex_members {
         let node = &world.nodes[*m];
         let seen = &obs.nodes[*m];
         let name = Some(node.name.as_str());
@@ -488,6 +533,9 @@ pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
             continue;
         }
         match &seen.view {
+            // Holds only claims of other sharing domains: in the shared IMEX domain,
+            // not a member of the first domain.
+            _ if !members.contains(m) => {}
             None => reasons.push(agreement(format!(
                 "no /state: {}",
                 seen.view_error.as_deref().unwrap_or("not asked")
@@ -542,9 +590,9 @@ pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
         }
         let mut in_block: Vec<&str> = peers.values().map(String::as_str).collect();
         in_block.sort_unstable();
-        if in_block != names {
+        if in_block != imex_names {
             reasons.push(agreement(format!(
-                "its peer set holds {in_block:?}, not {names:?}"
+                "its peer set holds {in_block:?}, not {imex_names:?}"
             )));
         }
         match &agreed {
@@ -596,17 +644,31 @@ pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
                         entry.name, entry.ip_address
                     )));
                 }
-                if let Some((_, peers)) = &agreed {
-                    let slot = peers
-                        .iter()
-                        .find(|(_, who)| **who == entry.name)
-                        .map(|(slot, _)| *slot);
-                    if entry.index != slot {
-                        reasons.push(status_reason(format!(
-                            "{} has index {:?}, its slot is {slot:?}",
-                            entry.name, entry.index
-                        )));
-                    }
+                // With `--domains` the peer set is the shared IMEX domain's, and the
+                // status lists each member at its slot in the domain itself, as the
+                // member's `/state` tells it.
+                let expected = if world.sharing {
+                    obs.nodes[t].view.as_ref().map(|v| {
+                        v.domains
+                            .iter()
+                            .find(|d| d.uid == world.domain_uid)
+                            .and_then(|d| d.slot)
+                    })
+                } else {
+                    agreed.as_ref().map(|(_, peers)| {
+                        peers
+                            .iter()
+                            .find(|(_, who)| **who == entry.name)
+                            .map(|(slot, _)| *slot)
+                    })
+                };
+                if let Some(slot) = expected
+                    && entry.index != slot
+                {
+                    reasons.push(status_reason(format!(
+                        "{} has index {:?}, its slot is {slot:?}",
+                        entry.name, entry.index
+                    )));
                 }
             }
         }

@@ -16,8 +16,11 @@
 //!   `/state`, checked against the [`invariants`] on every observation, and
 //!   [`report`]ed as a table and JSON. With `--cliques K` the rack holds K cliques:
 //!   faults hit the first, the others form their own domains beside it, and the
-//!   [`cliques`] invariant watches every node for peers across cliques.
+//!   [`cliques`] invariant watches every node for peers across cliques. With
+//!   `--domains N` the rack's domains share its nodes with `isolation: Channel`, and the
+//!   [`channels`] invariant watches that no pod holds another domain's channel.
 
+pub mod channels;
 pub mod checks;
 pub mod cli;
 pub mod cliques;

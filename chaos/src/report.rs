@@ -6,7 +6,9 @@
 //!   set (hosts block) of every other member whose IMEX daemon runs. imex-crash: a
 //!   new IMEX daemon runs on the node. cert-rotate: the node reports the rotation
 //!   (`domaind_gossip_tls_reloads_total{result="rotated"}`). imex-port: the status
-//!   names the node's IMEX as failing. loss and churn with an extra claim change no
+//!   names the node's IMEX as failing. domain-churn: a new domain's prepares all
+//!   answered (its channel confirmed and handed on every node it holds), or a deleted
+//!   domain shown by no node any more. loss and churn with an extra claim change no
 //!   membership: nothing to detect.
 //! - **heal**: from the fault's end (restart issued, SIGCONT, rules removed, claim
 //!   prepared again, certificate written, port freed) until the domain is Ready with all its
@@ -132,6 +134,9 @@ pub struct Report {
     pub nodes: usize,
     /// Cliques in the rack, each of `nodes` nodes; only the first takes faults.
     pub cliques: usize,
+    /// Domains on the first clique's nodes at the start; more than one share them with
+    /// `isolation: Channel`.
+    pub domains: usize,
     pub scenario: Vec<FaultKind>,
     pub duration_s: u64,
     pub domaind: String,
@@ -218,6 +223,14 @@ impl Report {
             let _ = writeln!(out, "formation: Ready {0}/{0} in {ms} ms", self.nodes);
         }
         let _ = writeln!(out, "network faults: {}", self.network);
+        if self.domains > 1 {
+            let _ = writeln!(
+                out,
+                "domains: {} with isolation: Channel on the same nodes at the start; every \
+                 node's channels checked on every observation",
+                self.domains
+            );
+        }
         if self.cliques > 1 {
             let _ = writeln!(
                 out,

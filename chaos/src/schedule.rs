@@ -35,6 +35,9 @@ pub enum FaultKind {
     ImexPort,
     /// Fill a node's state directory (a tmpfs, as root) for a while, then free it.
     DiskFull,
+    /// With `--domains` (several domains with `isolation: Channel` on the same nodes): a
+    /// sharing domain created on a few nodes, or one deleted from every node.
+    DomainChurn,
 }
 
 impl FaultKind {
@@ -51,6 +54,10 @@ impl FaultKind {
         FaultKind::DiskFull,
     ];
 
+    /// The kinds only a run of several sharing domains has (`--domains`): not in `all`
+    /// for a run of one domain, whose schedules stay what they were.
+    pub const SHARING: [FaultKind; 1] = [FaultKind::DomainChurn];
+
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -63,6 +70,7 @@ impl FaultKind {
             FaultKind::CertRotate => "cert-rotate",
             FaultKind::ImexPort => "imex-port",
             FaultKind::DiskFull => "disk-full",
+            FaultKind::DomainChurn => "domain-churn",
         }
     }
 
@@ -74,6 +82,11 @@ impl FaultKind {
     /// Whether the fault needs root to mount a tmpfs over the state directories.
     pub fn needs_state_dir_mounts(self) -> bool {
         self == FaultKind::DiskFull
+    }
+
+    /// Whether the fault needs a run of several sharing domains (`--domains`).
+    pub fn needs_sharing(self) -> bool {
+        FaultKind::SHARING.contains(&self)
     }
 
     /// How long, beyond its hold, a fault of this kind usually takes to be noticed and
@@ -95,6 +108,8 @@ impl FaultKind {
             // 12.8 s one), then formation.
             FaultKind::ImexPort => 15,
             FaultKind::DiskFull => 3,
+            // A new domain's channel is confirmed once every node advertises it.
+            FaultKind::DomainChurn => 4,
         };
         Duration::from_secs(secs)
     }
@@ -113,12 +128,13 @@ pub fn parse_scenario(text: &str) -> Result<Vec<FaultKind>, String> {
         let found: Vec<FaultKind> = if word == "all" {
             FaultKind::ALL.to_vec()
         } else {
-            match FaultKind::ALL.iter().find(|k| k.name() == word) {
+            let every = FaultKind::ALL.iter().chain(&FaultKind::SHARING);
+            match every.clone().find(|k| k.name() == word) {
                 Some(kind) => vec![*kind],
                 None => {
                     return Err(format!(
                         "unknown scenario {word:?}: expected all or a comma-separated list of {}",
-                        FaultKind::ALL.map(FaultKind::name).join(", ")
+                        every.map(|k| k.name()).collect::<Vec<_>>().join(", ")
                     ));
                 }
             }
@@ -145,6 +161,19 @@ pub enum Churn {
     ExtraClaim,
 }
 
+/// What a domain-churn step does. The harness turns one into the other when it must:
+/// it creates when no domain but the run's first is left, and deletes when the run
+/// holds one more domain than `--domains` asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DomainChurn {
+    /// A new sharing domain, one claim on each target, prepared at once.
+    Create,
+    /// Every claim of a sharing domain other than the run's first unprepared, its
+    /// claim files removed; which domain, by the step's `pick`.
+    Delete,
+}
+
 /// One fault of the schedule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Step {
@@ -166,6 +195,12 @@ pub struct Step {
     pub loss_percent: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub churn: Option<Churn>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain_churn: Option<DomainChurn>,
+    /// `domain-churn`: a draw that picks the domain a delete takes, among those there
+    /// are then (`pick % count`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pick: Option<u64>,
 }
 
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -203,6 +238,8 @@ impl Schedule {
                 rng.shuffle(&mut bag);
             }
             let kind = bag.pop().expect("refilled above");
+            let mut domain_churn = None;
+            let mut pick = None;
             let (targets, hold, loss_percent, churn) = match kind {
                 FaultKind::Restart => {
                     let count = 1 + rng.below(nodes.min(3) as u64) as usize;
@@ -268,6 +305,22 @@ impl Schedule {
                 FaultKind::ImexCrash | FaultKind::CertRotate => {
                     (vec![rng.node(nodes)], Duration::ZERO, None, None)
                 }
+                // A new domain on 1..=nodes of the nodes, or a domain deleted from all
+                // of them; the hold is how long the rack lives with it before the heal.
+                FaultKind::DomainChurn => {
+                    domain_churn = Some(if rng.below(2) == 0 {
+                        DomainChurn::Create
+                    } else {
+                        DomainChurn::Delete
+                    });
+                    pick = Some(rng.next_u64());
+                    let count = 1 + rng.below(nodes as u64) as usize;
+                    let mut order: Vec<usize> = (0..nodes).collect();
+                    rng.shuffle(&mut order);
+                    order.truncate(count);
+                    order.sort_unstable();
+                    (order, rng.between_ms(500, 2_000), None, None)
+                }
             };
             let next = at + hold + kind.allowance(targets.len()) + rng.between_ms(1_000, 3_000);
             steps.push(Step {
@@ -278,6 +331,8 @@ impl Schedule {
                 hold,
                 loss_percent,
                 churn,
+                domain_churn,
+                pick,
             });
             at = next;
         }
@@ -356,6 +411,45 @@ mod tests {
     }
 
     #[test]
+    fn domain_churn_is_named_but_not_in_all() {
+        assert_eq!(
+            parse_scenario("kill,domain-churn").unwrap(),
+            vec![FaultKind::Kill, FaultKind::DomainChurn]
+        );
+        assert!(
+            !parse_scenario("all")
+                .unwrap()
+                .contains(&FaultKind::DomainChurn)
+        );
+        assert!(parse_scenario("nope").unwrap_err().contains("domain-churn"));
+    }
+
+    #[test]
+    fn domain_churn_steps_create_or_delete_on_distinct_nodes() {
+        let kinds = [FaultKind::Kill, FaultKind::DomainChurn];
+        let schedule = Schedule::generate(5, 4, &kinds, Duration::from_secs(600));
+        let churns: Vec<&Step> = schedule
+            .steps
+            .iter()
+            .filter(|s| s.kind == FaultKind::DomainChurn)
+            .collect();
+        assert!(churns.len() > 10);
+        for step in &churns {
+            assert!(step.pick.is_some(), "{step:?}");
+            assert!(
+                !step.targets.is_empty() && step.targets.len() <= 4,
+                "{step:?}"
+            );
+            assert!(step.targets.windows(2).all(|w| w[0] < w[1]), "{step:?}");
+        }
+        for variant in [DomainChurn::Create, DomainChurn::Delete] {
+            assert!(churns.iter().any(|s| s.domain_churn == Some(variant)));
+        }
+        // Not every create takes every node: the domains overlap, not coincide.
+        assert!(churns.iter().any(|s| s.targets.len() < 4));
+    }
+
+    #[test]
     fn the_generator_is_splitmix64() {
         // The first outputs for seed 0, as published with the algorithm.
         let mut rng = SplitMix64::new(0);
@@ -397,6 +491,7 @@ mod tests {
                     assert!((1..=3).contains(&step.targets.len()));
                 }
                 FaultKind::Churn => assert!(step.churn.is_some() && step.targets.len() == 1),
+                FaultKind::DomainChurn => unreachable!("not in ALL"),
                 _ => assert_eq!(step.targets.len(), 1),
             }
         }

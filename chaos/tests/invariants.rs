@@ -513,3 +513,57 @@ fn a_failing_imex_is_named_only_as_the_reporter_writes_it() {
     }
     assert!(!names_imex_failing(&FileRead::Missing, node));
 }
+
+/// `--domains`: node-03 holds only a claim of another sharing domain. It must be in
+/// every peer set (one shared IMEX domain) but is no member of the first domain, whose
+/// status lists each member at its slot in the domain, not in the shared peer set.
+#[test]
+fn with_sharing_domains_the_peer_set_is_every_holder_and_the_members_the_first_domains() {
+    let now = Instant::now();
+    let long_ago = now - Duration::from_secs(60);
+    let mut world = formed(now);
+    world.sharing = true;
+    world
+        .claim_domains
+        .insert("claim-d2-node-03".into(), "cd-2".into());
+    world.set_claim(2, "claim-d2-node-03", ClaimPhase::Prepared, long_ago);
+    world.set_claim(2, "claim-node-03", ClaimPhase::Released, long_ago);
+    assert_eq!(world.members(), vec![0, 1]);
+    assert_eq!(world.imex_members(), vec![0, 1, 2]);
+
+    let mut obs = healthy(now, &[0, 1, 2]);
+    obs.nodes[2].view.as_mut().unwrap().domains.clear();
+    for i in 0..2 {
+        let domain = &mut obs.nodes[i].view.as_mut().unwrap().domains[0];
+        domain.members = vec![NAMES[0].into(), NAMES[1].into()];
+        (domain.ready, domain.total) = (2, 2);
+        // Slots in the domain itself: swapped against the shared peer set's.
+        domain.slot = Some(1 - i as u16);
+    }
+    let mut listed = status(&[0, 1]);
+    listed.nodes[0].index = Some(1);
+    listed.nodes[1].index = Some(0);
+    obs.status = FileRead::Read(listed.clone());
+    assert_eq!(unsettled(&world, &obs), Vec::new());
+
+    // The status giving node-01 its shared IMEX slot is wrong for the domain.
+    listed.nodes[0].index = Some(0);
+    obs.status = FileRead::Read(listed);
+    let reasons = unsettled(&world, &obs);
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.invariant == Invariant::Status && r.detail.contains("node-01 has index")),
+        "{reasons:#?}"
+    );
+
+    // node-03 left out of a peer set: it holds a claim of a sharing domain.
+    obs.nodes[0].hosts = FileRead::Read(block(&[0, 1]));
+    let reasons = unsettled(&world, &obs);
+    assert!(
+        reasons.iter().any(|r| r.invariant == Invariant::Agreement
+            && r.node.as_deref() == Some("node-01")
+            && r.detail.contains("node-03")),
+        "{reasons:#?}"
+    );
+}

@@ -96,14 +96,15 @@ impl Harness {
             .collect()
     }
 
-    /// Allocates `uid` to `node` (the claim file) and calls prepare in the background,
-    /// as the kubelet does, until it succeeds.
+    /// Allocates `uid` to `node` (the claim file, of the domain the world says `uid`
+    /// is of) and calls prepare in the background, as the kubelet does, until it
+    /// succeeds.
     pub(super) fn begin_prepare(&mut self, node: usize, uid: &str) {
-        if let Err(error) = self
-            .rack
-            .local()
-            .write_claim(&claim_file(&self.domain, uid))
-        {
+        let domain = self
+            .sharing
+            .get(self.world.domain_of(uid))
+            .unwrap_or(&self.domain);
+        if let Err(error) = self.rack.local().write_claim(&claim_file(domain, uid)) {
             self.liveness(Some(node), format!("cannot write claim {uid}: {error}"));
             return;
         }

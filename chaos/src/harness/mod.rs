@@ -20,8 +20,11 @@
 //! - `findings`: violations (each once, later sightings counted) and crashes;
 //! - `others`: with `--cliques K`, the cliques past the first: their domains, their
 //!   crashes, and the cliques invariant over every node.
+//! - `domains`: with `--domains N`, the sharing domains beside the first: their claims
+//!   at formation, and the channels invariant on every observation.
 
 mod claims;
+mod domains;
 mod faults;
 mod findings;
 mod heal;
@@ -29,10 +32,12 @@ mod observer;
 mod others;
 mod run_loop;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use domaind_actors::model::Isolation;
 use domaind_node::local::ComputeDomainRef;
 use domaind_node::rack::{LocalRack, RackSpec, short_temp_dir};
 
@@ -82,6 +87,9 @@ pub struct RunConfig {
     /// NVLink cliques in the rack: the first takes the faults, the others each form a
     /// domain of their own beside it.
     pub cliques: usize,
+    /// Domains on the first clique's nodes: 1, IMEX its own; more, each with
+    /// `isolation: Channel` and a claim on every node.
+    pub domains: usize,
     pub scenario: Vec<FaultKind>,
     pub seed: u64,
     /// How long faults are scheduled for (formation and the final checks come on top).
@@ -112,7 +120,12 @@ struct Harness {
     tmp: Option<tempfile::TempDir>,
     net: Result<NetFaults, String>,
     world: World,
+    /// The run's first domain: faults are healed against it (agreement, status).
     domain: ComputeDomainRef,
+    /// With `--domains`: every other domain the run made, deleted or not, by uid.
+    sharing: BTreeMap<String, ComputeDomainRef>,
+    /// Domains made so far, the first included: the next one's number.
+    domains_made: usize,
     started: Instant,
     phase_start: Instant,
     /// The fault being injected or healed, for attributing violations.
@@ -178,9 +191,13 @@ impl Harness {
             name: DOMAIN_NAME.into(),
             uid: format!("chaos-{:016x}", config.seed),
             num_nodes: 0,
-            isolation: Default::default(),
+            isolation: if config.domains > 1 {
+                Isolation::Channel
+            } else {
+                Isolation::default()
+            },
         };
-        let world = World::new(
+        let mut world = World::new(
             domain.uid.clone(),
             config.isolation_grace,
             // The rack's first nodes are its first clique (contiguous blocks).
@@ -190,6 +207,7 @@ impl Harness {
                 .map(|n| (n.name().to_owned(), n.ip())),
             now,
         );
+        world.sharing = config.domains > 1;
         let cliques = CliqueMap::new(
             rack.nodes()
                 .iter()
@@ -206,6 +224,8 @@ impl Harness {
             net,
             world,
             domain,
+            sharing: BTreeMap::new(),
+            domains_made: 1,
             started: now,
             phase_start: now,
             current: None,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use domaind_node::run::RunInfo;
 
 use super::{Harness, LOG_TAIL, TICK};
+use crate::channels;
 use crate::invariants::{Invariant, Life, Violation, World, check};
 use crate::observe::{self, FileRead, HostsBlock, NodeObservation, Observation};
 use crate::report::CrashRecord;
@@ -24,6 +25,11 @@ impl Harness {
         let now = Instant::now();
         for violation in check(&world, &observation, now) {
             self.record(violation);
+        }
+        if world.sharing {
+            for violation in channels::check(&world, &observation) {
+                self.record(violation);
+            }
         }
         self.observations += 1;
         self.last = Some((world, observation));

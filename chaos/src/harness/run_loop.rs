@@ -77,6 +77,13 @@ impl Harness {
             let claim = self.own_claim(node);
             self.begin_prepare(node, &claim);
         }
+        if self.config.domains > 1 {
+            self.say(&format!(
+                "and one claim per node for each of {} more domains, every one with isolation: Channel",
+                self.config.domains - 1
+            ));
+            self.begin_sharing_domains();
+        }
         match self.wait_until(FORM_LIMIT, |h, w, o| h.settled(w, o)).await {
             Some(at) => {
                 let ms = super::millis(issued, at);
@@ -85,6 +92,9 @@ impl Harness {
                 self.say(&format!(
                     "formed: Ready {nodes}/{nodes} in {ms} ms ({since_start:.1} s after the daemons started)"
                 ));
+                if self.config.domains > 1 {
+                    self.say(&format!("channels: {}", self.channels_line()));
+                }
                 self.finish_other_cliques().await;
                 Some(ms)
             }
@@ -208,6 +218,7 @@ impl Harness {
             seed: self.config.seed,
             nodes: self.config.nodes,
             cliques: self.config.cliques,
+            domains: self.config.domains,
             scenario: self.config.scenario.clone(),
             duration_s: self.config.duration.as_secs(),
             domaind: self.config.domaind.display().to_string(),

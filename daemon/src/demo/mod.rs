@@ -6,6 +6,7 @@
 //! of another clique.
 
 mod idle;
+mod sharing;
 mod table;
 
 use std::io::{IsTerminal as _, Write as _};
@@ -41,6 +42,13 @@ pub struct DemoArgs {
     /// only. A clique's node kill needs 2 or more nodes.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
     pub cliques: u16,
+
+    /// ComputeDomains, 1 to 4. Above 1 they all have `isolation: Channel` and every
+    /// node holds a claim of each: they form at once, each on its own channel, each
+    /// pod's CDI spec is checked to hold its own domain's channel only, and the first
+    /// is deleted while the others stay Ready. Not with --cliques, --keep or --idle.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=4))]
+    pub domains: u16,
 
     /// Leave the rack running after the demo, and print how to poke it; stop with
     /// SIGTERM or SIGINT (Ctrl-C), which cleans up.
@@ -150,6 +158,16 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
 }
 
 async fn demo(args: DemoArgs) -> anyhow::Result<()> {
+    if args.domains > 1 {
+        if args.cliques > 1 || args.keep || args.idle.is_some() {
+            bail!(
+                "--domains {} runs its own scenario on one clique: it cannot be combined with \
+                 --cliques, --keep or --idle",
+                args.domains
+            );
+        }
+        return shared_demo(args).await;
+    }
     let domaind = std::env::current_exe().context("cannot find the domaind binary")?;
     let tmp = short_temp_dir("domaind-demo").context("cannot make a temporary directory")?;
     let cliques = usize::from(args.cliques);
@@ -205,6 +223,34 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         } else {
             println!("{}", serde_json::to_string(&fleet)?);
         }
+    }
+    Ok(())
+}
+
+/// `--domains N`: N domains with `isolation: Channel` share one rack.
+async fn shared_demo(args: DemoArgs) -> anyhow::Result<()> {
+    let domaind = std::env::current_exe().context("cannot find the domaind binary")?;
+    let tmp = short_temp_dir("domaind-demo").context("cannot make a temporary directory")?;
+    let mut spec = RackSpec::self_contained(usize::from(args.nodes), domaind, tmp.path().into());
+    spec.subnet = args.subnet;
+    spec.gossip_interval = args.gossip_interval;
+    spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
+    let mut rack = LocalRack::create(spec)?;
+    let mut interrupts = Interrupts::new()?;
+    let outcome = tokio::select! {
+        outcome = sharing::scenario(&mut rack, &args) => outcome,
+        signal = interrupts.next() => Err(anyhow::anyhow!("interrupted by {signal}")),
+    };
+    tokio::task::block_in_place(|| rack.stop_all(STOP_LIMIT));
+    let crashed = rack.unexpected_exits();
+    drop(rack);
+    drop(tmp);
+    let summary = outcome?;
+    if !crashed.is_empty() {
+        bail!("daemons died that the demo did not kill: {crashed:?}");
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
     }
     Ok(())
 }

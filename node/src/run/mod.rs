@@ -38,7 +38,9 @@ use tracing::{error, info, warn};
 pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs, SlicesOnExit, TlsMode};
 pub use info::RunInfo;
 pub use seeds::{SeedDiscovery, SeedPlan, StaticSeeds};
-pub use state::{CheckpointView, DomainView, GossipView, ImexView, NodeView};
+pub use state::{
+    CheckpointView, DomainView, GossipView, HandedChannel, ImexView, NodeView, SharedImexView,
+};
 pub use vitals::Vitals;
 
 use crate::cdi::CdiWriter;

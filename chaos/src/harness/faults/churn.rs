@@ -17,14 +17,15 @@ impl Harness {
         }
     }
 
-    /// Unprepares every claim of the target: it must leave every peer set and stop
-    /// its IMEX daemon (the detection); after the hold its claim is prepared again.
+    /// Unprepares every claim of the target (of every domain, with `--domains`): it
+    /// must leave every peer set and stop its IMEX daemon (the detection); after the
+    /// hold its claims are prepared again.
     async fn leave_and_rejoin(&mut self, step: &Step, mut record: FaultRecord) -> FaultRecord {
         let target = step.targets[0];
-        let own = self.own_claim(target);
+        let held = self.held_claims(target);
         let injected = Instant::now();
-        for claim in self.held_claims(target) {
-            self.unprepare(target, &claim).await;
+        for claim in &held {
+            self.unprepare(target, claim).await;
         }
         let left = self
             .wait_until(DETECT_LIMIT, |_, w, o| {
@@ -40,7 +41,9 @@ impl Harness {
         });
         self.hold(step.hold, |_, _, _| false).await;
         let ended = Instant::now();
-        self.begin_prepare(target, &own);
+        for claim in &held {
+            self.begin_prepare(target, claim);
+        }
         record.notes.push("left and rejoined".into());
         self.heal_fault(record, ended, "its claim was prepared again")
             .await

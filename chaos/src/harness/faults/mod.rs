@@ -6,6 +6,7 @@
 mod certs;
 mod churn;
 mod disk;
+mod domains;
 mod imex_port;
 mod network;
 mod process;
@@ -31,6 +32,7 @@ impl Harness {
             FaultKind::CertRotate => vec![self.cert_rotate(step).await],
             FaultKind::ImexPort => vec![self.imex_port(step).await],
             FaultKind::DiskFull => vec![self.disk_full(step).await],
+            FaultKind::DomainChurn => vec![self.domain_churn(step).await],
         }
     }
 
