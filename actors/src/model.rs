@@ -162,6 +162,12 @@ pub struct Sharing {
     /// shared IMEX domain assigns it the same way.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub channels: BTreeMap<DomainUid, ChannelId>,
+    /// On the shared IMEX domain's advertisement: the channels this node's pods hold,
+    /// by domain. Kept by the others with the rest of a lost node's advertisement, so
+    /// that a channel stays reserved while a node whose daemon died (its pods may well
+    /// run on) is away.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub held_channels: BTreeMap<DomainUid, ChannelId>,
 }
 
 /// A live member of a domain, from gossip.

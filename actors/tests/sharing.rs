@@ -314,3 +314,55 @@ fn domains_formed_at_once_on_nodes_not_yet_in_touch_never_share_a_channel() {
         assert_ne!(a.channel, b.channel, "two domains were handed one channel");
     });
 }
+
+/// A node whose daemon dies keeps its pods (they run on without it): their channel
+/// stays reserved while it is away, and a domain formed meanwhile gets another.
+#[test]
+fn a_lost_nodes_channel_is_not_given_to_a_new_domain() {
+    run(|| async {
+        let mut rack = rack_of(&["node-a", "node-c"], |_| {});
+        let (x, solo, fresh) = (domain("x", 0), domain("solo", 0), domain("fresh", 0));
+        rack.sharing_claim("cx", &x, AllocationMode::Single);
+        rack.sharing_claim("csolo", &solo, AllocationMode::Single);
+        rack.sharing_claim("cfresh", &fresh, AllocationMode::Single);
+        let claims = [("node-a", "cx".to_owned()), ("node-c", "csolo".to_owned())];
+        let results = prepare_at_once(&rack, &claims).await;
+        let held = results[1].as_ref().unwrap().channel.unwrap();
+        rack.kill("node-c");
+        rack.wait_until(
+            LIMIT,
+            "node-c is lost to the shared IMEX domain",
+            &["node-a"],
+            |s| {
+                s[0].shared_imex
+                    .as_ref()
+                    .is_some_and(|d| d.lost == ["node-c"])
+            },
+        )
+        .await;
+        let got = rack
+            .prepare("node-a", "cfresh")
+            .await
+            .unwrap()
+            .channel
+            .unwrap();
+        assert_ne!(
+            got, held,
+            "the channel node-c's pods hold was given to a new domain"
+        );
+
+        // Back from its checkpoint, it holds the same channel, and nobody else does.
+        rack.start("node-c");
+        rack.wait_until(
+            LIMIT,
+            "node-c serves solo again on its channel",
+            &["node-c"],
+            |s| {
+                s[0].domains
+                    .iter()
+                    .any(|d| d.domain.uid.0 == "solo" && d.channel == Some(held))
+            },
+        )
+        .await;
+    });
+}

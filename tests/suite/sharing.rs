@@ -22,8 +22,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::kubelet::{
-    FakeNodes, cdi_specs, create_from_yaml, pods_of, start_daemons,
-    wait_registered, wait_running,
+    FakeNodes, cdi_specs, create_from_yaml, pods_of, start_daemons, wait_registered, wait_running,
 };
 use domaind_e2e::cluster::{
     create_namespace, install_crd_and_device_classes, skip, spawn_controller, wait_every, wait_for,

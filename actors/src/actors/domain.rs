@@ -20,7 +20,9 @@ use crate::actors::channel::{ChannelActor, Progress, WaitReady};
 use crate::actors::imex_peer::{ImexPeerActor, PeerSignal, PeerVerdict};
 use crate::actors::imex_process::{ApplyPeers, ImexProcessActor, ImexReport, ReleaseImex};
 use crate::actors::last_out::LastOut;
-use crate::actors::sharing::{ChannelState, Role, SharedFault, SharedImexProgress, new_faults};
+use crate::actors::sharing::{
+    ChannelState, HeldChannels, Role, SharedFault, SharedImexProgress, new_faults,
+};
 use crate::actors::status_writer::{PublishStatus, Retire, StatusWriterActor};
 use crate::config::NodeConfig;
 use crate::model::{
@@ -148,6 +150,8 @@ pub struct DomainActor {
     /// The shared IMEX domain: since when this node has assigned each domain its
     /// channel (the settle before a channel is confirmed).
     assigned_at: BTreeMap<crate::model::DomainUid, (ChannelId, Instant)>,
+    /// The shared IMEX domain: the channels this node's pods hold (from the node).
+    held_here: BTreeMap<crate::model::DomainUid, ChannelId>,
 
     // Everything below is rebuilt on (re)start.
     claims: BTreeMap<String, (ClaimRecord, Addr<ChannelActor>)>,
@@ -234,6 +238,7 @@ impl DomainActor {
             channel_handed: None,
             exhausted_counted: false,
             assigned_at: BTreeMap::new(),
+            held_here: BTreeMap::new(),
             claims: BTreeMap::new(),
             my_ad: None,
             published: None,
@@ -843,7 +848,12 @@ impl DomainActor {
         ad: &mut Advertisement,
         ctx: &mut Context<Self>,
     ) {
-        let candidates = sharing_domains(live, &self.config.clique);
+        let away = self
+            .roster
+            .lost()
+            .iter()
+            .map(|(node, lost)| (node, &lost.member.ad));
+        let candidates = sharing_domains(live, &self.config.clique, away);
         let assignment = assign_channels(&candidates, self.config.channels);
         let now = Instant::now();
         let before = std::mem::take(&mut self.assigned_at);
@@ -897,6 +907,7 @@ impl DomainActor {
         }
         ad.sharing = Some(Sharing {
             channels: assignment.channels.clone(),
+            held_channels: self.held_here.clone(),
             ..Sharing::default()
         });
         let failure = self
@@ -1127,6 +1138,16 @@ impl Handler<SharedImexProgress> for DomainActor {
         }
         if self.shared.as_ref() != Some(&progress) {
             self.shared = Some(progress);
+            self.schedule_recompute(ctx);
+        }
+    }
+}
+
+impl Handler<HeldChannels> for DomainActor {
+    type Result = ();
+    fn handle(&mut self, HeldChannels(held): HeldChannels, ctx: &mut Self::Context) {
+        if self.held_here != held {
+            self.held_here = held;
             self.schedule_recompute(ctx);
         }
     }

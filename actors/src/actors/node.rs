@@ -16,7 +16,7 @@ use crate::actors::domain::{
 };
 use crate::actors::gossip_bridge::GossipBridge;
 use crate::actors::imex_process::{Detach, GetImexLifecycle, ImexLifecycle, ImexProcessActor};
-use crate::actors::sharing::{Role, SharedImexProgress};
+use crate::actors::sharing::{HeldChannels, Role, SharedImexProgress};
 use crate::config::NodeConfig;
 use crate::model::{AllocationMode, ClaimRef, DomainRef, DomainUid, Isolation};
 use crate::outcome::{PrepareError, Prepared, domain_label};
@@ -176,6 +176,23 @@ impl NodeActor {
         };
         info!(node = %self.config.node, %clique, "joining the clique's shared IMEX domain");
         self.shared_imex = Some(self.start_domain(domain, Role::SharedImex, ctx));
+        self.tell_held();
+    }
+
+    /// Tells the shared IMEX domain the channels this node's pods hold (answered
+    /// prepares, as recorded), which it advertises.
+    fn tell_held(&self) {
+        let Some(shared) = &self.shared_imex else {
+            return;
+        };
+        let held = self
+            .checkpoint
+            .claims
+            .values()
+            .filter(|r| r.state == PrepareState::PrepareCompleted)
+            .filter_map(|r| Some((r.info.domain.uid.clone(), r.channel?)))
+            .collect();
+        shared.do_send(HeldChannels(held));
     }
 
     /// The claim already held here that keeps `info`'s domain off this node, if any:
@@ -407,6 +424,7 @@ impl Handler<Unprepare> for NodeActor {
         // Recorded now, not once the domain has answered: a prepare of the same claim
         // arriving meanwhile is recorded after it, as it happened.
         let gone = self.record(vec![CheckpointChange::ClaimGone(uid.clone())]);
+        self.tell_held();
         Box::pin(
             async move {
                 let remaining = match domain {
@@ -605,6 +623,7 @@ impl Handler<Complete> for NodeActor {
             vec![CheckpointChange::Claim(completed)]
         };
         let recorded = self.record(changes);
+        self.tell_held();
         Box::pin(async move { recorded.await.map_err(not_recorded) })
     }
 }

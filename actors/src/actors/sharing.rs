@@ -21,6 +21,12 @@ pub enum Role {
     Sharing,
 }
 
+/// The channels this node's pods hold, by domain: from the node to the shared IMEX
+/// domain, which advertises them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct HeldChannels(pub BTreeMap<DomainUid, ChannelId>);
+
 /// The shared IMEX domain's state on this node, from its actor to the node and on to
 /// each sharing domain.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Message)]

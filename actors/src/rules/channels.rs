@@ -52,7 +52,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use domaind_gossip::Membership;
 
-use crate::model::{ChannelId, CliqueId, DomainUid, NodeId};
+use crate::model::{Advertisement, ChannelId, CliqueId, DomainUid, NodeId};
 use crate::rules::membership::{DOMAIN_KEY_PREFIX, decode_advertisement};
 
 /// The shared IMEX domain's name among domain keys: not a Kubernetes UID (those are
@@ -90,8 +90,15 @@ pub struct ChannelAssignment {
 type Preference = ((bool, u64, NodeId), ChannelId);
 
 /// The sharing domains advertised in `clique` by the live nodes of `live`, as
-/// candidates: a domain's preference is the channel its most senior member advertises.
-pub fn sharing_domains(live: &Membership, clique: &CliqueId) -> Vec<ChannelCandidate> {
+/// candidates: a domain's preference is the channel a holding member advertises, else
+/// its most senior member's. `away` are the last shared-domain advertisements of nodes
+/// gossip lost (kept for the lost retention): the channels their pods held stay
+/// reserved, held, while they are away.
+pub fn sharing_domains<'a>(
+    live: &Membership,
+    clique: &CliqueId,
+    away: impl IntoIterator<Item = (&'a NodeId, &'a Advertisement)>,
+) -> Vec<ChannelCandidate> {
     let mut domains: BTreeMap<DomainUid, (u64, Option<Preference>)> = BTreeMap::new();
     for (node, member) in live {
         for (key, value) in &member.keys {
@@ -116,6 +123,20 @@ pub fn sharing_domains(live: &Membership, clique: &CliqueId) -> Vec<ChannelCandi
                 if entry.1.as_ref().is_none_or(|(best, _)| rank < *best) {
                     entry.1 = Some((rank, channel));
                 }
+            }
+        }
+    }
+    for (node, ad) in away {
+        let Some(sharing) = ad.sharing.as_ref().filter(|_| &ad.clique == clique) else {
+            continue;
+        };
+        for (uid, channel) in &sharing.held_channels {
+            let entry = domains
+                .entry(uid.clone())
+                .or_insert((ad.joined_at_ms, None));
+            let rank = (false, ad.joined_at_ms, node.clone());
+            if entry.1.as_ref().is_none_or(|(best, _)| rank < *best) {
+                entry.1 = Some((rank, *channel));
             }
         }
     }
@@ -308,12 +329,38 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let found = sharing_domains(&live, &CliqueId("c.0".into()));
+        let found = sharing_domains(&live, &CliqueId("c.0".into()), []);
         let held_d3 = ChannelCandidate {
             held: true,
             ..c("d3", 3, Some(6))
         };
         assert_eq!(found, vec![c("d1", 2, Some(4)), c("d2", 9, None), held_d3]);
+    }
+
+    /// A node whose daemon died keeps its pods' channels reserved while it is away:
+    /// a new domain never gets them.
+    #[test]
+    fn the_channels_held_on_a_lost_node_stay_reserved() {
+        let live: Membership = [member(
+            "a",
+            vec![("domain/new".into(), ad("c.0", 1, None, true))],
+        )]
+        .into_iter()
+        .collect();
+        let lost_ad = crate::model::Advertisement {
+            clique: CliqueId("c.0".into()),
+            joined_at_ms: 5,
+            sharing: Some(Sharing {
+                held_channels: [(uid("old"), 0)].into(),
+                ..Sharing::default()
+            }),
+            ..advertisement()
+        };
+        let lost = "b".to_owned();
+        let found = sharing_domains(&live, &CliqueId("c.0".into()), [(&lost, &lost_ad)]);
+        let a = assign_channels(&found, 8);
+        assert_eq!(a.channels[&uid("old")], 0);
+        assert_eq!(a.channels[&uid("new")], 1);
     }
 
     #[test]
