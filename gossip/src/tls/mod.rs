@@ -112,6 +112,19 @@ impl std::fmt::Debug for TlsFiles {
 }
 
 impl TlsFiles {
+    /// A set of PEM contents, as the files would hold them.
+    pub fn from_pem(
+        ca_cert: impl Into<Vec<u8>>,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        Self {
+            ca_cert: ca_cert.into(),
+            cert: cert.into(),
+            key: key.into(),
+        }
+    }
+
     /// The CA bundle, PEM.
     pub fn ca_cert(&self) -> &[u8] {
         &self.ca_cert
