@@ -397,12 +397,12 @@ async fn link(shared: &Shared, target: SocketAddr) -> Result<PeerStream, Link> {
     let name = ServerName::IpAddress(target.ip().into());
     let mut stream = match timeout(HANDSHAKE_TIMEOUT, tls.connector().connect(name, tcp)).await {
         Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => return Err(Link::Refused(format!("handshake failed: {error}"))),
-        Err(_) => {
-            return Err(Link::Refused(format!(
-                "no TLS handshake within {HANDSHAKE_TIMEOUT:?}"
-            )));
+        Ok(Err(error)) if is_refusal(&error) => {
+            return Err(Link::Refused(format!("handshake failed: {error}")));
         }
+        // The peer went away or stalled mid-handshake (a restart, a pause): lost, not
+        // refused.
+        Ok(Err(_)) | Err(_) => return Err(Link::Unreachable),
     };
     let mut accepted = [0u8; 1];
     match timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut accepted)).await {
@@ -411,13 +411,19 @@ async fn link(shared: &Shared, target: SocketAddr) -> Result<PeerStream, Link> {
             Ok(Box::new(stream))
         }
         Ok(Ok(_)) => Err(Link::Refused("the peer answered out of protocol".into())),
-        Ok(Err(error)) => Err(Link::Refused(format!(
+        Ok(Err(error)) if is_refusal(&error) => Err(Link::Refused(format!(
             "the peer refused our certificate: {error}"
         ))),
-        Err(_) => Err(Link::Refused(format!(
-            "the peer did not accept our certificate within {HANDSHAKE_TIMEOUT:?}"
-        ))),
+        Ok(Err(_)) | Err(_) => Err(Link::Unreachable),
     }
+}
+
+/// Whether a handshake failed on TLS's own terms (a certificate refused either way, or
+/// something that is not TLS), not because the connection broke.
+fn is_refusal(error: &std::io::Error) -> bool {
+    error
+        .get_ref()
+        .is_some_and(|inner| inner.is::<rustls::Error>())
 }
 
 /// Accepts peers' connections and holds them until they close.
@@ -451,17 +457,12 @@ async fn hold_peer(stream: TcpStream, from: SocketAddr, tls: Option<Arc<LinkTls>
                     tls.accepted(&peer);
                     Box::new(stream)
                 }
-                Ok(Err(error)) => {
+                Ok(Err(error)) if is_refusal(&error) => {
                     tls.refused(&peer, format!("handshake failed: {error}"));
                     return;
                 }
-                Err(_) => {
-                    tls.refused(
-                        &peer,
-                        format!("no TLS handshake within {HANDSHAKE_TIMEOUT:?}"),
-                    );
-                    return;
-                }
+                // Gone or stalled mid-handshake: nothing to hold, nothing refused.
+                Ok(Err(_)) | Err(_) => return,
             }
         }
     };

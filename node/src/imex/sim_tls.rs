@@ -144,8 +144,9 @@ pub struct TlsStats {
     pub enabled: bool,
     /// Links whose handshake both ends accepted, either way.
     pub handshakes: u64,
-    /// Handshakes refused, either way: a certificate that does not chain to the CA, or
-    /// a peer that did not complete its handshake.
+    /// Handshakes refused, either way, on TLS's own terms: a certificate that does not
+    /// chain to the CA, or a peer that does not speak TLS. A connection that breaks or
+    /// stalls mid-handshake (a peer restarting, paused) is lost, not refused.
     pub refused: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_refusal: Option<String>,
