@@ -17,10 +17,19 @@ fn rotated_certificate_is_picked_up() {
     let pki = Pki::new();
     let tls = pki.node_tls("node-a");
     let before = tls.material();
+    let mut files = tls.files();
     assert!(!tls.reload_if_changed().unwrap(), "nothing changed yet");
-    pki.issue("node-a").write(&pki.node_dir("node-a")).unwrap();
+    assert!(!files.has_changed().unwrap());
+    let rotated = pki.issue("node-a");
+    rotated.write(&pki.node_dir("node-a")).unwrap();
     assert!(tls.reload_if_changed().unwrap());
     assert!(!Arc::ptr_eq(&before, &tls.material()));
+    // What the node's other TLS users (its IMEX daemon) copy is the set just accepted.
+    assert!(files.has_changed().unwrap());
+    let published = files.borrow_and_update().clone();
+    assert_eq!(published.cert(), rotated.cert_pem.as_bytes());
+    assert_eq!(published.key(), rotated.key_pem.as_bytes());
+    assert_eq!(published.ca_cert(), rotated.ca_cert_pem.as_bytes());
 }
 
 #[test]
@@ -28,10 +37,15 @@ fn rotation_to_another_nodes_certificate_is_refused_once_and_the_old_kept() {
     let pki = Pki::new();
     let tls = pki.node_tls("node-a");
     let before = tls.material();
+    let files = tls.files();
     pki.issue("node-b").write(&pki.node_dir("node-a")).unwrap();
     let err = tls.reload_if_changed().unwrap_err();
     assert!(matches!(err, TlsError::WrongNode { .. }), "{err}");
     assert!(Arc::ptr_eq(&before, &tls.material()));
+    assert!(
+        !files.has_changed().unwrap(),
+        "a refused set is never published"
+    );
     // The same broken set is not retried until the files change again.
     assert!(!tls.reload_if_changed().unwrap());
 }

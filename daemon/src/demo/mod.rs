@@ -289,7 +289,7 @@ async fn scenario(
         "in one NVLink clique".to_owned()
     };
     observer.say(&format!(
-        "Starting a rack of {total} domaind nodes on 127.0.{}.1-{total}: TLS gossip, imex-sim, \
+        "Starting a rack of {total} domaind nodes on 127.0.{}.1-{total}: TLS gossip, imex-sim linked over mTLS, \
          fake GB200 GPUs {layout}, the local backend in {}",
         args.subnet,
         rack.local().root().display()

@@ -8,6 +8,7 @@ mod demo;
 mod deploy_manifests;
 mod imex_failing;
 mod imex_orphans;
+mod imex_tls;
 mod kubelet_sim;
 mod monitoring;
 mod topology;

@@ -96,15 +96,50 @@ pub enum TlsError {
     Config(String),
 }
 
-/// The raw bytes of the three files, as read.
+/// The raw bytes of the three files, as read: for a node's other TLS users (its IMEX
+/// daemon) to get exactly the set gossip accepted, never a half-rotated one.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct TlsFiles {
+pub struct TlsFiles {
     ca_cert: Vec<u8>,
     cert: Vec<u8>,
     key: Vec<u8>,
 }
 
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsFiles { .. }")
+    }
+}
+
 impl TlsFiles {
+    /// A set of PEM contents, as the files would hold them.
+    pub fn from_pem(
+        ca_cert: impl Into<Vec<u8>>,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        Self {
+            ca_cert: ca_cert.into(),
+            cert: cert.into(),
+            key: key.into(),
+        }
+    }
+
+    /// The CA bundle, PEM.
+    pub fn ca_cert(&self) -> &[u8] {
+        &self.ca_cert
+    }
+
+    /// The node's certificate chain, PEM.
+    pub fn cert(&self) -> &[u8] {
+        &self.cert
+    }
+
+    /// The node's private key, PEM.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
     pub(crate) fn read(paths: &TlsPaths) -> Result<Self, TlsError> {
         let read = |path: &PathBuf| {
             std::fs::read(path).map_err(|source| TlsError::Read {
@@ -175,42 +210,16 @@ impl TlsMaterial {
             .min()
             .expect("parse_certs refuses an empty CA file");
 
-        let mut roots = RootCertStore::empty();
-        for ca in &ca_certs {
-            roots
-                .add(ca.clone())
-                .map_err(|e| TlsError::Config(format!("CA certificate: {e}")))?;
-        }
-        let roots = Arc::new(roots);
+        let roots = roots(&ca_certs)?;
         let credentials = StateCredentials::new(&node, chain[0].clone(), &key, roots.clone())
             .map_err(|e| TlsError::Config(format!("gossip state signing: {e}")))?;
-        let provider = crypto_provider();
-        let config_error = |e: rustls::Error| TlsError::Config(e.to_string());
-
-        let client_verifier =
-            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-                .build()
-                .map_err(|e| TlsError::Config(e.to_string()))?;
-        let server = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(config_error)?
-            .with_client_cert_verifier(client_verifier)
-            .with_single_cert(chain.clone(), key.clone_key())
-            .map_err(config_error)?;
-
-        let server_verifier = verify::NodeServerVerifier::new(roots, provider.clone())?;
-        let client = ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(config_error)?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(server_verifier))
-            .with_client_auth_cert(chain, key)
-            .map_err(config_error)?;
+        let server = server_config_with(roots.clone(), chain.clone(), key.clone_key())?;
+        let client = client_config_with(roots, chain, key)?;
 
         Ok(Self {
             node,
-            server: Arc::new(server),
-            client: Arc::new(client),
+            server,
+            client,
             credentials: Arc::new(credentials),
             expiry: Expiry {
                 node_cert: node_cert_expiry,
@@ -238,6 +247,101 @@ impl TlsMaterial {
     pub fn credentials(&self) -> Arc<StateCredentials> {
         self.credentials.clone()
     }
+}
+
+/// A server end of mutual TLS: TLS 1.3, our certificate, and a client certificate
+/// required and verified against `ca_certs` (chain, validity, client-auth usage; no
+/// name: a client is whoever its certificate says).
+pub fn server_config(
+    ca_certs: &[CertificateDer<'static>],
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    server_config_with(roots(ca_certs)?, chain, key)
+}
+
+/// A client end of mutual TLS: TLS 1.3, our certificate, and the server's chain verified
+/// against `ca_certs` for the node name the certificate itself carries (see `verify`).
+pub fn client_config(
+    ca_certs: &[CertificateDer<'static>],
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    client_config_with(roots(ca_certs)?, chain, key)
+}
+
+fn roots(ca_certs: &[CertificateDer<'static>]) -> Result<Arc<RootCertStore>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for ca in ca_certs {
+        roots
+            .add(ca.clone())
+            .map_err(|e| TlsError::Config(format!("CA certificate: {e}")))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+fn server_config_with(
+    roots: Arc<RootCertStore>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = crypto_provider();
+    let client_verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let server = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(config_error)?
+        .with_client_cert_verifier(client_verifier)
+        .with_single_cert(chain, key)
+        .map_err(config_error)?;
+    Ok(Arc::new(server))
+}
+
+fn client_config_with(
+    roots: Arc<RootCertStore>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let provider = crypto_provider();
+    let server_verifier = verify::NodeServerVerifier::new(roots, provider.clone())?;
+    let client = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(config_error)?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(server_verifier))
+        .with_client_auth_cert(chain, key)
+        .map_err(config_error)?;
+    Ok(Arc::new(client))
+}
+
+fn config_error(error: rustls::Error) -> TlsError {
+    TlsError::Config(error.to_string())
+}
+
+/// The certificates of a PEM file, naming the file in the error.
+pub fn read_certs(
+    path: &Path,
+    what: &'static str,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_certs(path, &pem, what)
+}
+
+/// The private key of a PEM file, naming the file in the error.
+pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::Pem {
+        what: "private key",
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 fn parse_certs(

@@ -24,6 +24,8 @@ pub struct NodeTls {
     /// The signing half of the current material, for gossip to re-sign its state
     /// when it changes.
     credentials: watch::Sender<Arc<StateCredentials>>,
+    /// The files behind the current material, for the node's IMEX daemon.
+    files: watch::Sender<Arc<TlsFiles>>,
 }
 
 /// The files behind the current material, and the last set refused, so that a broken
@@ -34,12 +36,6 @@ struct SeenFiles {
     refused: Option<TlsFiles>,
 }
 
-impl std::fmt::Debug for TlsFiles {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TlsFiles { .. }")
-    }
-}
-
 impl NodeTls {
     /// Loads the files for `node`; fails if the certificate names another node.
     pub fn load(paths: TlsPaths, node: NodeName) -> Result<Arc<Self>, TlsError> {
@@ -47,10 +43,12 @@ impl NodeTls {
         let material = TlsMaterial::build(&paths, &files, &node)?;
         metrics::cert_expiry(material.expiry());
         let (credentials, _) = watch::channel(material.credentials());
+        let (files_watch, _) = watch::channel(Arc::new(files.clone()));
         Ok(Arc::new(Self {
             paths,
             node,
             credentials,
+            files: files_watch,
             current: ArcSwap::from_pointee(material),
             seen: Mutex::new(SeenFiles {
                 loaded: files,
@@ -76,6 +74,12 @@ impl NodeTls {
         self.credentials.subscribe()
     }
 
+    /// The files of the current material, following every rotation: only a set that
+    /// built is ever published, so a reader never copies a broken or half-written one.
+    pub fn files(&self) -> watch::Receiver<Arc<TlsFiles>> {
+        self.files.subscribe()
+    }
+
     /// Re-reads the files; swaps in new material if they changed and are valid.
     /// Returns whether a new set was installed. A set refused before is not retried
     /// (nor reported again) until the files change once more.
@@ -90,6 +94,7 @@ impl NodeTls {
                 metrics::cert_expiry(material.expiry());
                 self.credentials.send_replace(material.credentials());
                 self.current.store(Arc::new(material));
+                self.files.send_replace(Arc::new(files.clone()));
                 *seen = SeenFiles {
                     loaded: files,
                     refused: None,

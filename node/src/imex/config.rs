@@ -1,6 +1,6 @@
 //! The files `nvidia-imex` reads: its config file (`KEY=VALUE` lines), the nodes
-//! config (one peer per line), and, in DNS-names mode, the hosts mapping of slot
-//! names to IPs.
+//! config (one peer per line), in DNS-names mode the hosts mapping of slot names to
+//! IPs, and with TLS on the key, certificate and CA bundle of its links.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -80,7 +80,40 @@ pub struct ImexSettings {
     pub reload_min_interval: Duration,
     /// How long a status query may take.
     pub query_timeout: Duration,
+    /// IMEX's links run over mutual TLS with the node's gossip certificate: the config
+    /// turns IMEX's SSL/TLS on and names the files the adapter writes from the
+    /// credentials it is given ([`super::ImexDaemon::with_credentials`]).
+    pub tls: bool,
 }
+
+/// The config keys of IMEX's SSL/TLS mode, as NVIDIA's IMEX guide names them. Shared by
+/// what we write and what `imex-sim` reads, so the two cannot drift apart.
+pub mod tls_keys {
+    /// `1` turns authentication and encryption between IMEX daemons on.
+    pub const ENABLE: &str = "IMEX_ENABLE_AUTH_ENCRYPTION";
+    /// `SSL_TLS` (the other modes are Kerberos through GSSAPI).
+    pub const MODE: &str = "IMEX_AUTH_ENCRYPTION_MODE";
+    pub const MODE_SSL_TLS: &str = "SSL_TLS";
+    /// `FILE`: the six values below are paths (`ENV_PATH` and `ENV_VAL` name
+    /// environment variables instead).
+    pub const SOURCE: &str = "IMEX_AUTH_SOURCE";
+    pub const SOURCE_FILE: &str = "FILE";
+    /// What the daemon presents and trusts when it accepts a peer's connection.
+    pub const SERVER_KEY: &str = "IMEX_SERVER_KEY";
+    pub const SERVER_CERT: &str = "IMEX_SERVER_CERT";
+    pub const SERVER_CERT_AUTH: &str = "IMEX_SERVER_CERT_AUTH";
+    /// What it presents and trusts when it dials a peer.
+    pub const CLIENT_KEY: &str = "IMEX_CLIENT_KEY";
+    pub const CLIENT_CERT: &str = "IMEX_CLIENT_CERT";
+    pub const CLIENT_CERT_AUTH: &str = "IMEX_CLIENT_CERT_AUTH";
+}
+
+/// The files IMEX's TLS reads, in the config directory. Mode 0600: only root (IMEX and
+/// domaind) reads them.
+pub const TLS_KEY_FILE: &str = "imex-tls.key";
+pub const TLS_CERT_FILE: &str = "imex-tls.crt";
+pub const TLS_CA_FILE: &str = "imex-ca.crt";
+pub const TLS_FILE_MODE: u32 = 0o600;
 
 impl ImexSettings {
     pub fn new(config_dir: impl Into<PathBuf>, bind_ip: IpAddr) -> Self {
@@ -102,6 +135,7 @@ impl ImexSettings {
             stop_timeout: Duration::from_secs(10),
             reload_min_interval: Duration::from_secs(5),
             query_timeout: Duration::from_secs(3),
+            tls: false,
         }
     }
 
@@ -116,13 +150,26 @@ impl ImexSettings {
     pub fn log_path(&self) -> PathBuf {
         self.config_dir.join("nvidia-imex.log")
     }
+
+    pub fn tls_key_path(&self) -> PathBuf {
+        self.config_dir.join(TLS_KEY_FILE)
+    }
+
+    pub fn tls_cert_path(&self) -> PathBuf {
+        self.config_dir.join(TLS_CERT_FILE)
+    }
+
+    pub fn tls_ca_path(&self) -> PathBuf {
+        self.config_dir.join(TLS_CA_FILE)
+    }
 }
 
 /// The daemon's config file. `DAEMONIZE=0` keeps IMEX in the foreground as our
 /// child; `IMEX_WAIT_FOR_QUORUM=RECOVERY` waits for former importers only after an
-/// unclean stop.
+/// unclean stop. With TLS the node's one certificate serves both ends of a link: it
+/// carries both the server and the client usage.
 pub fn render_config(settings: &ImexSettings) -> String {
-    let lines = [
+    let mut lines = vec![
         ("DAEMONIZE", "0".to_owned()),
         ("BIND_INTERFACE_IP", settings.bind_ip.to_string()),
         ("SERVER_PORT", settings.server_port.to_string()),
@@ -142,6 +189,20 @@ pub fn render_config(settings: &ImexSettings) -> String {
         ("LOG_LOCAL_LEVEL", settings.log_level.to_string()),
         ("LOG_APPEND_TO_LOG", "1".to_owned()),
     ];
+    if settings.tls {
+        let path = |p: PathBuf| p.display().to_string();
+        lines.extend([
+            (tls_keys::ENABLE, "1".to_owned()),
+            (tls_keys::MODE, tls_keys::MODE_SSL_TLS.to_owned()),
+            (tls_keys::SOURCE, tls_keys::SOURCE_FILE.to_owned()),
+            (tls_keys::SERVER_KEY, path(settings.tls_key_path())),
+            (tls_keys::SERVER_CERT, path(settings.tls_cert_path())),
+            (tls_keys::SERVER_CERT_AUTH, path(settings.tls_ca_path())),
+            (tls_keys::CLIENT_KEY, path(settings.tls_key_path())),
+            (tls_keys::CLIENT_CERT, path(settings.tls_cert_path())),
+            (tls_keys::CLIENT_CERT_AUTH, path(settings.tls_ca_path())),
+        ]);
+    }
     let mut out = String::from("# Written by domaind. Changes are overwritten.\n");
     for (key, value) in lines {
         out.push_str(&format!("{key}={value}\n"));
@@ -182,6 +243,44 @@ mod tests {
         );
         assert_eq!(parsed["IMEX_WAIT_FOR_QUORUM"], "RECOVERY");
         assert_eq!(parsed["IMEX_NODE_DISCONNECTED_GRACE_TIME"], "120");
+        assert_eq!(parsed["DAEMONIZE"], "0");
+    }
+
+    #[test]
+    fn without_tls_the_config_says_nothing_of_it() {
+        let settings = ImexSettings::new("/run/domaind/imex", "10.1.2.3".parse().unwrap());
+        let text = render_config(&settings);
+        assert!(!text.contains("IMEX_ENABLE_AUTH_ENCRYPTION"), "{text}");
+        assert!(!text.contains("IMEX_SERVER_"), "{text}");
+        assert!(!text.contains("IMEX_CLIENT_"), "{text}");
+    }
+
+    #[test]
+    fn with_tls_the_config_turns_imex_ssl_on_with_our_files_at_both_ends() {
+        let mut settings = ImexSettings::new("/run/domaind/imex", "10.1.2.3".parse().unwrap());
+        settings.tls = true;
+        let parsed = parse_config(&render_config(&settings));
+        // The option names and values of NVIDIA's IMEX guide, spelled out here rather
+        // than through `tls_keys`, so that a typo there fails this test.
+        assert_eq!(parsed["IMEX_ENABLE_AUTH_ENCRYPTION"], "1");
+        assert_eq!(parsed["IMEX_AUTH_ENCRYPTION_MODE"], "SSL_TLS");
+        assert_eq!(parsed["IMEX_AUTH_SOURCE"], "FILE");
+        for end in ["SERVER", "CLIENT"] {
+            assert_eq!(
+                parsed[&format!("IMEX_{end}_KEY")],
+                "/run/domaind/imex/imex-tls.key"
+            );
+            assert_eq!(
+                parsed[&format!("IMEX_{end}_CERT")],
+                "/run/domaind/imex/imex-tls.crt"
+            );
+            assert_eq!(
+                parsed[&format!("IMEX_{end}_CERT_AUTH")],
+                "/run/domaind/imex/imex-ca.crt"
+            );
+        }
+        // Everything else is as without TLS.
+        assert_eq!(parsed["SERVER_PORT"], "50000");
         assert_eq!(parsed["DAEMONIZE"], "0");
     }
 

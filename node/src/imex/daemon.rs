@@ -24,6 +24,12 @@
 //!   `nvidia-imex-ctl -c <config> -q` for READY, and when not ready `-N -j` for
 //!   per-peer links.
 //! - `stop` sends SIGTERM, waits `stop_timeout`, then SIGKILL.
+//! - With TLS on ([`ImexSettings::tls`]) `start` writes the node's key, certificate
+//!   and CA bundle where the config says (mode 0600, atomically), from the credentials
+//!   the adapter follows ([`ImexDaemon::with_credentials`]: gossip's accepted set).
+//!   When they rotate the files are rewritten and IMEX is told with SIGUSR1, the
+//!   signal it reloads its SSL credentials on (through the usual coalescing): no
+//!   restart, so its peers' imports survive a rotation.
 //! - The daemon dies with this process, even on SIGKILL: it is started through the
 //!   guard ([`super::guard`]), which sets a parent-death signal and execs it, forked
 //!   from a thread of the adapter's own ([`super::spawner`]), in a process group of
@@ -42,15 +48,19 @@ use domaind_actors::ports::{Imex, ImexStatus, PortError};
 use domaind_actors::rules::peers::{
     PeerSet, render_nodes_config_dns, render_nodes_config_ips, slot_hostname,
 };
+use domaind_gossip::tls::TlsFiles;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::Deserialize;
 use tokio::process::{Child, Command};
 use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio::time::{Instant, timeout};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
-use super::config::{AddressingMode, ImexSettings, render_config};
+use super::config::{
+    AddressingMode, ImexSettings, TLS_CA_FILE, TLS_CERT_FILE, TLS_FILE_MODE, TLS_KEY_FILE,
+    render_config,
+};
 use super::output::OutputTail;
 use super::spawner::Spawner;
 use super::{guard, holders, hosts, leftover, listen_check};
@@ -59,6 +69,16 @@ pub const IMEX_STARTS: &str = "domaind_imex_starts_total";
 pub const IMEX_RELOADS: &str = "domaind_imex_reloads_total";
 pub const IMEX_EXITS: &str = "domaind_imex_exits_total";
 pub const IMEX_RELOADS_DEFERRED: &str = "domaind_imex_reloads_deferred_total";
+/// `domaind_imex_tls_rotations_total{outcome}`: rotated credentials written for IMEX
+/// (`written`, then a reload) or not (`failed`, retried every [`CREDENTIALS_RETRY`]).
+pub const IMEX_TLS_ROTATIONS: &str = "domaind_imex_tls_rotations_total";
+
+/// How soon rotated credentials that could not be written are tried again.
+pub const CREDENTIALS_RETRY: Duration = Duration::from_secs(5);
+
+/// The credentials IMEX's links use, following every rotation (gossip's accepted set:
+/// `NodeTls::files`).
+pub type Credentials = watch::Receiver<Arc<TlsFiles>>;
 
 /// How long an exited daemon's last output may take to arrive through the pipes.
 const LAST_WORDS_WAIT: Duration = Duration::from_millis(200);
@@ -77,6 +97,8 @@ struct Inner {
     exits: Arc<Notify>,
     /// Forks the daemon from a thread that lives as long as this adapter.
     spawner: Spawner,
+    /// What IMEX's TLS files are written from, when `settings.tls`.
+    credentials: Option<Credentials>,
 }
 
 #[derive(Debug, Default)]
@@ -213,14 +235,50 @@ fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
     crate::atomic_file::replace(dir, name, contents.as_bytes(), 0o644)
 }
 
+/// Writes a file only root may read, atomically; whether it changed. A file that already
+/// holds `contents` with that mode is left alone (a full state directory must not keep
+/// IMEX from starting on the files it has).
+fn write_secret(dir: &Path, name: &str, contents: &[u8]) -> std::io::Result<bool> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(name);
+    let same = std::fs::read(&path).is_ok_and(|existing| existing == contents);
+    let private = std::fs::metadata(&path)
+        .is_ok_and(|meta| meta.permissions().mode() & 0o777 == TLS_FILE_MODE);
+    if same && private {
+        return Ok(false);
+    }
+    crate::atomic_file::replace(dir, name, contents, TLS_FILE_MODE)?;
+    Ok(true)
+}
+
 impl ImexDaemon {
     pub fn new(settings: ImexSettings) -> Self {
+        Self::build(settings, None)
+    }
+
+    /// An adapter whose IMEX links use `credentials` when `settings.tls`: written at
+    /// each start, and rewritten (then a reload) whenever they change. Spawns the task
+    /// that follows them, which ends with the adapter.
+    pub fn with_credentials(settings: ImexSettings, credentials: Credentials) -> Self {
+        let tls = settings.tls;
+        let daemon = Self::build(settings, Some(credentials.clone()));
+        if tls {
+            tokio::spawn(follow_credentials(
+                Arc::downgrade(&daemon.inner),
+                credentials,
+            ));
+        }
+        daemon
+    }
+
+    fn build(settings: ImexSettings, credentials: Option<Credentials>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 settings,
                 state: Mutex::new(State::default()),
                 exits: Arc::default(),
                 spawner: Spawner::new(),
+                credentials,
             }),
         }
     }
@@ -243,6 +301,52 @@ impl ImexDaemon {
 }
 
 impl Inner {
+    /// Writes IMEX's key, certificate and CA bundle; whether any changed. CA first and
+    /// key before certificate: a daemon that reloads meanwhile (a peer's reload makes
+    /// it) finds a pair that does not match and keeps what it had, as IMEX does with
+    /// credentials it cannot load; our own SIGUSR1 follows the last write.
+    fn write_credentials(&self, files: &TlsFiles) -> std::io::Result<bool> {
+        let dir = &self.settings.config_dir;
+        let mut changed = false;
+        for (name, contents) in [
+            (TLS_CA_FILE, files.ca_cert()),
+            (TLS_KEY_FILE, files.key()),
+            (TLS_CERT_FILE, files.cert()),
+        ] {
+            changed |= write_secret(dir, name, contents).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("{}: {e}", dir.join(name).display()))
+            })?;
+        }
+        Ok(changed)
+    }
+
+    /// At start: the credentials with TLS on (an error without them), and no key left
+    /// behind with TLS off.
+    fn prepare_credentials(&self) -> Result<(), PortError> {
+        let s = &self.settings;
+        if !s.tls {
+            for path in [s.tls_key_path(), s.tls_cert_path(), s.tls_ca_path()] {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => info!(file = %path.display(), "IMEX TLS is off: removed its file"),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        warn!(file = %path.display(), error = %e, "cannot remove a file of IMEX TLS, which is off")
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let Some(credentials) = &self.credentials else {
+            return Err(PortError(
+                "IMEX TLS is on but the adapter was given no credentials".into(),
+            ));
+        };
+        let files = credentials.borrow().clone();
+        self.write_credentials(&files)
+            .map(|_| ())
+            .map_err(|e| port_error("cannot write IMEX's TLS credentials", e))
+    }
+
     fn nodes_config(&self, peers: &PeerSet) -> String {
         match self.settings.mode {
             AddressingMode::DnsNames => render_nodes_config_dns(self.settings.max_slots),
@@ -502,6 +606,43 @@ fn request_reload(inner: &Arc<Inner>, state: &mut State) {
     }
 }
 
+/// Rewrites IMEX's credentials whenever they rotate and asks the daemon to reload them;
+/// a write that fails is tried again every [`CREDENTIALS_RETRY`] (IMEX keeps the old
+/// credentials meanwhile). Ends when the adapter or the credentials' source is gone.
+async fn follow_credentials(inner: std::sync::Weak<Inner>, mut credentials: Credentials) {
+    let mut failing = false;
+    loop {
+        if failing {
+            tokio::select! {
+                changed = credentials.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(CREDENTIALS_RETRY) => {}
+            }
+        } else if credentials.changed().await.is_err() {
+            return;
+        }
+        let files = credentials.borrow_and_update().clone();
+        let Some(inner) = inner.upgrade() else { return };
+        let mut state = inner.state.lock().await;
+        match inner.write_credentials(&files) {
+            Ok(changed) => {
+                if failing || changed {
+                    metrics::counter!(IMEX_TLS_ROTATIONS, "outcome" => "written").increment(1);
+                    info!(
+                        "IMEX's TLS credentials rotated: files rewritten, asking IMEX to reload them"
+                    );
+                    request_reload(&inner, &mut state);
+                }
+                failing = false;
+            }
+            Err(e) => {
+                metrics::counter!(IMEX_TLS_ROTATIONS, "outcome" => "failed").increment(1);
+                error!(error = %e, retry_in = ?CREDENTIALS_RETRY, "cannot write IMEX's rotated TLS credentials; IMEX keeps the old ones");
+                failing = true;
+            }
+        }
+    }
+}
+
 /// The per-node listing of `-N -j`, as imex-sim prints it.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Listing {
@@ -528,6 +669,7 @@ impl Imex for ImexDaemon {
             leftover::stop(&settings.config_path(), settings.stop_timeout).await;
         }
         let settings = &inner.settings;
+        inner.prepare_credentials()?;
         write_atomic(&settings.config_path(), &render_config(settings)).map_err(|e| {
             port_error(
                 &format!("cannot write {}", settings.config_path().display()),

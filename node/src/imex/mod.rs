@@ -10,6 +10,7 @@ pub mod listen_check;
 pub mod output;
 pub mod sim;
 pub mod sim_cli;
+pub mod sim_tls;
 mod spawner;
 
 pub use config::{AddressingMode, Command, ImexSettings};

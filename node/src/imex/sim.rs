@@ -13,6 +13,10 @@
 //! otherwise), a per-node listing, and two faults for chaos tests: `crash` (exit at
 //! once, uncleanly) and `hang` (stop answering and ignore SIGTERM). Names the hosts
 //! file marks as unused slots count as unresolvable.
+//!
+//! A config that turns IMEX's SSL/TLS on makes its links mutual TLS with the files it
+//! names, refusing peers whose certificates chain to another CA ([`super::sim_tls`]);
+//! SIGUSR1 then reloads those files first.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -20,16 +24,25 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rustls_pki_types::ServerName;
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinSet;
+use tokio::time::timeout;
 
 use super::config::{parse_config, read};
 use super::hosts::{self, Resolution};
+use super::sim_tls::{ACCEPTED, HANDSHAKE_TIMEOUT, LinkTls, TlsOptions, TlsStats};
 
 pub const HOSTS_ENV: &str = "IMEX_SIM_HOSTS";
+
+/// How soon a lost or unreachable peer is dialled again.
+const REDIAL: Duration = Duration::from_millis(100);
+/// How soon a peer whose handshake was refused is dialled again: a refusal is not
+/// fixed by retrying, and each try is a handshake on both ends.
+const REDIAL_REFUSED: Duration = Duration::from_secs(1);
 
 /// What the simulator needs from the config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +52,8 @@ pub struct SimConfig {
     pub cmd_ip: IpAddr,
     pub cmd_port: u16,
     pub nodes_config: PathBuf,
+    /// Its links' TLS, when the config turns it on.
+    pub tls: Option<TlsOptions>,
 }
 
 impl SimConfig {
@@ -71,6 +86,7 @@ impl SimConfig {
                 })?,
             cmd_port: parse_port("IMEX_CMD_PORT", 50005)?,
             nodes_config: PathBuf::from(get("IMEX_NODE_CONFIG_FILE")?),
+            tls: TlsOptions::from_config(&keys, path)?,
         })
     }
 }
@@ -82,6 +98,9 @@ pub struct PeerEntry {
     pub host: String,
     pub address: Option<IpAddr>,
     pub status: PeerStatus,
+    /// Why the link is down, when a handshake was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -121,6 +140,7 @@ pub fn resolve(nodes_config: &str, hosts_file: &str, me: IpAddr) -> Vec<PeerEntr
                 host: host.to_owned(),
                 address,
                 status,
+                error: None,
             }
         })
         .collect()
@@ -140,6 +160,7 @@ struct Shared {
     hosts_path: PathBuf,
     peers: Mutex<Vec<PeerEntry>>,
     hung: std::sync::atomic::AtomicBool,
+    tls: Option<Arc<LinkTls>>,
 }
 
 impl Shared {
@@ -147,10 +168,21 @@ impl Shared {
         self.peers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn set_status(&self, index: usize, status: PeerStatus) {
+    fn set_status(&self, index: usize, status: PeerStatus, error: Option<String>) {
         if let Some(peer) = self.peers().get_mut(index) {
             peer.status = status;
+            peer.error = error;
         }
+    }
+
+    /// The per-node listing (`ctl -N`, SIGHUP): readiness, each peer, and TLS.
+    fn listing(&self) -> serde_json::Value {
+        let peers = self.peers().clone();
+        let tls = self
+            .tls
+            .as_ref()
+            .map_or_else(TlsStats::default, |t| t.stats());
+        serde_json::json!({ "ready": ready(&peers), "nodes": peers, "tls": tls })
     }
 }
 
@@ -227,20 +259,31 @@ pub async fn run_daemon(config_path: &Path) -> Result<(), String> {
     let config = SimConfig::load(config_path)?;
     let hosts_path =
         std::env::var_os(HOSTS_ENV).map_or_else(|| PathBuf::from("/etc/hosts"), PathBuf::from);
+    // Like IMEX, credentials it cannot load keep it from starting, never from using TLS.
+    let tls = match &config.tls {
+        Some(options) => Some(Arc::new(LinkTls::load(options.clone())?)),
+        None => None,
+    };
     let (server, cmd) = listen(&signals, &config).await?;
     let shared = Arc::new(Shared {
         config,
         hosts_path,
         peers: Mutex::new(Vec::new()),
         hung: Default::default(),
+        tls,
     });
     println!(
-        "imex-sim: listening on {} (command service {})",
+        "imex-sim: listening on {} (command service {}), links {}",
         server.local_addr().map_err(|e| e.to_string())?,
-        cmd.local_addr().map_err(|e| e.to_string())?
+        cmd.local_addr().map_err(|e| e.to_string())?,
+        if shared.tls.is_some() {
+            "over mutual TLS"
+        } else {
+            "in the clear"
+        }
     );
 
-    tokio::spawn(accept_peers(server));
+    tokio::spawn(accept_peers(server, shared.tls.clone()));
     tokio::spawn(serve_commands(cmd, shared.clone()));
     let mut dialers = connect_all(&shared);
     loop {
@@ -253,14 +296,22 @@ pub async fn run_daemon(config_path: &Path) -> Result<(), String> {
         }
         match received {
             Received::Reconnect => {
+                if let Some(tls) = &shared.tls {
+                    // As IMEX: credentials that do not load skip the rest of the reload.
+                    if let Err(error) = tls.reload() {
+                        eprintln!(
+                            "imex-sim: SIGUSR1: cannot reload the TLS credentials, keeping the old ones and the connections: {error}"
+                        );
+                        continue;
+                    }
+                    println!("imex-sim: SIGUSR1: TLS credentials reloaded");
+                }
                 println!("imex-sim: SIGUSR1: re-resolving peers and reconnecting");
                 dialers.abort_all();
                 dialers = connect_all(&shared);
             }
             Received::Dump => {
-                let peers = shared.peers().clone();
-                let listing = serde_json::json!({ "ready": ready(&peers), "nodes": peers });
-                println!("imex-sim: SIGHUP: {listing}");
+                println!("imex-sim: SIGHUP: {}", shared.listing());
             }
             Received::Shutdown(name) => {
                 println!("imex-sim: {name}: shutting down");
@@ -291,43 +342,134 @@ fn connect_all(shared: &Arc<Shared>) -> JoinSet<()> {
 /// Keeps one connection to a peer, dialling again after it drops.
 async fn dial(shared: Arc<Shared>, index: usize, target: SocketAddr) {
     loop {
-        let socket = tokio::net::TcpSocket::new_v4().and_then(|s| {
-            s.bind(SocketAddr::new(shared.config.bind_ip, 0))?;
-            Ok(s)
-        });
-        if let Ok(socket) = socket
-            && let Ok(mut stream) = socket.connect(target).await
-        {
-            shared.set_status(index, PeerStatus::Connected);
-            let mut buf = [0u8; 64];
-            // The peer never writes; a read returns when it goes away.
-            while let Ok(n) = stream.read(&mut buf).await {
-                if n == 0 {
-                    break;
+        let wait = match link(&shared, target).await {
+            Ok(mut stream) => {
+                shared.set_status(index, PeerStatus::Connected, None);
+                let mut buf = [0u8; 64];
+                // The peer never writes; a read returns when it goes away.
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
                 }
+                shared.set_status(index, PeerStatus::Disconnected, None);
+                REDIAL
             }
-            shared.set_status(index, PeerStatus::Disconnected);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+            Err(Link::Unreachable) => REDIAL,
+            Err(Link::Refused(reason)) => {
+                if let Some(tls) = &shared.tls {
+                    tls.refused(&target.to_string(), reason.clone());
+                }
+                shared.set_status(index, PeerStatus::Disconnected, Some(reason));
+                REDIAL_REFUSED
+            }
+        };
+        tokio::time::sleep(wait).await;
     }
 }
 
+/// Why a dial gave no link.
+enum Link {
+    /// No TCP connection: the peer is down, or not listening yet.
+    Unreachable,
+    /// A connection, but the handshake failed either way.
+    Refused(String),
+}
+
+type PeerStream = Box<dyn AsyncRead + Unpin + Send>;
+
+/// A connection to `target` from our own IP: in the clear, or over TLS once both ends
+/// accepted the other's certificate.
+async fn link(shared: &Shared, target: SocketAddr) -> Result<PeerStream, Link> {
+    let socket = tokio::net::TcpSocket::new_v4()
+        .and_then(|s| {
+            s.bind(SocketAddr::new(shared.config.bind_ip, 0))?;
+            Ok(s)
+        })
+        .map_err(|_| Link::Unreachable)?;
+    let tcp = socket
+        .connect(target)
+        .await
+        .map_err(|_| Link::Unreachable)?;
+    let Some(tls) = &shared.tls else {
+        return Ok(Box::new(tcp));
+    };
+    let name = ServerName::IpAddress(target.ip().into());
+    let mut stream = match timeout(HANDSHAKE_TIMEOUT, tls.connector().connect(name, tcp)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) if is_refusal(&error) => {
+            return Err(Link::Refused(format!("handshake failed: {error}")));
+        }
+        // The peer went away or stalled mid-handshake (a restart, a pause): lost, not
+        // refused.
+        Ok(Err(_)) | Err(_) => return Err(Link::Unreachable),
+    };
+    let mut accepted = [0u8; 1];
+    match timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut accepted)).await {
+        Ok(Ok(_)) if accepted[0] == ACCEPTED => {
+            tls.accepted(&target.to_string());
+            Ok(Box::new(stream))
+        }
+        Ok(Ok(_)) => Err(Link::Refused("the peer answered out of protocol".into())),
+        Ok(Err(error)) if is_refusal(&error) => Err(Link::Refused(format!(
+            "the peer refused our certificate: {error}"
+        ))),
+        Ok(Err(_)) | Err(_) => Err(Link::Unreachable),
+    }
+}
+
+/// Whether a handshake failed on TLS's own terms (a certificate refused either way, or
+/// something that is not TLS), not because the connection broke.
+fn is_refusal(error: &std::io::Error) -> bool {
+    error
+        .get_ref()
+        .is_some_and(|inner| inner.is::<rustls::Error>())
+}
+
 /// Accepts peers' connections and holds them until they close.
-async fn accept_peers(listener: TcpListener) {
+async fn accept_peers(listener: TcpListener, tls: Option<Arc<LinkTls>>) {
     let mut held = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                if let Ok((mut stream, _)) = accepted {
-                    held.spawn(async move {
-                        let mut buf = [0u8; 64];
-                        while let Ok(n) = stream.read(&mut buf).await {
-                            if n == 0 { break; }
-                        }
-                    });
+                if let Ok((stream, from)) = accepted {
+                    held.spawn(hold_peer(stream, from, tls.clone()));
                 }
             }
             Some(_) = held.join_next(), if !held.is_empty() => {}
+        }
+    }
+}
+
+/// One accepted peer: over TLS only once its certificate chains to our CA.
+async fn hold_peer(stream: TcpStream, from: SocketAddr, tls: Option<Arc<LinkTls>>) {
+    let mut stream: PeerStream = match tls {
+        None => Box::new(stream),
+        Some(tls) => {
+            // A peer dials from its own IP and a port of the moment: the IP is who it is.
+            let peer = from.ip().to_string();
+            match timeout(HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)).await {
+                Ok(Ok(mut stream)) => {
+                    if stream.write_all(&[ACCEPTED]).await.is_err() || stream.flush().await.is_err()
+                    {
+                        return;
+                    }
+                    tls.accepted(&peer);
+                    Box::new(stream)
+                }
+                Ok(Err(error)) if is_refusal(&error) => {
+                    tls.refused(&peer, format!("handshake failed: {error}"));
+                    return;
+                }
+                // Gone or stalled mid-handshake: nothing to hold, nothing refused.
+                Ok(Err(_)) | Err(_) => return,
+            }
+        }
+    };
+    let mut buf = [0u8; 64];
+    while let Ok(n) = stream.read(&mut buf).await {
+        if n == 0 {
+            break;
         }
     }
 }
@@ -356,11 +498,7 @@ async fn answer(stream: TcpStream, shared: Arc<Shared>) {
                 "NOT_READY\n".to_owned()
             }
         }
-        "N" => {
-            let peers = shared.peers().clone();
-            let listing = serde_json::json!({ "ready": ready(&peers), "nodes": peers });
-            format!("{listing}\n")
-        }
+        "N" => format!("{}\n", shared.listing()),
         "crash" => {
             eprintln!("imex-sim: crashing on request");
             std::process::exit(134);

@@ -224,6 +224,16 @@ pub struct RunArgs {
     #[arg(long, env = "DOMAIND_IMEX_CMD_PORT", default_value_t = 50005)]
     pub imex_cmd_port: u16,
 
+    /// Whether IMEX's own links run over mutual TLS with this node's gossip certificate
+    /// (key, certificate and CA written beside IMEX's config, only root may read them;
+    /// reloaded with SIGUSR1 when the certificate rotates). `auto`: on with the IMEX
+    /// simulator; off with nvidia-imex, whose client also checks a peer's certificate
+    /// against the name it dialled, which our node certificates do not carry
+    /// (docs/ARCHITECTURE.md, "IMEX over mutual TLS"). `on`: also with nvidia-imex.
+    /// `off`: for IMEX versions without SSL/TLS.
+    #[arg(long, env = "DOMAIND_IMEX_TLS", value_enum, default_value_t = ImexTls::Auto)]
+    pub imex_tls: ImexTls,
+
     /// Whether domaind makes the channel device nodes (/dev/nvidia-caps-imex-channels)
     /// its claims hand out, or leaves them to the driver or an administrator.
     #[arg(long, env = "DOMAIND_CHANNEL_NODES", value_enum, default_value_t = ChannelNodes::Create)]
@@ -337,6 +347,25 @@ pub enum Addressing {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImexTls {
+    /// On with the IMEX simulator, off with nvidia-imex.
+    Auto,
+    On,
+    Off,
+}
+
+impl ImexTls {
+    /// Whether IMEX's links use TLS, given whether the simulator stands in for IMEX.
+    pub fn enabled(self, simulated: bool) -> bool {
+        match self {
+            Self::Auto => simulated,
+            Self::On => true,
+            Self::Off => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ChannelNodes {
     /// Make missing nodes with mknod (needs CAP_MKNOD).
     Create,
@@ -394,6 +423,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(bad.contains("expected IP:PORT or `off`"), "{bad}");
+    }
+
+    #[test]
+    fn imex_tls_is_on_with_the_simulator_and_off_with_nvidia_imex_unless_told() {
+        let auto = parse(&[]).unwrap().imex_tls;
+        assert_eq!(auto, ImexTls::Auto);
+        assert!(auto.enabled(true));
+        assert!(!auto.enabled(false));
+        let on = parse(&["--imex-tls", "on"]).unwrap().imex_tls;
+        assert!(on.enabled(false) && on.enabled(true));
+        let off = parse(&["--imex-tls", "off"]).unwrap().imex_tls;
+        assert!(!off.enabled(true) && !off.enabled(false));
+        let error = parse(&["--imex-tls", "yes"]).unwrap_err().to_string();
+        assert!(error.contains("--imex-tls"), "{error}");
     }
 
     #[test]

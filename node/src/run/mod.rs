@@ -35,7 +35,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-pub use args::{Addressing, Backend, ChannelNodes, Readiness, RunArgs, SlicesOnExit, TlsMode};
+pub use args::{
+    Addressing, Backend, ChannelNodes, ImexTls, Readiness, RunArgs, SlicesOnExit, TlsMode,
+};
 pub use info::RunInfo;
 pub use seeds::{SeedDiscovery, SeedPlan, StaticSeeds};
 pub use state::{
@@ -105,6 +107,8 @@ async fn serve(
         )
     })?;
     let _reloader = tls.spawn_reloader(TLS_RELOAD_INTERVAL);
+    // IMEX's links follow the certificate gossip accepted, through every rotation.
+    let imex_credentials = tls.files();
     let clique = discover_clique(&args).await?;
     info!(clique = %clique, "clique discovered");
 
@@ -167,7 +171,10 @@ async fn serve(
             tokio::spawn(names.follow(gossip.clone(), seeds::RESOLVE_INTERVAL, stop_seeds.clone()))
         });
 
-    let imex = Arc::new(ImexDaemon::new(imex_settings(&args)?));
+    let imex = Arc::new(ImexDaemon::with_credentials(
+        imex_settings(&args)?,
+        imex_credentials,
+    ));
     let mut kube = None;
     let mut local_dir = None;
     let ports = match args.backend {
@@ -543,6 +550,16 @@ fn imex_settings(args: &RunArgs) -> anyhow::Result<ImexSettings> {
         ),
         (None, false) => None,
     };
+    settings.tls = args.imex_tls.enabled(simulator.is_some());
+    match (args.imex_tls, settings.tls) {
+        (ImexTls::Auto, false) => info!(
+            "IMEX's links run in the clear: nvidia-imex would check each peer's certificate \
+             against the name it dialled, which node certificates do not carry \
+             (--imex-tls on to turn TLS on anyway)"
+        ),
+        (_, true) => info!("IMEX's links run over mutual TLS with this node's gossip certificate"),
+        (_, false) => info!("IMEX's links run in the clear (--imex-tls off)"),
+    }
     match simulator {
         Some(sim) => {
             settings.daemon = sim.clone();

@@ -6,3 +6,4 @@ mod cdi_schema;
 mod gpu_inventory;
 mod imex_sim;
 mod imex_supervisor;
+mod imex_tls;

@@ -1,0 +1,300 @@
+//! `imex-sim`'s TLS: the links of a config that turns IMEX's SSL/TLS on run over
+//! mutual TLS with the files it names, as `nvidia-imex`'s do.
+//!
+//! - Each end presents the certificate its role's options name (`IMEX_SERVER_*` when
+//!   accepting, `IMEX_CLIENT_*` when dialling) and requires the peer's to chain to that
+//!   role's CA (`*_CERT_AUTH`). A peer whose certificate chains to another CA is
+//!   refused: the link stays down, the refusal is printed with its reason (once per
+//!   peer and reason: a dialler retries every second) and counted in the status
+//!   listing (`tls.refused`).
+//! - The server says so when it has accepted the client's certificate (one byte after
+//!   the handshake): in TLS 1.3 a client's handshake completes before the server has
+//!   checked the client's certificate, and a link must not count as up on one side only.
+//! - SIGUSR1 reloads the files; new links use them, established ones keep their
+//!   session. A set that does not load is refused and the old one kept (IMEX then skips
+//!   the rest of the reload, the reconnection included; so does the simulator).
+//! - Not modelled: IMEX's own client checks the server's certificate against the host
+//!   it dialled (or `IMEX_SECURITY_TARGET_OVERRIDE`); the simulator checks the chain
+//!   only (docs/ARCHITECTURE.md, "IMEX over mutual TLS"). Nor does a reload tell the
+//!   peers to reload theirs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use domaind_gossip::tls::{client_config, read_certs, read_key, server_config};
+use serde::Serialize;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use super::config::tls_keys;
+
+/// How long a peer may take to complete its handshake (and a server to confirm it).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The server's word, after the handshake, that it accepted the client's certificate.
+pub const ACCEPTED: u8 = 1;
+
+/// The files of one role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleFiles {
+    pub key: PathBuf,
+    pub cert: PathBuf,
+    pub ca: PathBuf,
+}
+
+/// What the config says of TLS, when it turns it on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsOptions {
+    pub server: RoleFiles,
+    pub client: RoleFiles,
+}
+
+impl TlsOptions {
+    /// `None` when the config leaves TLS off (`IMEX_ENABLE_AUTH_ENCRYPTION` absent or
+    /// `0`). On, it needs the SSL/TLS mode, credentials from files, and all six paths:
+    /// like IMEX, the simulator refuses to start rather than run in the clear.
+    pub fn from_config(
+        keys: &BTreeMap<String, String>,
+        config: &Path,
+    ) -> Result<Option<Self>, String> {
+        let value = |key: &str| keys.get(key).map(String::as_str).unwrap_or("");
+        match value(tls_keys::ENABLE) {
+            "" | "0" => return Ok(None),
+            "1" => {}
+            other => {
+                return Err(format!(
+                    "{}: {} must be 0 or 1, not {other:?}",
+                    config.display(),
+                    tls_keys::ENABLE
+                ));
+            }
+        }
+        let mode = value(tls_keys::MODE);
+        if mode != tls_keys::MODE_SSL_TLS {
+            return Err(format!(
+                "{}: {} is {mode:?}; imex-sim supports {} only",
+                config.display(),
+                tls_keys::MODE,
+                tls_keys::MODE_SSL_TLS
+            ));
+        }
+        let source = value(tls_keys::SOURCE);
+        if source != tls_keys::SOURCE_FILE {
+            return Err(format!(
+                "{}: {} is {source:?}; imex-sim reads credentials from files only ({})",
+                config.display(),
+                tls_keys::SOURCE,
+                tls_keys::SOURCE_FILE
+            ));
+        }
+        let path = |key: &str| match value(key) {
+            "" => Err(format!(
+                "{}: {key} is missing (needed with {}=1)",
+                config.display(),
+                tls_keys::ENABLE
+            )),
+            path => Ok(PathBuf::from(path)),
+        };
+        Ok(Some(Self {
+            server: RoleFiles {
+                key: path(tls_keys::SERVER_KEY)?,
+                cert: path(tls_keys::SERVER_CERT)?,
+                ca: path(tls_keys::SERVER_CERT_AUTH)?,
+            },
+            client: RoleFiles {
+                key: path(tls_keys::CLIENT_KEY)?,
+                cert: path(tls_keys::CLIENT_CERT)?,
+                ca: path(tls_keys::CLIENT_CERT_AUTH)?,
+            },
+        }))
+    }
+}
+
+/// The handshakes' ends, built from one reading of the files.
+#[derive(Clone)]
+struct Loaded {
+    acceptor: TlsAcceptor,
+    connector: TlsConnector,
+}
+
+fn load(options: &TlsOptions) -> Result<Loaded, String> {
+    let server = &options.server;
+    let server = server_config(
+        &read_certs(&server.ca, "CA certificate").map_err(|e| e.to_string())?,
+        read_certs(&server.cert, "certificate").map_err(|e| e.to_string())?,
+        read_key(&server.key).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("server credentials: {e}"))?;
+    let client = &options.client;
+    let client = client_config(
+        &read_certs(&client.ca, "CA certificate").map_err(|e| e.to_string())?,
+        read_certs(&client.cert, "certificate").map_err(|e| e.to_string())?,
+        read_key(&client.key).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("client credentials: {e}"))?;
+    Ok(Loaded {
+        acceptor: TlsAcceptor::from(server),
+        connector: TlsConnector::from(client),
+    })
+}
+
+/// What the status listing says of TLS.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TlsStats {
+    pub enabled: bool,
+    /// Links whose handshake both ends accepted, either way.
+    pub handshakes: u64,
+    /// Handshakes refused, either way, on TLS's own terms: a certificate that does not
+    /// chain to the CA, or a peer that does not speak TLS. A connection that breaks or
+    /// stalls mid-handshake (a peer restarting, paused) is lost, not refused.
+    pub refused: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_refusal: Option<String>,
+    /// Credential reloads (SIGUSR1) that loaded, and that did not.
+    pub reloads: u64,
+    pub reloads_refused: u64,
+}
+
+/// The simulator's TLS: its current credentials and what its handshakes did.
+pub struct LinkTls {
+    options: TlsOptions,
+    current: Mutex<Loaded>,
+    stats: Mutex<TlsStats>,
+    /// The last reason printed per peer, so that a dialler retrying every second does
+    /// not print the same refusal every second.
+    told: Mutex<BTreeMap<String, String>>,
+}
+
+impl LinkTls {
+    /// Reads the files; an error names the one that failed.
+    pub fn load(options: TlsOptions) -> Result<Self, String> {
+        let loaded = load(&options)?;
+        Ok(Self {
+            options,
+            current: Mutex::new(loaded),
+            stats: Mutex::new(TlsStats {
+                enabled: true,
+                ..TlsStats::default()
+            }),
+            told: Mutex::default(),
+        })
+    }
+
+    /// Re-reads the files for new links; a set that does not load leaves the old one.
+    pub fn reload(&self) -> Result<(), String> {
+        match load(&self.options) {
+            Ok(loaded) => {
+                *lock(&self.current) = loaded;
+                lock(&self.stats).reloads += 1;
+                Ok(())
+            }
+            Err(error) => {
+                lock(&self.stats).reloads_refused += 1;
+                Err(error)
+            }
+        }
+    }
+
+    pub fn acceptor(&self) -> TlsAcceptor {
+        lock(&self.current).acceptor.clone()
+    }
+
+    pub fn connector(&self) -> TlsConnector {
+        lock(&self.current).connector.clone()
+    }
+
+    pub fn stats(&self) -> TlsStats {
+        lock(&self.stats).clone()
+    }
+
+    pub fn accepted(&self, peer: &str) {
+        lock(&self.stats).handshakes += 1;
+        if lock(&self.told).remove(peer).is_some() {
+            println!("imex-sim: TLS link with {peer} accepted");
+        }
+    }
+
+    /// Counts a refusal, and prints it unless it is the one last printed for `peer`.
+    pub fn refused(&self, peer: &str, reason: String) {
+        {
+            let mut stats = lock(&self.stats);
+            stats.refused += 1;
+            stats.last_refusal = Some(reason.clone());
+        }
+        let mut told = lock(&self.told);
+        if told.get(peer) != Some(&reason) {
+            eprintln!("imex-sim: TLS link with {peer} refused: {reason}");
+            told.insert(peer.to_owned(), reason);
+        }
+    }
+}
+
+impl std::fmt::Debug for LinkTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkTls")
+            .field("options", &self.options)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::imex::config::{ImexSettings, parse_config, render_config};
+
+    fn keys(text: &str) -> BTreeMap<String, String> {
+        parse_config(text)
+    }
+
+    #[test]
+    fn the_options_we_write_are_the_options_the_simulator_reads() {
+        let mut settings = ImexSettings::new("/run/imex", "127.0.0.1".parse().unwrap());
+        settings.tls = true;
+        let options = TlsOptions::from_config(&keys(&render_config(&settings)), Path::new("c"))
+            .unwrap()
+            .expect("on");
+        let ours = RoleFiles {
+            key: settings.tls_key_path(),
+            cert: settings.tls_cert_path(),
+            ca: settings.tls_ca_path(),
+        };
+        assert_eq!(options.server, ours);
+        assert_eq!(options.client, ours);
+        settings.tls = false;
+        let off = TlsOptions::from_config(&keys(&render_config(&settings)), Path::new("c"));
+        assert_eq!(off, Ok(None));
+    }
+
+    #[test]
+    fn tls_turned_on_but_not_usable_is_a_refusal_to_start_not_the_clear() {
+        let full = "IMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_ENCRYPTION_MODE=SSL_TLS\n\
+                    IMEX_AUTH_SOURCE=FILE\nIMEX_SERVER_KEY=k\nIMEX_SERVER_CERT=c\n\
+                    IMEX_SERVER_CERT_AUTH=a\nIMEX_CLIENT_KEY=k\nIMEX_CLIENT_CERT=c\n\
+                    IMEX_CLIENT_CERT_AUTH=a\n";
+        assert!(
+            TlsOptions::from_config(&keys(full), Path::new("c"))
+                .unwrap()
+                .is_some()
+        );
+        for (broken, says) in [
+            (
+                full.replace("ENCRYPTION=1", "ENCRYPTION=yes"),
+                "must be 0 or 1",
+            ),
+            (full.replace("SSL_TLS", "GSS_AUTH_ENCRYPT"), "SSL_TLS only"),
+            (full.replace("SOURCE=FILE", "SOURCE=ENV_VAL"), "files only"),
+            (
+                full.replace("IMEX_CLIENT_CERT_AUTH=a\n", ""),
+                "IMEX_CLIENT_CERT_AUTH is missing",
+            ),
+        ] {
+            let error = TlsOptions::from_config(&keys(&broken), Path::new("c")).unwrap_err();
+            assert!(error.contains(says), "{error}");
+        }
+    }
+}
