@@ -29,6 +29,7 @@ fn claim(node: &str) -> (ClaimFile, ClaimRef) {
             name: "tls".into(),
             uid: "cd-tls".into(),
             num_nodes: NODES as u32,
+            isolation: Default::default(),
         },
         allocation_mode: AllocationMode::Single,
         readiness: Some(ReadinessPolicy::Domain),
