@@ -25,7 +25,7 @@ use std::time::Duration;
 use ::kube::Client;
 use ::kube::api::{Api, ListParams};
 use async_trait::async_trait;
-use domaind_actors::model::{ClaimInfo, ClaimRef, ReadinessPolicy};
+use domaind_actors::model::{ClaimInfo, ClaimRef, Isolation, ReadinessPolicy};
 use domaind_actors::ports::{
     Checkpoint, CheckpointChange, CheckpointStore, ClaimRecord, PortError, PrepareState, Recorded,
 };
@@ -97,11 +97,12 @@ pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
             skipped.push(format!("{label}: reserved for no pod"));
             continue;
         }
-        let domain = input
+        let cd = input
             .domains
             .iter()
-            .find(|cd| cd.metadata.uid.as_deref() == Some(allocated.domain_uid.as_str()))
-            .and_then(domain_ref);
+            .find(|cd| cd.metadata.uid.as_deref() == Some(allocated.domain_uid.as_str()));
+        let isolation = cd.map(|cd| crate::contract::isolation(cd.spec.isolation));
+        let domain = cd.and_then(domain_ref);
         let Some(domain) = domain else {
             skipped.push(format!(
                 "{label}: its ComputeDomain (uid {}) no longer exists",
@@ -140,7 +141,7 @@ pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
                 allocation_mode: allocated.allocation_mode,
                 readiness: allocated.readiness,
                 devices: allocated.devices,
-                isolation: Default::default(),
+                isolation: isolation.unwrap_or_default(),
             },
             policy: allocated.readiness.unwrap_or(input.default_readiness),
             state: if prepared {
@@ -182,11 +183,24 @@ pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
         })
         .map(|(uid, _)| uid.clone());
 
+    // Domains sharing the clique's IMEX domain may be several on a node: with the
+    // chosen one, every other of that mode is kept too. (Their channels are not in the
+    // API: each is taken from gossip again, and the next prepare records it.)
+    let sharing = |candidates: &[Candidate]| {
+        candidates
+            .iter()
+            .all(|c| c.record.info.isolation == Isolation::Channel)
+    };
+    let chosen_shares = chosen
+        .as_ref()
+        .and_then(|uid| by_domain.get(uid))
+        .is_some_and(|c| sharing(c));
     let mut checkpoint = Checkpoint::default();
     for (uid, candidates) in by_domain {
+        let kept = Some(&uid) == chosen.as_ref() || chosen_shares && sharing(&candidates);
         for candidate in candidates {
             let record = candidate.record;
-            if Some(&uid) == chosen.as_ref() {
+            if kept {
                 checkpoint.claims.insert(record.claim.uid.clone(), record);
             } else {
                 skipped.push(format!(

@@ -173,6 +173,44 @@ fn one_domain_per_node_the_one_with_cdi_specs_first() {
     assert_eq!(kept, ["b"]);
 }
 
+/// Domains that share the clique's IMEX domain may be several on one node: all of
+/// them are rebuilt, with their isolation, and an exclusive domain's claims are not.
+#[test]
+fn every_sharing_domain_is_rebuilt_with_its_isolation() {
+    let sharing = |name: &str, uid: &str| {
+        let mut cd = compute_domain("cd-ref", name, uid, 1);
+        cd.spec.isolation = domaind_kube_api::crd::ComputeDomainIsolation::Channel;
+        cd
+    };
+    let domains = [
+        sharing("first", "cd-1"),
+        sharing("second", "cd-2"),
+        compute_domain("cd-ref", "own", "cd-3", 1),
+    ];
+    let claims = [
+        claim("a", for_domain("cd-1")),
+        claim("b", for_domain("cd-2")),
+        claim("c", for_domain("cd-3")),
+    ];
+    let rebuilt = run(&claims, &domains, &["a", "b"]);
+    let kept: Vec<&str> = rebuilt
+        .checkpoint
+        .claims
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(kept, ["a", "b"]);
+    assert!(
+        rebuilt
+            .checkpoint
+            .claims
+            .values()
+            .all(|r| r.info.isolation == domaind_actors::model::Isolation::Channel)
+    );
+    assert_eq!(rebuilt.skipped.len(), 1, "{:?}", rebuilt.skipped);
+    assert!(rebuilt.skipped[0].contains("(c)"));
+}
+
 struct Files {
     root: tempfile::TempDir,
     store: FileCheckpointStore,
