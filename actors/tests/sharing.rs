@@ -112,6 +112,12 @@ fn two_sharing_domains_on_the_same_nodes_get_their_own_channels() {
             },
         )
         .await;
+        // Ready is never written before the channel is known: a Ready status carries it.
+        for write in rack.status.writes() {
+            if write.status.status == Phase::Ready {
+                assert!(write.status.channel.is_some(), "{write:?}");
+            }
+        }
     });
 }
 

@@ -751,7 +751,9 @@ impl DomainActor {
             self.roster
                 .status_document(&self.assignment, readiness, self.domain.num_nodes);
         if self.role == Role::Sharing {
-            document.channel = ChannelState::of(&self.domain.uid, self.shared.as_ref()).confirmed();
+            document.channel = ChannelState::of(&self.domain.uid, self.shared.as_ref())
+                .confirmed()
+                .or(self.channel_handed);
         }
         writer.do_send(PublishStatus(document));
         if self.role == Role::Sharing {
@@ -945,9 +947,14 @@ impl DomainActor {
     /// channel is the one it assigns, held (advertised) until it is confirmed.
     fn follow_shared_imex(&mut self, ad: &mut Advertisement) -> ChannelState {
         let shared = self.shared.as_ref();
-        ad.imex_ready = !self.has_fabric() || shared.is_some_and(|p| p.local_ready);
         ad.imex_failing = shared.is_some_and(|p| p.imex_failing);
         let state = ChannelState::of(&self.domain.uid, shared);
+        // A member is ready once its pods can share memory: the shared IMEX domain is
+        // ready here and the domain's channel is confirmed (or already handed out, so
+        // that a newcomer to the shared domain not yet agreeing does not blink it). A
+        // Ready status then always carries the channel.
+        ad.imex_ready = (!self.has_fabric() || shared.is_some_and(|p| p.local_ready))
+            && (state.confirmed().is_some() || self.channel_handed.is_some());
         let advertised = ad.sharing.as_ref().and_then(|s| s.channel);
         // A channel handed to a pod is advertised as held until the domain leaves the
         // node: it outranks any domain not held (`rules::channels`).
