@@ -44,6 +44,23 @@ async fn prepare_at_once(
     results
 }
 
+/// A claim of each of `domains` on each of `nodes`, as (node, claim uid).
+fn claims_of(
+    rack: &Rack,
+    domains: &[&domaind_actors::model::DomainRef],
+    nodes: &[&'static str],
+) -> Vec<(&'static str, String)> {
+    let mut claims = Vec::new();
+    for node in nodes {
+        for cd in domains {
+            let uid = format!("{}-{node}", cd.uid);
+            rack.sharing_claim(&uid, cd, AllocationMode::Single);
+            claims.push((*node, uid));
+        }
+    }
+    claims
+}
+
 /// Two domains created at the same moment on the same three nodes: each pod gets its
 /// own domain's channel, never the other's, and one IMEX domain serves both.
 #[test]
@@ -51,14 +68,7 @@ fn two_sharing_domains_on_the_same_nodes_get_their_own_channels() {
     run(|| async {
         let rack = rack_of(&NODES, |_| {});
         let (cd1, cd2) = (domain("cd1", 0), domain("cd2", 0));
-        let mut claims = Vec::new();
-        for node in NODES {
-            for cd in [&cd1, &cd2] {
-                let uid = format!("{}-{node}", cd.uid);
-                rack.sharing_claim(&uid, cd, AllocationMode::Single);
-                claims.push((node, uid));
-            }
-        }
+        let claims = claims_of(&rack, &[&cd1, &cd2], &NODES);
         let results = prepare_at_once(&rack, &claims).await;
         let mut channels = std::collections::BTreeMap::new();
         for ((_, claim), result) in claims.iter().zip(results) {
@@ -128,14 +138,7 @@ fn ending_one_sharing_domain_leaves_the_other_ready() {
     run(|| async {
         let rack = rack_of(&NODES, |_| {});
         let (cd1, cd2) = (domain("cd1", 0), domain("cd2", 0));
-        let mut claims = Vec::new();
-        for node in NODES {
-            for cd in [&cd1, &cd2] {
-                let uid = format!("{}-{node}", cd.uid);
-                rack.sharing_claim(&uid, cd, AllocationMode::Single);
-                claims.push((node, uid));
-            }
-        }
+        let claims = claims_of(&rack, &[&cd1, &cd2], &NODES);
         for result in prepare_at_once(&rack, &claims).await {
             result.unwrap();
         }
