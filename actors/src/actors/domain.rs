@@ -918,16 +918,8 @@ impl DomainActor {
             .and_then(|r| r.failure.as_ref())
             .map(|f| (f.episode, f.reason.clone()));
         let progress = SharedImexProgress {
-            local_ready: imex_ready(
-                self.has_fabric(),
-                self.imex_report.as_ref().map(|r| DaemonReport {
-                    version: r.version,
-                    running: r.running,
-                    ready: r.ready,
-                }),
-                self.peer_version,
-                &self.peer_set,
-            ),
+            // Computed by `recompute` for this node's IMEX just before.
+            local_ready: ad.imex_ready,
             imex_failing: ad.imex_failing,
             assigned: assignment.channels,
             confirmed: agreed,

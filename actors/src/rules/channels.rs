@@ -48,12 +48,13 @@
 //! each side confirms with the nodes it sees (ARCHITECTURE, "Several ComputeDomains on
 //! one node").
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use domaind_gossip::Membership;
 
 use crate::model::{Advertisement, ChannelId, CliqueId, DomainUid, NodeId};
 use crate::rules::membership::{DOMAIN_KEY_PREFIX, decode_advertisement};
+use crate::rules::slots::grant;
 
 /// The shared IMEX domain's name among domain keys: not a Kubernetes UID (those are
 /// UUIDs), so it cannot collide with a ComputeDomain's.
@@ -158,30 +159,8 @@ pub fn assign_channels(candidates: &[ChannelCandidate], capacity: ChannelId) -> 
     let mut order: Vec<&ChannelCandidate> = candidates.iter().collect();
     order.sort_by(|a, b| (!a.held, a.seniority, &a.uid).cmp(&(!b.held, b.seniority, &b.uid)));
     order.dedup_by(|a, b| a.uid == b.uid);
-
-    let mut taken = BTreeSet::new();
-    let mut channels = BTreeMap::new();
-    for candidate in &order {
-        if let Some(channel) = candidate.preferred
-            && channel < capacity
-            && taken.insert(channel)
-        {
-            channels.insert(candidate.uid.clone(), channel);
-        }
-    }
-    let mut free = (0..capacity).filter(|c| !taken.contains(c));
-    let mut unassigned = Vec::new();
-    for candidate in order {
-        if channels.contains_key(&candidate.uid) {
-            continue;
-        }
-        match free.next() {
-            Some(channel) => {
-                channels.insert(candidate.uid.clone(), channel);
-            }
-            None => unassigned.push(candidate.uid.clone()),
-        }
-    }
+    let (channels, unassigned) =
+        grant(order.iter().map(|c| (c.uid.clone(), c.preferred)), capacity);
     ChannelAssignment {
         channels,
         unassigned,
@@ -214,6 +193,7 @@ mod tests {
     use crate::rules::membership::encode_advertisement;
     use domaind_gossip::Member;
     use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     fn c(uid: &str, seniority: u64, preferred: Option<ChannelId>) -> ChannelCandidate {
         ChannelCandidate {

@@ -64,31 +64,53 @@ pub fn assign_slots(candidates: &[SlotCandidate], max: Slot) -> SlotAssignment {
     let mut order: Vec<&SlotCandidate> = candidates.iter().collect();
     order.sort_by(|a, b| (a.joined_at_ms, &a.node).cmp(&(b.joined_at_ms, &b.node)));
     order.dedup_by(|a, b| a.node == b.node);
+    let (slots, unassigned) = grant(
+        order
+            .iter()
+            .map(|c| (c.node.clone(), c.preferred.map(u32::from))),
+        u32::from(max),
+    );
+    SlotAssignment {
+        // Below `max`, a Slot.
+        slots: slots
+            .into_iter()
+            .map(|(node, slot)| (node, slot as Slot))
+            .collect(),
+        unassigned,
+    }
+}
 
+/// The rule slots and channels share: in the order given, each preference in
+/// `0..capacity` is granted unless an earlier one got it; then each left without a
+/// value gets the lowest free one, or none when all are taken (returned, in order).
+pub(crate) fn grant<K: Ord + Clone>(
+    ordered: impl Iterator<Item = (K, Option<u32>)> + Clone,
+    capacity: u32,
+) -> (BTreeMap<K, u32>, Vec<K>) {
     let mut taken = BTreeSet::new();
-    let mut slots = BTreeMap::new();
-    for candidate in &order {
-        if let Some(slot) = candidate.preferred
-            && slot < max
-            && taken.insert(slot)
+    let mut granted = BTreeMap::new();
+    for (key, preferred) in ordered.clone() {
+        if let Some(value) = preferred
+            && value < capacity
+            && taken.insert(value)
         {
-            slots.insert(candidate.node.clone(), slot);
+            granted.insert(key, value);
         }
     }
-    let mut free = (0..max).filter(|s| !taken.contains(s));
-    let mut unassigned = Vec::new();
-    for candidate in order {
-        if slots.contains_key(&candidate.node) {
+    let mut free = (0..capacity).filter(|v| !taken.contains(v));
+    let mut left = Vec::new();
+    for (key, _) in ordered {
+        if granted.contains_key(&key) {
             continue;
         }
         match free.next() {
-            Some(slot) => {
-                slots.insert(candidate.node.clone(), slot);
+            Some(value) => {
+                granted.insert(key, value);
             }
-            None => unassigned.push(candidate.node.clone()),
+            None => left.push(key),
         }
     }
-    SlotAssignment { slots, unassigned }
+    (granted, left)
 }
 
 #[cfg(test)]
