@@ -24,6 +24,7 @@ pub mod channels;
 pub mod checks;
 pub mod cli;
 pub mod cliques;
+pub mod cluster;
 pub mod forge;
 pub mod harness;
 pub mod invariants;
