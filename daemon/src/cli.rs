@@ -96,6 +96,10 @@ pub enum Command {
     /// does, 2 when the cluster cannot be inspected. Connects with KUBECONFIG or the
     /// in-cluster config.
     Migrate(crate::commands::migrate::MigrateArgs),
+    /// Act on this node's IMEX daemon, as an operator does from inside the node
+    /// daemon's container (`kubectl exec`), whose image holds no shell, only `domaind`.
+    #[command(subcommand)]
+    Imex(ImexCommand),
     /// The IMEX simulator built into this binary (what `run --imex-sim-builtin` starts);
     /// the same command line as the `imex-sim` binary.
     #[command(hide = true, disable_help_flag = true)]
@@ -117,6 +121,23 @@ pub enum Command {
     /// answer as JSON on stdout; exits non-zero when a call or any claim failed.
     #[command(subcommand)]
     KubeletSim(KubeletSimCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImexCommand {
+    /// Kill the IMEX daemon with SIGKILL, so that `domaind run` starts it again (after
+    /// its restart backoff): how to force an IMEX restart.
+    ///
+    /// Finds the IMEX daemons that are children of a `domaind run` among the processes
+    /// it can see (in the node daemon's container: that daemon's), not its status
+    /// queries. Prints one line per daemon killed (`killed IMEX daemon PID (child of
+    /// domaind run PID): COMMAND`); exits 1 when there is none, saying why.
+    Kill {
+        /// Only the IMEX daemon of this `domaind run` process, where several run (a
+        /// machine running a loopback rack).
+        #[arg(long, value_name = "PID")]
+        parent: Option<u32>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod certs;
+mod imex;
 mod kubelet_sim;
 pub mod migrate;
 mod topology;
@@ -17,6 +18,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo(args) => crate::demo::run(args),
+        Command::Imex(command) => imex::run(command),
         Command::KubeletSim(command) => kubelet_sim::run(command),
         Command::Migrate(args) => migrate::run(args),
         Command::Run(args) => domaind_node::run::run(*args),

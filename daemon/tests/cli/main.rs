@@ -7,6 +7,7 @@ mod controller;
 mod demo;
 mod deploy_manifests;
 mod imex_failing;
+mod imex_kill;
 mod imex_orphans;
 mod imex_tls;
 mod kubelet_sim;

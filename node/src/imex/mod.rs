@@ -8,6 +8,7 @@ pub mod hosts;
 pub mod leftover;
 pub mod listen_check;
 pub mod output;
+pub mod processes;
 pub mod sim;
 pub mod sim_cli;
 pub mod sim_tls;

@@ -14,6 +14,8 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
 use super::LocalRack;
+use crate::imex::processes::is_imex_daemon;
+use crate::procfs::processes;
 
 /// Where, under the rack's root, its CA (certificate and key) is kept.
 pub(super) const CA_DIR: &str = "ca";
@@ -114,9 +116,9 @@ impl LocalRack {
             .pid()
             .filter(|_| self.nodes[index].running())
         {
-            for (imex, parent, args) in processes()? {
-                if parent == pid && is_imex_daemon(&args) {
-                    let imex = Pid::from_raw(imex as i32);
+            for process in processes()? {
+                if process.parent == pid && is_imex_daemon(&process.args) {
+                    let imex = Pid::from_raw(process.pid as i32);
                     // A daemon started without a group of its own is in domaind's.
                     if killpg(imex, signal).is_err() {
                         let _ = kill(imex, signal);
@@ -140,94 +142,14 @@ impl LocalRack {
             .map(|node| node.pid().filter(|_| node.running()))
             .collect();
         let mut found = vec![Vec::new(); parents.len()];
-        for (pid, parent, args) in processes()? {
-            if !is_imex_daemon(&args) {
+        for process in processes()? {
+            if !is_imex_daemon(&process.args) {
                 continue;
             }
-            if let Some(index) = parents.iter().position(|p| *p == Some(parent)) {
-                found[index].push(pid);
+            if let Some(index) = parents.iter().position(|p| *p == Some(process.parent)) {
+                found[index].push(process.pid);
             }
         }
         Ok(found)
-    }
-}
-
-/// The IMEX daemon runs as `<sim or nvidia-imex> -c CONFIG` (`domaind imex-sim -c
-/// CONFIG` when built in; for the moment between the fork and the exec, the guard
-/// `domaind imex-guard --parent PID -- ... -c CONFIG`, which becomes it); queries run
-/// `... ctl -c CONFIG -q`.
-fn is_imex_daemon(args: &[String]) -> bool {
-    args.iter().any(|a| a == "-c") && !args.iter().any(|a| a == "ctl")
-}
-
-/// Every process: its pid, its parent's pid and its command line.
-fn processes() -> anyhow::Result<Vec<(u32, u32, Vec<String>)>> {
-    let mut found = Vec::new();
-    let entries = std::fs::read_dir("/proc").context("cannot list /proc")?;
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        // A process may exit between the listing and the read: skip it.
-        let Some(parent) = std::fs::read_to_string(entry.path().join("stat"))
-            .ok()
-            .and_then(|stat| parent_of(&stat))
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args = crate::procfs::command_line_args(&cmdline)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        found.push((pid, parent, args));
-    }
-    Ok(found)
-}
-
-/// The parent pid in a /proc/<pid>/stat line.
-fn parent_of(stat: &str) -> Option<u32> {
-    let mut fields = crate::procfs::fields_after_command(stat)?;
-    let _state = fields.next()?;
-    fields.next()?.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parent_is_read_after_the_command_name() {
-        assert_eq!(parent_of("42 (imex-sim) S 7 42 42 0 -1"), Some(7));
-        assert_eq!(parent_of("42 (a) b (c) S 9 1 1"), Some(9));
-        assert_eq!(parent_of("garbage"), None);
-    }
-
-    #[test]
-    fn daemon_and_queries_are_told_apart() {
-        let daemon = ["imex-sim", "-c", "/s/imex/config.cfg"].map(String::from);
-        let builtin = ["domaind", "imex-sim", "-c", "/s/config.cfg"].map(String::from);
-        let query = ["imex-sim", "ctl", "-c", "/s/config.cfg", "-q"].map(String::from);
-        assert!(is_imex_daemon(&daemon));
-        assert!(is_imex_daemon(&builtin));
-        assert!(!is_imex_daemon(&query));
-    }
-
-    #[test]
-    fn this_process_is_listed_with_its_parent() {
-        let me = std::process::id();
-        let parent = parent_of(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
-        let found = processes().unwrap();
-        assert!(
-            found
-                .iter()
-                .any(|(pid, p, args)| *pid == me && *p == parent && !args.is_empty()),
-            "{found:?}"
-        );
     }
 }

@@ -29,7 +29,7 @@ use domaind_gossip::pki::{DevCa, NodeCertRequest};
 
 pub use node::RackNode;
 
-pub use probe::{PrepareAnswer, http_get, node_view, prepare_until_ready};
+pub use probe::{PrepareAnswer, http_get, http_get_over, node_view, prepare_until_ready};
 
 use crate::gpu::Topology;
 use crate::local::LocalDir;

@@ -8,6 +8,7 @@ use anyhow::{Context as _, bail};
 use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use domaind_actors::model::ClaimRef;
@@ -23,21 +24,30 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
     let exchange = async {
         let stream = TcpStream::connect(addr).await?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(connection);
-        let request = hyper::Request::get(path)
-            .header(hyper::header::HOST, addr.to_string())
-            .body(Empty::<Bytes>::new())?;
-        let response = sender.send_request(request).await?;
-        let status = response.status().as_u16();
-        let body = response.into_body().collect().await?.to_bytes();
-        anyhow::Ok((status, String::from_utf8_lossy(&body).into_owned()))
+        http_get_over(stream, &addr.to_string(), path).await
     };
     tokio::time::timeout(HTTP_TIMEOUT, exchange)
         .await
         .with_context(|| format!("GET {path} on {addr} took over {HTTP_TIMEOUT:?}"))?
         .with_context(|| format!("GET {path} on {addr}"))
+}
+
+/// `GET path` over a connection already open (a port-forward's stream), `host` as the
+/// Host header: the status code and body. Not bounded: the caller bounds it.
+pub async fn http_get_over<S>(stream: S, host: &str, path: &str) -> anyhow::Result<(u16, String)>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    let request = hyper::Request::get(path)
+        .header(hyper::header::HOST, host)
+        .body(Empty::<Bytes>::new())?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
 /// A daemon's `/state`, from the listener its `run.json` names.

@@ -1,0 +1,173 @@
+//! `domaind imex kill` as an operator runs it: against a real `domaind run` (the local
+//! backend, its built-in IMEX simulator), it SIGKILLs the node's IMEX daemon, says
+//! which, and the node starts a new one, which its `/state` counts. Where there is no
+//! IMEX daemon to kill, it exits 1 and says why.
+//!
+//! Every call names the node with `--parent`: other tests of this binary run racks of
+//! their own on this machine at the same time, and their IMEX daemons are not ours.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
+use domaind_node::dra::DraVersion;
+use domaind_node::imex::processes::parse_killed;
+use domaind_node::local::{ClaimFile, ComputeDomainRef};
+use domaind_node::rack::{LocalRack, RackSpec, node_view, prepare_until_ready, short_temp_dir};
+use domaind_node::run::{ImexView, RunInfo};
+
+const START_LIMIT: Duration = Duration::from_secs(30);
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn claim() -> (ClaimFile, ClaimRef) {
+    let file = ClaimFile {
+        namespace: "team-a".into(),
+        name: "worker".into(),
+        uid: "kill-claim".into(),
+        compute_domain: ComputeDomainRef {
+            namespace: "team-a".into(),
+            name: "kill".into(),
+            uid: "cd-kill".into(),
+            num_nodes: 1,
+            isolation: Default::default(),
+        },
+        allocation_mode: AllocationMode::Single,
+        readiness: Some(ReadinessPolicy::Local),
+        driver: None,
+        device: None,
+    };
+    let claim = ClaimRef {
+        uid: file.uid.clone(),
+        namespace: file.namespace.clone(),
+        name: file.name.clone(),
+    };
+    (file, claim)
+}
+
+fn imex_kill(parent: u32) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_domaind"))
+        .args(["imex", "kill", "--parent", &parent.to_string()])
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Whether `pid` is a process that has not ended (a zombie has).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
+            Some(!matches!(state, "Z" | "X"))
+        })
+        .unwrap_or(false)
+}
+
+async fn imex_view(info: &RunInfo) -> ImexView {
+    node_view(info).await.unwrap().imex
+}
+
+/// Polls `check` every 20 ms until it gives a value, failing after [`LIMIT`] with what
+/// `what` says was awaited.
+async fn wait_until<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "not within {LIMIT:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imex_kill_kills_the_nodes_imex_daemon_and_the_node_starts_another() {
+    let tmp = short_temp_dir("dik").unwrap();
+    let mut spec = RackSpec::self_contained(
+        1,
+        PathBuf::from(env!("CARGO_BIN_EXE_domaind")),
+        tmp.path().into(),
+    );
+    spec.subnet = 58;
+    spec.log_filter = "info,domaind_gossip=warn".into();
+    let mut rack = LocalRack::create(spec).unwrap();
+    let info = tokio::task::block_in_place(|| {
+        rack.start(0)?;
+        rack.wait_ready(0, START_LIMIT)
+    })
+    .unwrap();
+    let node = rack.node(0).pid().unwrap();
+
+    // No domain yet, so no IMEX daemon: nothing to kill, and it says so.
+    let idle = imex_kill(node);
+    assert_eq!(idle.status.code(), Some(1), "{idle:?}");
+    let said = text(&idle.stderr);
+    assert!(
+        said.contains(&format!(
+            "no IMEX daemon runs under `domaind run` (pid {node})"
+        )),
+        "{said}"
+    );
+    assert!(idle.stdout.is_empty(), "{idle:?}");
+
+    // A process that is not a `domaind run` is refused by name.
+    let me = std::process::id();
+    let other = imex_kill(me);
+    assert_eq!(other.status.code(), Some(1), "{other:?}");
+    let said = text(&other.stderr);
+    assert!(
+        said.contains(&format!("process {me} is not a running `domaind run`")),
+        "{said}"
+    );
+
+    // A claim of a one-node domain: the node starts its IMEX daemon.
+    let (file, claim) = claim();
+    rack.local().write_claim(&file).unwrap();
+    prepare_until_ready(&rack.node(0).dra_socket(), &claim, DraVersion::V1, LIMIT)
+        .await
+        .unwrap()
+        .unwrap();
+    let first = wait_until("the node's IMEX daemon runs", async || {
+        let daemons = rack.imex_daemons().unwrap().remove(0);
+        let view = imex_view(&info).await;
+        (view.running && daemons.len() == 1).then(|| (daemons[0], view))
+    })
+    .await;
+    let (imex, before) = first;
+
+    let killed = imex_kill(node);
+    let stdout = text(&killed.stdout);
+    assert!(
+        killed.status.success(),
+        "{killed:?}\n{}",
+        text(&killed.stderr)
+    );
+    assert_eq!(parse_killed(&stdout), [imex], "{stdout}");
+    assert!(
+        stdout.starts_with(&format!(
+            "killed IMEX daemon {imex} (child of domaind run {node}): "
+        )),
+        "{stdout}"
+    );
+
+    wait_until("the killed IMEX daemon is gone", async || {
+        (!alive(imex)).then_some(())
+    })
+    .await;
+    let (again, after) = wait_until("the node runs a new IMEX daemon", async || {
+        let daemons = rack.imex_daemons().unwrap().remove(0);
+        let view = imex_view(&info).await;
+        let new = daemons.len() == 1 && daemons[0] != imex && alive(daemons[0]);
+        (new && view.running && view.starts > before.starts).then(|| (daemons[0], view))
+    })
+    .await;
+    assert_ne!(again, imex);
+    assert_eq!(after.restarts, before.restarts + 1, "{before:?} {after:?}");
+    assert_eq!(after.starts, before.starts + 1, "{before:?} {after:?}");
+
+    rack.stop(0, START_LIMIT).unwrap();
+}
