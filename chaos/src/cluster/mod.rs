@@ -2,3 +2,4 @@
 //! API server.
 
 pub mod access;
+pub mod pods;

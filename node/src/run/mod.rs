@@ -36,7 +36,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 pub use args::{
-    Addressing, Backend, ChannelNodes, ImexTls, Readiness, RunArgs, SlicesOnExit, TlsMode,
+    Addressing, Backend, ChannelNodes, DEFAULT_STATE_ADDR, ImexTls, Readiness, RunArgs,
+    SlicesOnExit, TlsMode,
 };
 pub use info::RunInfo;
 pub use seeds::{SeedDiscovery, SeedPlan, StaticSeeds};

@@ -1,0 +1,673 @@
+//! [`PodAccess`]: the daemons and the controller of a cluster where domaind runs from
+//! the Helm chart (`deploy/helm/domaind`), reached through the API server alone.
+//!
+//! - A node's daemon is the chart's DaemonSet pod on it (`spec.nodeName`): Running,
+//!   Ready and not being deleted. Its identity is the pod's name and uid, so the pod
+//!   the DaemonSet makes after a deletion is told from the one before; its restarts
+//!   are its container's restart count.
+//! - `/state` listens on the node's loopback only (`--state-addr`, 127.0.0.1:9466 by
+//!   default, which the chart keeps), out of reach of anything off the node. The pod
+//!   uses the host network, so a port-forward to the pod (pods/portforward) reaches the
+//!   node's loopback; the API server's proxy would not (it reaches the pod's IP, and
+//!   refuses loopback addresses).
+//! - The IMEX daemon is stopped by `domaind imex kill` run in the daemon's container
+//!   (pods/exec): the image has no shell and no `kill`.
+//! - The controller is the chart's Deployment's pods; a restart deletes them all.
+//!
+//! Every port-forward and exec is bounded by [`PodAccessConfig::timeout`]: a runtime
+//! that implements neither (a fake one) fails them at once, but one that accepts the
+//! stream and never answers must not hang the run.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use async_trait::async_trait;
+use domaind_node::imex::processes::parse_killed;
+use domaind_node::rack::http_get_over;
+use domaind_node::run::NodeView;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use kube::api::{Api, AttachParams, DeleteParams, ListParams, Preconditions};
+use kube::{Client, ResourceExt};
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+
+use super::access::{ClusterAccess, DaemonInstance};
+
+/// The namespace the chart's documentation installs it in.
+pub const DEFAULT_NAMESPACE: &str = "domaind";
+/// The chart's label on the DaemonSet's pods.
+pub const NODE_COMPONENT: &str = "app.kubernetes.io/component=node";
+/// The chart's label on the controller Deployment's pods.
+pub const CONTROLLER_COMPONENT: &str = "app.kubernetes.io/component=controller";
+/// The chart's label naming the release, on every pod.
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// The node daemon's container in the chart's DaemonSet.
+pub const DAEMON_CONTAINER: &str = "domaind";
+/// The port of `domaind run`'s default `--state-addr`, which the chart does not change.
+pub const DEFAULT_STATE_PORT: u16 = 9466;
+/// `domaind controller`'s default `--lease-name`, the chart's
+/// `controller.leaderElection.leaseName`.
+pub const DEFAULT_LEASE: &str = "domaind-controller";
+/// How long one port-forward or exec may take, from the request to the answer.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// What runs in the daemon's container to stop its IMEX daemon.
+pub const KILL_COMMAND: [&str; 3] = ["domaind", "imex", "kill"];
+
+/// Where the chart's pods are and how to reach them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodAccessConfig {
+    /// Where the chart is installed.
+    pub namespace: String,
+    /// Label selector of the node daemons' pods.
+    pub daemon_selector: String,
+    /// Label selector of the controller's pods.
+    pub controller_selector: String,
+    /// The daemon pods' container that runs `domaind run` (exec's target).
+    pub daemon_container: String,
+    /// The port `/state` listens on, on the node's loopback.
+    pub state_port: u16,
+    /// The controller's leader-election Lease.
+    pub lease_namespace: String,
+    pub lease_name: String,
+    /// Bounds each port-forward and each exec.
+    pub timeout: Duration,
+}
+
+impl PodAccessConfig {
+    /// The chart's defaults for an installation in `namespace`; `release` narrows the
+    /// selectors to that release's pods (where several are installed).
+    pub fn chart(namespace: &str, release: Option<&str>) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            daemon_selector: selector(NODE_COMPONENT, release),
+            controller_selector: selector(CONTROLLER_COMPONENT, release),
+            daemon_container: DAEMON_CONTAINER.to_owned(),
+            state_port: DEFAULT_STATE_PORT,
+            lease_namespace: namespace.to_owned(),
+            lease_name: DEFAULT_LEASE.to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+impl Default for PodAccessConfig {
+    fn default() -> Self {
+        Self::chart(DEFAULT_NAMESPACE, None)
+    }
+}
+
+/// A component's selector, of one release's pods when `release` is given.
+pub fn selector(component: &str, release: Option<&str>) -> String {
+    match release {
+        Some(release) => format!("{component},{INSTANCE_LABEL}={release}"),
+        None => component.to_owned(),
+    }
+}
+
+fn deleting(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+fn running_and_ready(pod: &Pod) -> bool {
+    let Some(status) = &pod.status else {
+        return false;
+    };
+    status.phase.as_deref() == Some("Running")
+        && status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// The pod serving as `node`'s daemon among `pods`: on the node, Running, Ready and
+/// not being deleted. Should two qualify (a DaemonSet mid-update), the newer.
+pub fn daemon_pod<'a>(pods: &'a [Pod], node: &str) -> Option<&'a Pod> {
+    pods.iter()
+        .filter(|pod| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter(|pod| running_and_ready(pod) && !deleting(pod))
+        .max_by(|a, b| {
+            let created = |p: &Pod| p.metadata.creation_timestamp.clone().map(|t| t.0);
+            created(a)
+                .cmp(&created(b))
+                .then_with(|| a.name_any().cmp(&b.name_any()))
+        })
+}
+
+/// A daemon pod as the harness tells instances apart: its name and uid, and its
+/// daemon container's restarts.
+pub fn instance(pod: &Pod, container: &str) -> DaemonInstance {
+    let restarts = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|statuses| statuses.iter().find(|c| c.name == container))
+        .map_or(0, |c| u32::try_from(c.restart_count).unwrap_or(0));
+    DaemonInstance {
+        id: format!("{}/{}", pod.name_any(), pod.uid().unwrap_or_default()),
+        restarts,
+    }
+}
+
+/// Those of `nodes` with no daemon pod among `pods`.
+pub fn nodes_without_daemon(pods: &[Pod], nodes: &[String]) -> Vec<String> {
+    nodes
+        .iter()
+        .filter(|node| daemon_pod(pods, node).is_none())
+        .cloned()
+        .collect()
+}
+
+/// The names of the Ready controller pods not being deleted, sorted.
+pub fn ready_controllers(pods: &[Pod]) -> Vec<String> {
+    let mut names: Vec<String> = pods
+        .iter()
+        .filter(|pod| running_and_ready(pod) && !deleting(pod))
+        .map(ResourceExt::name_any)
+        .collect();
+    names.sort();
+    names
+}
+
+/// The pids `domaind imex kill` killed, from what its exec answered: its status (the
+/// API's `Status`, `Success` for exit 0) and its output.
+pub fn kill_outcome(
+    pod: &str,
+    status: Option<Status>,
+    stdout: &str,
+    stderr: &str,
+) -> anyhow::Result<Vec<u32>> {
+    let said = || {
+        let text = [stderr.trim(), stdout.trim()]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+        if text.is_empty() {
+            "nothing".to_owned()
+        } else {
+            text
+        }
+    };
+    let Some(status) = status else {
+        bail!(
+            "`{}` in pod {pod} ended without an exit status; it said: {}",
+            KILL_COMMAND.join(" "),
+            said()
+        );
+    };
+    if status.status.as_deref() != Some("Success") {
+        let why = status
+            .message
+            .or(status.reason)
+            .unwrap_or_else(|| "failed".to_owned());
+        bail!(
+            "`{}` in pod {pod}: {why}; it said: {}",
+            KILL_COMMAND.join(" "),
+            said()
+        );
+    }
+    let pids = parse_killed(stdout);
+    if pids.is_empty() {
+        bail!(
+            "`{}` in pod {pod} succeeded but named no pid killed; it said: {}",
+            KILL_COMMAND.join(" "),
+            said()
+        );
+    }
+    Ok(pids)
+}
+
+async fn read_all(reader: Option<impl AsyncRead + Unpin>) -> String {
+    let mut bytes = Vec::new();
+    if let Some(mut reader) = reader {
+        // What was read before an error is still worth showing.
+        let _ = reader.read_to_end(&mut bytes).await;
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The chart's daemons and controller, reached through the API server.
+#[derive(Clone)]
+pub struct PodAccess {
+    config: PodAccessConfig,
+    pods: Api<Pod>,
+}
+
+impl std::fmt::Debug for PodAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodAccess")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PodAccess {
+    pub fn new(client: Client, config: PodAccessConfig) -> Self {
+        let pods = Api::namespaced(client, &config.namespace);
+        Self { config, pods }
+    }
+
+    pub fn config(&self) -> &PodAccessConfig {
+        &self.config
+    }
+
+    /// Where the daemons are looked for, in words, for errors.
+    fn daemons_where(&self) -> String {
+        format!(
+            "pods labelled {} in namespace {}",
+            self.config.daemon_selector, self.config.namespace
+        )
+    }
+
+    fn controllers_where(&self) -> String {
+        format!(
+            "pods labelled {} in namespace {}",
+            self.config.controller_selector, self.config.namespace
+        )
+    }
+
+    async fn list(&self, selector: &str, node: Option<&str>) -> anyhow::Result<Vec<Pod>> {
+        let mut params = ListParams::default().labels(selector);
+        if let Some(node) = node {
+            params = params.fields(&format!("spec.nodeName={node}"));
+        }
+        let list = self.pods.list(&params).await.with_context(|| {
+            format!(
+                "cannot list pods labelled {selector} in namespace {}",
+                self.config.namespace
+            )
+        })?;
+        Ok(list.items)
+    }
+
+    async fn daemon_pod_of(&self, node: &str) -> anyhow::Result<Option<Pod>> {
+        let pods = self.list(&self.config.daemon_selector, Some(node)).await?;
+        Ok(daemon_pod(&pods, node).cloned())
+    }
+
+    async fn require_daemon(&self, node: &str) -> anyhow::Result<Pod> {
+        self.daemon_pod_of(node).await?.ok_or_else(|| {
+            anyhow!(
+                "node {node} has no Running, Ready daemon pod ({})",
+                self.daemons_where()
+            )
+        })
+    }
+
+    async fn fetch_state(&self, node: &str, pod: &str) -> anyhow::Result<NodeView> {
+        let port = self.config.state_port;
+        let namespace = &self.config.namespace;
+        let mut forwarder = self.pods.portforward(pod, &[port]).await.with_context(|| {
+            format!("the port-forward to pod {namespace}/{pod} port {port} was refused")
+        })?;
+        let exchange = async {
+            let stream = forwarder
+                .take_stream(port)
+                .context("the port-forward gave no stream")?;
+            let refused = forwarder
+                .take_error(port)
+                .context("the port-forward gave no error channel")?;
+            let host = format!("localhost:{port}");
+            tokio::select! {
+                answer = http_get_over(stream, &host, "/state") => {
+                    answer.with_context(|| format!(
+                        "GET /state through the port-forward to pod {namespace}/{pod} port {port}"
+                    ))
+                }
+                Some(message) = refused => Err(anyhow!(
+                    "the port-forward to pod {namespace}/{pod} port {port} failed: {message}"
+                )),
+            }
+        };
+        let answer = exchange.await;
+        forwarder.abort();
+        let (status, body) = answer?;
+        if status != 200 {
+            bail!("node {node}'s /state (pod {namespace}/{pod}) answered {status}: {body}");
+        }
+        serde_json::from_str(&body).with_context(|| {
+            format!("node {node}'s /state (pod {namespace}/{pod}) is not a node's view")
+        })
+    }
+
+    async fn run_kill(&self, pod: &str) -> anyhow::Result<Vec<u32>> {
+        let namespace = &self.config.namespace;
+        let params = AttachParams::default()
+            .container(&self.config.daemon_container)
+            .stdin(false)
+            .stdout(true)
+            .stderr(true);
+        let mut process = self
+            .pods
+            .exec(pod, KILL_COMMAND, &params)
+            .await
+            .with_context(|| {
+                format!(
+                    "the exec of `{}` in pod {namespace}/{pod} (container {}) was refused",
+                    KILL_COMMAND.join(" "),
+                    self.config.daemon_container
+                )
+            })?;
+        let status = process
+            .take_status()
+            .context("the exec gave no status channel")?;
+        let (stdout, stderr, status) = tokio::join!(
+            read_all(process.stdout()),
+            read_all(process.stderr()),
+            status
+        );
+        kill_outcome(&format!("{namespace}/{pod}"), status, &stdout, &stderr)
+    }
+
+    /// Bounds `work` by the configured timeout, saying what took too long.
+    async fn bounded<T>(
+        &self,
+        what: impl FnOnce() -> String,
+        work: impl Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<T> {
+        let limit = self.config.timeout;
+        tokio::time::timeout(limit, work)
+            .await
+            .map_err(|_| anyhow!("{} took over {limit:?}", what()))?
+    }
+}
+
+#[async_trait]
+impl ClusterAccess for PodAccess {
+    fn describe(&self) -> String {
+        format!(
+            "the chart's pods in namespace {}: daemons labelled {} (container {}), \
+             controller labelled {} (Lease {}/{}); /state read by port-forward to each \
+             daemon pod's port {}, IMEX stopped by `{}` through pods/exec",
+            self.config.namespace,
+            self.config.daemon_selector,
+            self.config.daemon_container,
+            self.config.controller_selector,
+            self.config.lease_namespace,
+            self.config.lease_name,
+            self.config.state_port,
+            KILL_COMMAND.join(" "),
+        )
+    }
+
+    async fn start(&mut self, nodes: &[String]) -> anyhow::Result<()> {
+        let daemons = self.list(&self.config.daemon_selector, None).await?;
+        let missing = nodes_without_daemon(&daemons, nodes);
+        let controllers = self.list(&self.config.controller_selector, None).await?;
+        let ready = ready_controllers(&controllers);
+        let mut problems = Vec::new();
+        if !missing.is_empty() {
+            problems.push(format!(
+                "no Running, Ready daemon pod on node(s) {} ({})",
+                missing.join(", "),
+                self.daemons_where()
+            ));
+        }
+        if ready.is_empty() {
+            problems.push(format!(
+                "no Ready controller pod ({}; {} found)",
+                self.controllers_where(),
+                controllers.len()
+            ));
+        }
+        if !problems.is_empty() {
+            bail!(
+                "domaind is not running where the chart puts it: {}",
+                problems.join("; ")
+            );
+        }
+        Ok(())
+    }
+
+    async fn daemon(&mut self, node: &str) -> anyhow::Result<Option<DaemonInstance>> {
+        let pod = self.daemon_pod_of(node).await?;
+        Ok(pod.map(|pod| instance(&pod, &self.config.daemon_container)))
+    }
+
+    async fn state(&mut self, node: &str) -> anyhow::Result<NodeView> {
+        let pod = self.require_daemon(node).await?.name_any();
+        let what = || {
+            format!(
+                "reading node {node}'s /state through a port-forward to pod {}/{pod}",
+                self.config.namespace
+            )
+        };
+        self.bounded(what, self.fetch_state(node, &pod)).await
+    }
+
+    async fn delete_daemon(&mut self, node: &str) -> anyhow::Result<()> {
+        let pod = self.require_daemon(node).await?;
+        let name = pod.name_any();
+        // The pod seen, not a replacement made meanwhile under the same name.
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: pod.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        self.pods.delete(&name, &params).await.with_context(|| {
+            format!(
+                "cannot delete node {node}'s daemon pod {}/{name}",
+                self.config.namespace
+            )
+        })?;
+        Ok(())
+    }
+
+    async fn stop_imex(&mut self, node: &str) -> anyhow::Result<Vec<u32>> {
+        let pod = self.require_daemon(node).await?.name_any();
+        let what = || {
+            format!(
+                "stopping node {node}'s IMEX daemon through an exec in pod {}/{pod}",
+                self.config.namespace
+            )
+        };
+        self.bounded(what, self.run_kill(&pod)).await
+    }
+
+    async fn restart_controller(&mut self) -> anyhow::Result<Vec<String>> {
+        let pods = self.list(&self.config.controller_selector, None).await?;
+        let running: Vec<String> = pods
+            .iter()
+            .filter(|pod| !deleting(pod))
+            .map(ResourceExt::name_any)
+            .collect();
+        if running.is_empty() {
+            bail!("no controller pod to restart ({})", self.controllers_where());
+        }
+        for name in &running {
+            self.pods
+                .delete(name, &DeleteParams::default())
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot delete controller pod {}/{name}",
+                        self.config.namespace
+                    )
+                })?;
+        }
+        Ok(running)
+    }
+
+    async fn controllers(&mut self) -> anyhow::Result<Vec<String>> {
+        let pods = self.list(&self.config.controller_selector, None).await?;
+        Ok(ready_controllers(&pods))
+    }
+
+    fn controller_lease(&self) -> (String, String) {
+        (
+            self.config.lease_namespace.clone(),
+            self.config.lease_name.clone(),
+        )
+    }
+
+    async fn stop(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn pod(name: &str, node: &str, phase: &str, ready: bool) -> Value {
+        json!({
+            "metadata": {
+                "name": name,
+                "uid": format!("uid-{name}"),
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+            },
+            "spec": {"nodeName": node, "containers": [{"name": "domaind"}]},
+            "status": {
+                "phase": phase,
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+                "containerStatuses": [
+                    {"name": "sidecar", "restartCount": 9, "ready": true, "image": "x", "imageID": ""},
+                    {"name": "domaind", "restartCount": 2, "ready": ready, "image": "x", "imageID": ""},
+                ],
+            },
+        })
+    }
+
+    fn pods(values: Vec<Value>) -> Vec<Pod> {
+        values
+            .into_iter()
+            .map(|v| serde_json::from_value(v).unwrap())
+            .collect()
+    }
+
+    fn deleting(mut value: Value) -> Value {
+        value["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:01:00Z");
+        value
+    }
+
+    fn created(mut value: Value, at: &str) -> Value {
+        value["metadata"]["creationTimestamp"] = json!(at);
+        value
+    }
+
+    #[test]
+    fn the_charts_selectors_narrow_to_a_release() {
+        assert_eq!(
+            selector(NODE_COMPONENT, None),
+            "app.kubernetes.io/component=node"
+        );
+        assert_eq!(
+            selector(CONTROLLER_COMPONENT, Some("dm")),
+            "app.kubernetes.io/component=controller,app.kubernetes.io/instance=dm"
+        );
+        let config = PodAccessConfig::chart("gpu-system", Some("dm"));
+        assert_eq!(
+            config.daemon_selector,
+            "app.kubernetes.io/component=node,app.kubernetes.io/instance=dm"
+        );
+        assert_eq!(
+            (config.lease_namespace.as_str(), config.lease_name.as_str()),
+            ("gpu-system", "domaind-controller")
+        );
+        assert_eq!(PodAccessConfig::default().namespace, "domaind");
+    }
+
+    #[test]
+    fn the_state_port_is_the_node_daemons_default() {
+        let addr: SocketAddr = domaind_node::run::DEFAULT_STATE_ADDR.parse().unwrap();
+        assert_eq!(addr.port(), DEFAULT_STATE_PORT);
+        assert!(addr.ip().is_loopback());
+    }
+
+    #[test]
+    fn the_daemon_is_the_running_ready_pod_of_the_node_not_being_deleted() {
+        let list = pods(vec![
+            pod("d-other", "n2", "Running", true),
+            deleting(pod("d-old", "n1", "Running", true)),
+            pod("d-pending", "n1", "Pending", false),
+            pod("d-unready", "n1", "Running", false),
+            pod("d-new", "n1", "Running", true),
+        ]);
+        let picked = daemon_pod(&list, "n1").unwrap();
+        assert_eq!(picked.name_any(), "d-new");
+        assert_eq!(
+            instance(picked, DAEMON_CONTAINER),
+            DaemonInstance {
+                id: "d-new/uid-d-new".into(),
+                restarts: 2
+            }
+        );
+        assert_eq!(instance(picked, "absent").restarts, 0);
+        assert_eq!(daemon_pod(&list, "n2").unwrap().name_any(), "d-other");
+        assert!(daemon_pod(&list, "n3").is_none());
+        // Only the deleting and the unready ones left: no daemon.
+        assert!(daemon_pod(&list[1..4], "n1").is_none());
+    }
+
+    #[test]
+    fn of_two_daemons_the_newer_is_picked() {
+        let list = pods(vec![
+            created(pod("d-b", "n1", "Running", true), "2026-01-01T00:00:05Z"),
+            created(pod("d-a", "n1", "Running", true), "2026-01-01T00:00:09Z"),
+        ]);
+        assert_eq!(daemon_pod(&list, "n1").unwrap().name_any(), "d-a");
+    }
+
+    #[test]
+    fn nodes_without_a_daemon_are_named() {
+        let list = pods(vec![
+            pod("d1", "n1", "Running", true),
+            pod("d2", "n2", "Running", false),
+            deleting(pod("d3", "n3", "Running", true)),
+        ]);
+        let nodes: Vec<String> = ["n1", "n2", "n3", "n4"].map(String::from).to_vec();
+        assert_eq!(nodes_without_daemon(&list, &nodes), ["n2", "n3", "n4"]);
+    }
+
+    #[test]
+    fn controllers_are_the_ready_pods_not_being_deleted() {
+        let list = pods(vec![
+            pod("c-b", "n1", "Running", true),
+            deleting(pod("c-old", "n1", "Running", true)),
+            pod("c-starting", "n2", "Running", false),
+            pod("c-a", "n2", "Running", true),
+        ]);
+        assert_eq!(ready_controllers(&list), ["c-a", "c-b"]);
+    }
+
+    fn status(value: Value) -> Option<Status> {
+        Some(serde_json::from_value(value).unwrap())
+    }
+
+    #[test]
+    fn a_kill_that_succeeded_gives_its_pids() {
+        let out = "killed IMEX daemon 41 (child of domaind run 1): nvidia-imex -c /c\n";
+        let pids = kill_outcome("ns/p", status(json!({"status": "Success"})), out, "");
+        assert_eq!(pids.unwrap(), [41]);
+    }
+
+    #[test]
+    fn a_kill_that_failed_says_why() {
+        let failed = status(json!({
+            "status": "Failure",
+            "reason": "NonZeroExitCode",
+            "message": "command terminated with non-zero exit code: error executing command [domaind imex kill], exit code 1",
+        }));
+        let stderr = "domaind: error: no IMEX daemon runs under `domaind run` (pid 1)\n";
+        let error = kill_outcome("ns/p", failed, "", stderr)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("in pod ns/p: command terminated"), "{error}");
+        assert!(error.contains("no IMEX daemon runs under"), "{error}");
+
+        let silent = kill_outcome("ns/p", status(json!({"status": "Success"})), "", "")
+            .unwrap_err()
+            .to_string();
+        assert!(silent.contains("named no pid killed; it said: nothing"), "{silent}");
+
+        let cut = kill_outcome("ns/p", None, "partial", "")
+            .unwrap_err()
+            .to_string();
+        assert!(cut.contains("without an exit status; it said: partial"), "{cut}");
+    }
+}
