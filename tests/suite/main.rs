@@ -13,6 +13,7 @@
 //! - `statedir`: a node on a full state directory serves from memory and catches up.
 //! - `migrate`: `domaind migrate --check` on objects shaped as NVIDIA's stack leaves them.
 //! - `examples`: `deploy/examples/` accepted by the real API server (server-side dry run).
+//! - `pods`: the chaos harness's access to a chart-installed cluster's pods (`PodAccess`).
 
 mod admission;
 mod certs;
@@ -23,6 +24,7 @@ mod formation;
 mod kube;
 mod kubelet;
 mod migrate;
+mod pods;
 mod rack;
 mod sharing;
 mod statedir;

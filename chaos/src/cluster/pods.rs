@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams, DeleteParams, ListParams, Preconditions};
 use kube::{Client, ResourceExt};
-use tokio::io::{AsyncRead, AsyncReadExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite};
 
 use super::access::{ClusterAccess, DaemonInstance};
 
@@ -218,6 +218,33 @@ pub fn kill_outcome(
     Ok(pids)
 }
 
+/// `GET /state` over a port-forward's stream to `port`; should the forward's error
+/// channel speak first (the pod refused the connection), its message.
+pub async fn get_state_over<S>(
+    stream: S,
+    refused: impl Future<Output = Option<String>>,
+    port: u16,
+) -> anyhow::Result<(u16, String)>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let host = format!("localhost:{port}");
+    tokio::select! {
+        answer = http_get_over(stream, &host, "/state") => {
+            answer.with_context(|| format!("GET /state through the port-forward to port {port}"))
+        }
+        Some(message) = refused => Err(anyhow!("the port-forward to port {port} failed: {message}")),
+    }
+}
+
+/// A node's view from what its `/state` answered.
+pub fn parse_state(status: u16, body: &str) -> anyhow::Result<NodeView> {
+    if status != 200 {
+        bail!("/state answered {status}: {}", body.trim());
+    }
+    serde_json::from_str(body).context("/state's answer is not a node's view")
+}
+
 async fn read_all(reader: Option<impl AsyncRead + Unpin>) -> String {
     let mut bytes = Vec::new();
     if let Some(mut reader) = reader {
@@ -308,27 +335,13 @@ impl PodAccess {
             let refused = forwarder
                 .take_error(port)
                 .context("the port-forward gave no error channel")?;
-            let host = format!("localhost:{port}");
-            tokio::select! {
-                answer = http_get_over(stream, &host, "/state") => {
-                    answer.with_context(|| format!(
-                        "GET /state through the port-forward to pod {namespace}/{pod} port {port}"
-                    ))
-                }
-                Some(message) = refused => Err(anyhow!(
-                    "the port-forward to pod {namespace}/{pod} port {port} failed: {message}"
-                )),
-            }
+            get_state_over(stream, refused, port).await
         };
         let answer = exchange.await;
         forwarder.abort();
-        let (status, body) = answer?;
-        if status != 200 {
-            bail!("node {node}'s /state (pod {namespace}/{pod}) answered {status}: {body}");
-        }
-        serde_json::from_str(&body).with_context(|| {
-            format!("node {node}'s /state (pod {namespace}/{pod}) is not a node's view")
-        })
+        answer
+            .and_then(|(status, body)| parse_state(status, &body))
+            .with_context(|| format!("node {node}'s /state through pod {namespace}/{pod}"))
     }
 
     async fn run_kill(&self, pod: &str) -> anyhow::Result<Vec<u32>> {
@@ -359,18 +372,18 @@ impl PodAccess {
         );
         kill_outcome(&format!("{namespace}/{pod}"), status, &stdout, &stderr)
     }
+}
 
-    /// Bounds `work` by the configured timeout, saying what took too long.
-    async fn bounded<T>(
-        &self,
-        what: impl FnOnce() -> String,
-        work: impl Future<Output = anyhow::Result<T>>,
-    ) -> anyhow::Result<T> {
-        let limit = self.config.timeout;
-        tokio::time::timeout(limit, work)
-            .await
-            .map_err(|_| anyhow!("{} took over {limit:?}", what()))?
-    }
+/// `work`, unless it takes over `limit`: then an error saying what (`what`) took too
+/// long.
+pub async fn within<T>(
+    limit: Duration,
+    what: impl FnOnce() -> String,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::time::timeout(limit, work)
+        .await
+        .map_err(|_| anyhow!("{} took over {limit:?}", what()))?
 }
 
 #[async_trait]
@@ -433,7 +446,7 @@ impl ClusterAccess for PodAccess {
                 self.config.namespace
             )
         };
-        self.bounded(what, self.fetch_state(node, &pod)).await
+        within(self.config.timeout, what, self.fetch_state(node, &pod)).await
     }
 
     async fn delete_daemon(&mut self, node: &str) -> anyhow::Result<()> {
@@ -464,7 +477,7 @@ impl ClusterAccess for PodAccess {
                 self.config.namespace
             )
         };
-        self.bounded(what, self.run_kill(&pod)).await
+        within(self.config.timeout, what, self.run_kill(&pod)).await
     }
 
     async fn restart_controller(&mut self) -> anyhow::Result<Vec<String>> {
@@ -475,7 +488,10 @@ impl ClusterAccess for PodAccess {
             .map(ResourceExt::name_any)
             .collect();
         if running.is_empty() {
-            bail!("no controller pod to restart ({})", self.controllers_where());
+            bail!(
+                "no controller pod to restart ({})",
+                self.controllers_where()
+            );
         }
         for name in &running {
             self.pods
@@ -663,11 +679,115 @@ mod tests {
         let silent = kill_outcome("ns/p", status(json!({"status": "Success"})), "", "")
             .unwrap_err()
             .to_string();
-        assert!(silent.contains("named no pid killed; it said: nothing"), "{silent}");
+        assert!(
+            silent.contains("named no pid killed; it said: nothing"),
+            "{silent}"
+        );
 
         let cut = kill_outcome("ns/p", None, "partial", "")
             .unwrap_err()
             .to_string();
-        assert!(cut.contains("without an exit status; it said: partial"), "{cut}");
+        assert!(
+            cut.contains("without an exit status; it said: partial"),
+            "{cut}"
+        );
+    }
+
+    fn view() -> NodeView {
+        NodeView {
+            node: "n1".into(),
+            claims: vec!["c1".into()],
+            prepared: vec!["c1".into()],
+            imex: domaind_node::run::ImexView {
+                running: true,
+                starts: 2,
+                restarts: 1,
+                last_failure: None,
+                restart_delay_ms: None,
+                failing: false,
+                failures_in_a_row: 0,
+            },
+            domains: Vec::new(),
+            gossip: Default::default(),
+            checkpoint: Default::default(),
+            channels: Vec::new(),
+            shared_imex: None,
+        }
+    }
+
+    /// The far end of a port-forward: reads one request and answers `response`.
+    fn daemon_end(response: String) -> (tokio::io::DuplexStream, tokio::task::JoinHandle<String>) {
+        use tokio::io::AsyncWriteExt as _;
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        let served = tokio::spawn(async move {
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                let n = theirs.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the request ended early");
+                request.extend_from_slice(&buf[..n]);
+            }
+            theirs.write_all(response.as_bytes()).await.unwrap();
+            String::from_utf8(request).unwrap()
+        });
+        (ours, served)
+    }
+
+    fn http(status: &str, body: &str) -> String {
+        format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    #[tokio::test]
+    async fn state_is_read_over_the_forwarded_stream() {
+        let body = serde_json::to_string(&view()).unwrap();
+        let (stream, served) = daemon_end(http("200 OK", &body));
+        let never = std::future::pending::<Option<String>>();
+        let (status, got) = get_state_over(stream, never, 9466).await.unwrap();
+        let request = served.await.unwrap();
+        assert!(request.starts_with("GET /state HTTP/1.1\r\n"), "{request}");
+        assert!(
+            request.to_lowercase().contains("host: localhost:9466"),
+            "{request}"
+        );
+        assert_eq!(parse_state(status, &got).unwrap(), view());
+    }
+
+    #[tokio::test]
+    async fn a_refused_forward_says_what_the_pod_answered() {
+        let (stream, _theirs) = tokio::io::duplex(1024);
+        let refused =
+            async { Some("error forwarding port 9466 to pod x: connection refused".to_owned()) };
+        let error = get_state_over(stream, refused, 9466).await.unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the port-forward to port 9466 failed: error forwarding port 9466 to pod x: connection refused"
+        );
+    }
+
+    #[test]
+    fn a_bad_answer_is_named() {
+        let refused = parse_state(503, "not ready\n").unwrap_err().to_string();
+        assert_eq!(refused, "/state answered 503: not ready");
+        let garbage = format!("{:#}", parse_state(200, "{\"node\": 1}").unwrap_err());
+        assert!(
+            garbage.starts_with("/state's answer is not a node's view: "),
+            "{garbage}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_never_answers_is_cut_off() {
+        let hung = within(
+            Duration::from_secs(10),
+            || "reading node n1's /state".to_owned(),
+            std::future::pending::<anyhow::Result<()>>(),
+        );
+        let error = hung.await.unwrap_err().to_string();
+        assert_eq!(error, "reading node n1's /state took over 10s");
+        let answered = within(Duration::from_secs(10), String::new, async { Ok(7) });
+        assert_eq!(answered.await.unwrap(), 7);
     }
 }
