@@ -14,7 +14,9 @@ use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
 use domaind_node::dra::DraVersion;
 use domaind_node::imex::processes::parse_killed;
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
-use domaind_node::rack::{LocalRack, RackSpec, node_view, prepare_until_ready, short_temp_dir};
+use domaind_node::rack::{
+    LocalRack, RackSpec, http_get, node_view, prepare_until_ready, short_temp_dir,
+};
 use domaind_node::run::{ImexView, RunInfo};
 
 const START_LIMIT: Duration = Duration::from_secs(30);
@@ -65,6 +67,15 @@ fn alive(pid: u32) -> bool {
             Some(!matches!(state, "Z" | "X"))
         })
         .unwrap_or(false)
+}
+
+/// The sum of a metric's samples whose line starts with `name` (labels included).
+async fn metric(info: &RunInfo, name: &str) -> f64 {
+    let (_, text) = http_get(info.http_addr, "/metrics").await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 async fn imex_view(info: &RunInfo) -> ImexView {
@@ -138,6 +149,7 @@ async fn imex_kill_kills_the_nodes_imex_daemon_and_the_node_starts_another() {
     })
     .await;
     let (imex, before) = first;
+    let restarts_counted = metric(&info, "domaind_imex_restarts_total").await;
 
     let killed = imex_kill(node);
     let stdout = text(&killed.stdout);
@@ -168,6 +180,11 @@ async fn imex_kill_kills_the_nodes_imex_daemon_and_the_node_starts_another() {
     assert_ne!(again, imex);
     assert_eq!(after.restarts, before.restarts + 1, "{before:?} {after:?}");
     assert_eq!(after.starts, before.starts + 1, "{before:?} {after:?}");
+    assert!(after.last_failure.is_some(), "{after:?}");
+    assert_eq!(
+        metric(&info, "domaind_imex_restarts_total").await,
+        restarts_counted + 1.0
+    );
 
     rack.stop(0, START_LIMIT).unwrap();
 }
