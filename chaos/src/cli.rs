@@ -6,6 +6,8 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::{Args, Parser, Subcommand};
 
+use crate::cluster::workload::WorkloadKind;
+use crate::cluster::{AccessChoice, ClusterConfig, NodeChoice};
 use crate::harness::RunConfig;
 use crate::schedule::{FaultKind, parse_scenario};
 
@@ -28,7 +30,7 @@ pub enum Command {
     /// was violated and no daemon crashed, 1 otherwise, 2 when the harness could not
     /// run (binaries missing, no rack), 130 when interrupted (SIGINT or SIGTERM: the
     /// rack, its network faults and its files are removed first).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 
     /// Try to forge a running rack's gossip with a certificate of its CA.
     ///
@@ -133,6 +135,86 @@ pub struct RunArgs {
     /// No progress lines on stderr; the table still goes to stdout.
     #[arg(long)]
     pub quiet: bool,
+
+    /// Run against the cluster of KUBECONFIG instead of a loopback rack: a ComputeDomain
+    /// and a workload in a namespace of the run's own, faults that exist on a cluster
+    /// (daemon-delete, imex-crash, drain, pod-delete, controller-restart; `all` is
+    /// those), invariants read from the API server and each daemon's /state. domaind
+    /// must be installed (the chart), or --local-daemons given.
+    #[arg(long, help_heading = "Cluster runs", conflicts_with_all = ["cliques", "domains", "subnet", "imex_sim", "gossip_interval"])]
+    pub cluster: bool,
+
+    /// Print the nodes, the objects and the faults a cluster run would make, and stop:
+    /// nothing is created (the API server is only read).
+    #[arg(long, help_heading = "Cluster runs", requires = "cluster")]
+    pub dry_run: bool,
+
+    /// A node to run on (repeat for each). Without it, --nodes Ready, schedulable nodes
+    /// of one NVLink clique among those matching --node-selector.
+    #[arg(
+        long = "node",
+        value_name = "NAME",
+        help_heading = "Cluster runs",
+        requires = "cluster"
+    )]
+    pub node_names: Vec<String>,
+
+    /// The label selector of the nodes to choose from.
+    #[arg(long, default_value = domaind_kube_api::names::CLIQUE_LABEL, help_heading = "Cluster runs")]
+    pub node_selector: String,
+
+    /// The run's own namespace, which must not exist [default: domaind-chaos-<seed>].
+    #[arg(long, help_heading = "Cluster runs", requires = "cluster")]
+    pub namespace: Option<String>,
+
+    /// The workload's image: any with `sleep` (it runs `sleep infinity`).
+    #[arg(long, default_value = "busybox:1.37", help_heading = "Cluster runs")]
+    pub image: String,
+
+    /// What runs the workload's pods.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "deployment",
+        help_heading = "Cluster runs"
+    )]
+    pub workload: WorkloadKind,
+
+    /// `nvidia.com/gpu` each pod asks for (0: only its ComputeDomain channel).
+    #[arg(long, default_value_t = 0, help_heading = "Cluster runs")]
+    pub gpus_per_pod: u32,
+
+    /// The namespace domaind's chart is installed in.
+    #[arg(long, default_value = "domaind", help_heading = "Cluster runs")]
+    pub system_namespace: String,
+
+    /// The chart's release name, when several are installed.
+    #[arg(long, help_heading = "Cluster runs")]
+    pub release: Option<String>,
+
+    /// For a cluster whose nodes are kubelets on this machine (../shared/kube; DIR is
+    /// its state prefix, $KV): the run starts a daemon per node and the controller as
+    /// processes here, and plays their DaemonSet and Deployment.
+    #[arg(
+        long,
+        value_name = "DIR",
+        help_heading = "Cluster runs",
+        requires = "cluster"
+    )]
+    pub local_daemons: Option<PathBuf>,
+
+    /// Workload created → the domain whole (image pulls included).
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, help_heading = "Cluster runs")]
+    pub form_timeout: Duration,
+
+    /// A fault's end → the domain whole again.
+    #[arg(long, default_value = "3m", value_parser = humantime::parse_duration, help_heading = "Cluster runs")]
+    pub heal_timeout: Duration,
+
+    /// Leave the run's namespace and objects behind (daemons a --local-daemons run
+    /// started are stopped all the same).
+    #[arg(long, help_heading = "Cluster runs", requires = "cluster")]
+    pub keep_namespace: bool,
 }
 
 /// The kinds of `--scenario`.
@@ -154,6 +236,9 @@ fn parse_scenario_arg(text: &str) -> Result<Scenario, String> {
 /// kind needs several domains.
 fn scenario_kinds(scenario: &Scenario, domains: u16) -> anyhow::Result<Vec<FaultKind>> {
     let mut kinds = scenario.kinds.clone();
+    if let Some(kind) = kinds.iter().find(|k| !k.on_loopback()) {
+        bail!("{kind} is a fault of cluster runs: add --cluster");
+    }
     if domains < 2 {
         if let Some(kind) = kinds.iter().find(|k| k.needs_sharing()) {
             bail!(
@@ -171,6 +256,20 @@ fn scenario_kinds(scenario: &Scenario, domains: u16) -> anyhow::Result<Vec<Fault
     Ok(kinds)
 }
 
+/// A cluster run's kinds: `all` is every cluster kind; a loopback-only kind is refused.
+fn cluster_kinds(scenario: &Scenario) -> anyhow::Result<Vec<FaultKind>> {
+    if scenario.all {
+        return Ok(FaultKind::CLUSTER.to_vec());
+    }
+    if let Some(kind) = scenario.kinds.iter().find(|k| !k.in_cluster()) {
+        bail!(
+            "{kind} is a fault of loopback racks; a cluster run takes {}",
+            FaultKind::CLUSTER.map(|k| k.name()).join(", ")
+        );
+    }
+    Ok(scenario.kinds.clone())
+}
+
 /// Seconds, or a humantime duration.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let duration = match text.parse::<u64>() {
@@ -186,6 +285,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 impl RunArgs {
     /// The run's configuration; binaries default to this executable's directory.
     pub fn config(&self) -> anyhow::Result<RunConfig> {
+        let scenario = scenario_kinds(&self.scenario, self.domains)?;
         let here = std::env::current_exe()
             .ok()
             .and_then(|exe| exe.parent().map(Path::to_path_buf));
@@ -195,7 +295,7 @@ impl RunArgs {
             nodes: self.nodes.into(),
             cliques: self.cliques.into(),
             domains: self.domains.into(),
-            scenario: scenario_kinds(&self.scenario, self.domains)?,
+            scenario,
             seed: self.seed,
             duration: self.duration,
             domaind,
@@ -206,6 +306,56 @@ impl RunArgs {
             log_filter: self.daemon_log.clone(),
             keep_files: self.keep_files,
             quiet: self.quiet,
+        })
+    }
+}
+
+impl RunArgs {
+    /// A cluster run's configuration (`--cluster`).
+    pub fn cluster_config(&self) -> anyhow::Result<ClusterConfig> {
+        let access = match &self.local_daemons {
+            Some(dir) => {
+                let here = std::env::current_exe()
+                    .ok()
+                    .and_then(|exe| exe.parent().map(Path::to_path_buf));
+                AccessChoice::Local {
+                    kube_state_dir: dir.clone(),
+                    domaind: locate(self.domaind.as_deref(), here.as_deref(), "domaind")?,
+                }
+            }
+            None => AccessChoice::Pods {
+                namespace: self.system_namespace.clone(),
+                release: self.release.clone(),
+            },
+        };
+        let nodes = if self.node_names.is_empty() {
+            NodeChoice::Selected {
+                selector: self.node_selector.clone(),
+                count: self.nodes.into(),
+            }
+        } else {
+            NodeChoice::Named(self.node_names.clone())
+        };
+        Ok(ClusterConfig {
+            nodes,
+            namespace: self
+                .namespace
+                .clone()
+                .unwrap_or_else(|| format!("domaind-chaos-{}", self.seed)),
+            image: self.image.clone(),
+            workload: self.workload,
+            gpus_per_pod: self.gpus_per_pod,
+            scenario: cluster_kinds(&self.scenario)?,
+            seed: self.seed,
+            duration: self.duration,
+            access,
+            grace: self.isolation_grace,
+            form_limit: self.form_timeout,
+            heal_limit: self.heal_timeout,
+            dry_run: self.dry_run,
+            keep: self.keep_namespace,
+            quiet: self.quiet,
+            daemon_log: self.daemon_log.clone(),
         })
     }
 }
@@ -267,6 +417,62 @@ mod tests {
         assert_eq!(with_sharing.last(), Some(&FaultKind::DomainChurn));
         let kill = parse_scenario_arg("kill").unwrap();
         assert_eq!(scenario_kinds(&kill, 2).unwrap(), vec![FaultKind::Kill]);
+    }
+
+    fn parse_run(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let mut argv = vec!["domaind-chaos", "run"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|cli| match cli.command {
+            Command::Run(args) => *args,
+            Command::Forge(_) => unreachable!("run was asked for"),
+        })
+    }
+
+    #[test]
+    fn cluster_runs_take_cluster_faults_and_loopback_runs_refuse_them() {
+        let all = parse_run(&["--cluster"]).unwrap().cluster_config().unwrap();
+        assert_eq!(all.scenario, FaultKind::CLUSTER.to_vec());
+        assert_eq!(all.namespace, "domaind-chaos-1");
+        assert_eq!(
+            all.nodes,
+            NodeChoice::Selected {
+                selector: domaind_kube_api::names::CLIQUE_LABEL.into(),
+                count: 5
+            }
+        );
+        let named = parse_run(&[
+            "--cluster",
+            "--node",
+            "a",
+            "--node",
+            "b",
+            "--scenario",
+            "drain,imex-crash",
+        ])
+        .unwrap()
+        .cluster_config()
+        .unwrap();
+        assert_eq!(named.nodes, NodeChoice::Named(vec!["a".into(), "b".into()]));
+        assert_eq!(named.scenario, vec![FaultKind::Drain, FaultKind::ImexCrash]);
+        let error = parse_run(&["--cluster", "--scenario", "kill"])
+            .unwrap()
+            .cluster_config()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("loopback") && error.contains("daemon-delete"),
+            "{error}"
+        );
+        let error = parse_run(&["--scenario", "drain"])
+            .unwrap()
+            .config()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--cluster"), "{error}");
+        // Loopback-rack flags make no sense on a cluster, and cluster flags need it.
+        assert!(parse_run(&["--cluster", "--cliques", "2"]).is_err());
+        assert!(parse_run(&["--dry-run"]).is_err());
+        assert!(parse_run(&["--local-daemons", "/tmp"]).is_err());
     }
 
     #[test]

@@ -3,13 +3,14 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use domaind_chaos::cli::{Cli, Command};
+use domaind_chaos::cli::{Cli, Command, RunArgs};
 use tokio::signal::unix::{SignalKind, signal};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
-        Command::Run(args) => args,
+        Command::Run(args) if args.cluster => return cluster(*args),
+        Command::Run(args) => *args,
         Command::Forge(args) => return forge(args),
     };
     let config = match args.config() {
@@ -50,9 +51,69 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    print!("{}", report.table());
-    if let Some(path) = &args.json {
-        let written = serde_json::to_vec_pretty(&report)
+    conclude(&report.table(), &report, report.ok, args.json.as_deref())
+}
+
+/// `run --cluster`: the same exit codes as a loopback run.
+fn cluster(args: RunArgs) -> ExitCode {
+    let config = match args.cluster_config() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("domaind-chaos: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
+    else {
+        return ExitCode::from(2);
+    };
+    let namespace = config.namespace.clone();
+    let dry_run = config.dry_run;
+    let outcome = runtime.block_on(async {
+        let (Ok(mut interrupt), Ok(mut terminate)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return Err(anyhow::anyhow!("cannot handle SIGINT and SIGTERM"));
+        };
+        let interrupted = tokio::select! {
+            report = domaind_chaos::cluster::run(config) => return report.map(Some),
+            _ = interrupt.recv() => true,
+            _ = terminate.recv() => true,
+        };
+        // The run is dropped where it stands (a local run's daemons die with it); what
+        // it made on the cluster must not stay: a cordoned node above all.
+        if interrupted && !dry_run {
+            eprintln!("domaind-chaos: interrupted; uncordoning and deleting namespace {namespace}");
+            if let Err(error) = domaind_chaos::cluster::cleanup_after_interrupt(&namespace).await {
+                eprintln!("domaind-chaos: clean-up failed: {error:#}");
+            }
+        }
+        Ok(None)
+    });
+    runtime.shutdown_background();
+    let report = match outcome {
+        Ok(Some(Some(report))) => report,
+        Ok(Some(None)) => return ExitCode::SUCCESS,
+        Ok(None) => return ExitCode::from(130),
+        Err(error) => {
+            eprintln!("domaind-chaos: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    conclude(&report.table(), &report, report.ok, args.json.as_deref())
+}
+
+/// Prints the table, writes the JSON where asked, and says how the run ended.
+fn conclude(
+    table: &str,
+    report: &impl serde::Serialize,
+    ok: bool,
+    json: Option<&std::path::Path>,
+) -> ExitCode {
+    print!("{table}");
+    if let Some(path) = json {
+        let written = serde_json::to_vec_pretty(report)
             .map_err(anyhow::Error::from)
             .and_then(|json| std::fs::write(path, json).map_err(anyhow::Error::from));
         if let Err(error) = written {
@@ -60,7 +121,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    if report.ok {
+    if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -239,99 +239,13 @@ impl Report {
                 self.cliques, self.nodes
             );
         }
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "{:<12} {:>8} {:>8} {:>9}  {:>22}  {:>22}  {:>10} {:>7}",
-            "SCENARIO",
-            "INJECTED",
-            "SKIPPED",
-            "DETECTED",
-            "DETECT p50/p99/max ms",
-            "HEAL p50/p99/max ms",
-            "VIOLATIONS",
-            "CRASHES"
+        write_outcomes(
+            &mut out,
+            &self.kinds,
+            &self.faults,
+            &self.violations,
+            &self.crashes,
         );
-        let triple = |s: &Option<Stats>| {
-            s.map_or_else(
-                || "-".to_owned(),
-                |s| format!("{}/{}/{}", s.p50_ms, s.p99_ms, s.max_ms),
-            )
-        };
-        for k in &self.kinds {
-            let _ = writeln!(
-                out,
-                "{:<12} {:>8} {:>8} {:>9}  {:>22}  {:>22}  {:>10} {:>7}",
-                k.kind.name(),
-                k.injected,
-                k.skipped,
-                k.detected,
-                triple(&k.detect),
-                triple(&k.heal),
-                k.violations,
-                k.crashes
-            );
-        }
-        let outside = self
-            .violations
-            .iter()
-            .filter(|v| v.during.is_none())
-            .count();
-        if outside > 0 {
-            let _ = writeln!(
-                out,
-                "{:<12} {:>76}",
-                "(no fault)",
-                format!("{outside} violations")
-            );
-        }
-        let skipped: BTreeMap<&str, &str> = self
-            .faults
-            .iter()
-            .filter_map(|f| match &f.outcome {
-                Outcome::Skipped(reason) | Outcome::NotRun(reason) => {
-                    Some((f.kind.name(), reason.as_str()))
-                }
-                _ => None,
-            })
-            .collect();
-        for (kind, reason) in skipped {
-            let _ = writeln!(out, "skipped {kind}: {reason}");
-        }
-        let _ = writeln!(out);
-        if self.violations.is_empty() && self.crashes.is_empty() {
-            let _ = writeln!(out, "invariants: 0 violations, 0 daemon crashes");
-        } else {
-            let _ = writeln!(
-                out,
-                "invariants: {} violations, {} daemon crashes",
-                self.violations.len(),
-                self.crashes.len()
-            );
-            for v in &self.violations {
-                let _ = writeln!(
-                    out,
-                    "  VIOLATION {} at {} ms{}{}: {}",
-                    v.violation.invariant,
-                    v.first_seen_ms,
-                    v.violation
-                        .node
-                        .as_ref()
-                        .map(|n| format!(" on {n}"))
-                        .unwrap_or_default(),
-                    v.during
-                        .map(|k| format!(" (during {k}, step {})", v.step.unwrap_or_default()))
-                        .unwrap_or_default(),
-                    v.violation.detail
-                );
-            }
-            for c in &self.crashes {
-                let _ = writeln!(out, "  CRASH {} at {} ms; its log ends:", c.node, c.at_ms);
-                for line in &c.log_tail {
-                    let _ = writeln!(out, "    {line}");
-                }
-            }
-        }
         out
     }
 
@@ -341,6 +255,105 @@ impl Report {
             .iter()
             .filter(|v| v.violation.invariant == invariant)
             .count()
+    }
+}
+
+/// The per-kind table, the skipped kinds and the violations and crashes: the part of
+/// the report a loopback run and a cluster run share.
+pub fn write_outcomes(
+    out: &mut String,
+    kinds: &[KindReport],
+    faults: &[FaultRecord],
+    violations: &[ViolationRecord],
+    crashes: &[CrashRecord],
+) {
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<18} {:>8} {:>8} {:>9}  {:>22}  {:>22}  {:>10} {:>7}",
+        "SCENARIO",
+        "INJECTED",
+        "SKIPPED",
+        "DETECTED",
+        "DETECT p50/p99/max ms",
+        "HEAL p50/p99/max ms",
+        "VIOLATIONS",
+        "CRASHES"
+    );
+    let triple = |s: &Option<Stats>| {
+        s.map_or_else(
+            || "-".to_owned(),
+            |s| format!("{}/{}/{}", s.p50_ms, s.p99_ms, s.max_ms),
+        )
+    };
+    for k in kinds {
+        let _ = writeln!(
+            out,
+            "{:<18} {:>8} {:>8} {:>9}  {:>22}  {:>22}  {:>10} {:>7}",
+            k.kind.name(),
+            k.injected,
+            k.skipped,
+            k.detected,
+            triple(&k.detect),
+            triple(&k.heal),
+            k.violations,
+            k.crashes
+        );
+    }
+    let outside = violations.iter().filter(|v| v.during.is_none()).count();
+    if outside > 0 {
+        let _ = writeln!(
+            out,
+            "{:<18} {:>76}",
+            "(no fault)",
+            format!("{outside} violations")
+        );
+    }
+    let skipped: BTreeMap<&str, &str> = faults
+        .iter()
+        .filter_map(|f| match &f.outcome {
+            Outcome::Skipped(reason) | Outcome::NotRun(reason) => {
+                Some((f.kind.name(), reason.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    for (kind, reason) in skipped {
+        let _ = writeln!(out, "skipped {kind}: {reason}");
+    }
+    let _ = writeln!(out);
+    if violations.is_empty() && crashes.is_empty() {
+        let _ = writeln!(out, "invariants: 0 violations, 0 daemon crashes");
+    } else {
+        let _ = writeln!(
+            out,
+            "invariants: {} violations, {} daemon crashes",
+            violations.len(),
+            crashes.len()
+        );
+        for v in violations {
+            let _ = writeln!(
+                out,
+                "  VIOLATION {} at {} ms{}{}: {}",
+                v.violation.invariant,
+                v.first_seen_ms,
+                v.violation
+                    .node
+                    .as_ref()
+                    .map(|n| format!(" on {n}"))
+                    .unwrap_or_default(),
+                v.during
+                    .map(|k| format!(" (during {k}, step {})", v.step.unwrap_or_default()))
+                    .unwrap_or_default(),
+                v.violation.detail
+            );
+        }
+        for c in crashes {
+            let _ = writeln!(out, "  CRASH {} at {} ms; its log ends:", c.node, c.at_ms);
+            for line in &c.log_tail {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
     }
 }
 

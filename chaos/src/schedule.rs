@@ -38,6 +38,15 @@ pub enum FaultKind {
     /// With `--domains` (several domains with `isolation: Channel` on the same nodes): a
     /// sharing domain created on a few nodes, or one deleted from every node.
     DomainChurn,
+    /// A cluster run (`--cluster`): delete a node daemon's pod; the DaemonSet makes a
+    /// new one, which must take the node's claims back from its checkpoint.
+    DaemonDelete,
+    /// A cluster run: cordon a node and evict the run's pods from it, then uncordon.
+    Drain,
+    /// A cluster run: delete one of the workload's pods; its controller makes another.
+    PodDelete,
+    /// A cluster run: delete the controller's pods; new ones must take the lease.
+    ControllerRestart,
 }
 
 impl FaultKind {
@@ -58,6 +67,16 @@ impl FaultKind {
     /// for a run of one domain, whose schedules stay what they were.
     pub const SHARING: [FaultKind; 1] = [FaultKind::DomainChurn];
 
+    /// The kinds of a cluster run (`--cluster`), its `all`: faults that exist on a
+    /// real cluster, made through the API server (and the daemon's pod for IMEX).
+    pub const CLUSTER: [FaultKind; 5] = [
+        FaultKind::DaemonDelete,
+        FaultKind::ImexCrash,
+        FaultKind::Drain,
+        FaultKind::PodDelete,
+        FaultKind::ControllerRestart,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -71,6 +90,10 @@ impl FaultKind {
             FaultKind::ImexPort => "imex-port",
             FaultKind::DiskFull => "disk-full",
             FaultKind::DomainChurn => "domain-churn",
+            FaultKind::DaemonDelete => "daemon-delete",
+            FaultKind::Drain => "drain",
+            FaultKind::PodDelete => "pod-delete",
+            FaultKind::ControllerRestart => "controller-restart",
         }
     }
 
@@ -87,6 +110,17 @@ impl FaultKind {
     /// Whether the fault needs a run of several sharing domains (`--domains`).
     pub fn needs_sharing(self) -> bool {
         FaultKind::SHARING.contains(&self)
+    }
+
+    /// Whether the fault exists in a cluster run.
+    pub fn in_cluster(self) -> bool {
+        FaultKind::CLUSTER.contains(&self)
+    }
+
+    /// Whether the fault exists on a loopback rack (`domaind-chaos run` without
+    /// `--cluster`).
+    pub fn on_loopback(self) -> bool {
+        FaultKind::ALL.contains(&self) || FaultKind::SHARING.contains(&self)
     }
 
     /// How long, beyond its hold, a fault of this kind usually takes to be noticed and
@@ -110,6 +144,12 @@ impl FaultKind {
             FaultKind::DiskFull => 3,
             // A new domain's channel is confirmed once every node advertises it.
             FaultKind::DomainChurn => 4,
+            // A real cluster: a pod deleted, made again, its image started (the next
+            // fault waits for the heal anyway: this is only room).
+            FaultKind::DaemonDelete => 10,
+            FaultKind::Drain => 8,
+            FaultKind::PodDelete => 8,
+            FaultKind::ControllerRestart => 10,
         };
         Duration::from_secs(secs)
     }
@@ -128,7 +168,10 @@ pub fn parse_scenario(text: &str) -> Result<Vec<FaultKind>, String> {
         let found: Vec<FaultKind> = if word == "all" {
             FaultKind::ALL.to_vec()
         } else {
-            let every = FaultKind::ALL.iter().chain(&FaultKind::SHARING);
+            let every = FaultKind::ALL
+                .iter()
+                .chain(&FaultKind::SHARING)
+                .chain(FaultKind::CLUSTER.iter().filter(|k| !k.on_loopback()));
             match every.clone().find(|k| k.name() == word) {
                 Some(kind) => vec![*kind],
                 None => {
@@ -302,9 +345,18 @@ impl Schedule {
                     None,
                     None,
                 ),
-                FaultKind::ImexCrash | FaultKind::CertRotate => {
-                    (vec![rng.node(nodes)], Duration::ZERO, None, None)
-                }
+                FaultKind::ImexCrash
+                | FaultKind::CertRotate
+                | FaultKind::DaemonDelete
+                | FaultKind::PodDelete => (vec![rng.node(nodes)], Duration::ZERO, None, None),
+                // How long the node stays cordoned with the run's pods evicted.
+                FaultKind::Drain => (
+                    vec![rng.node(nodes)],
+                    rng.between_ms(3_000, 10_000),
+                    None,
+                    None,
+                ),
+                FaultKind::ControllerRestart => (Vec::new(), Duration::ZERO, None, None),
                 // A new domain on 1..=nodes of the nodes, or a domain deleted from all
                 // of them; the hold is how long the rack lives with it before the heal.
                 FaultKind::DomainChurn => {
@@ -447,6 +499,40 @@ mod tests {
         }
         // Not every create takes every node: the domains overlap, not coincide.
         assert!(churns.iter().any(|s| s.targets.len() < 4));
+    }
+
+    #[test]
+    fn cluster_kinds_are_named_and_scheduled() {
+        assert_eq!(
+            parse_scenario("daemon-delete,drain,pod-delete,controller-restart,imex-crash").unwrap(),
+            vec![
+                FaultKind::DaemonDelete,
+                FaultKind::Drain,
+                FaultKind::PodDelete,
+                FaultKind::ControllerRestart,
+                FaultKind::ImexCrash
+            ]
+        );
+        assert!(!parse_scenario("all").unwrap().contains(&FaultKind::Drain));
+        let schedule = Schedule::generate(2, 3, &FaultKind::CLUSTER, Duration::from_secs(600));
+        for kind in FaultKind::CLUSTER {
+            assert!(schedule.steps.iter().any(|s| s.kind == kind), "{kind}");
+        }
+        for step in &schedule.steps {
+            match step.kind {
+                FaultKind::ControllerRestart => assert!(step.targets.is_empty()),
+                FaultKind::Drain => {
+                    assert_eq!(step.targets.len(), 1);
+                    assert!(step.hold >= Duration::from_secs(3));
+                }
+                _ => assert_eq!(step.targets.len(), 1),
+            }
+            assert!(step.targets.iter().all(|t| *t < 3));
+        }
+        // imex-crash is both a loopback and a cluster fault; the rest are one or the other.
+        assert!(FaultKind::ImexCrash.in_cluster() && FaultKind::ImexCrash.on_loopback());
+        assert!(FaultKind::Drain.in_cluster() && !FaultKind::Drain.on_loopback());
+        assert!(!FaultKind::Kill.in_cluster());
     }
 
     #[test]

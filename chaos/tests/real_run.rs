@@ -19,7 +19,9 @@ fn three_nodes_under_seeded_faults_break_no_invariant() {
     let _rack = ONE_RACK_AT_A_TIME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let domaind_e2e::Binaries { domaind, imex_sim } = domaind_e2e::binaries().clone();
+    let domaind_e2e::Binaries {
+        domaind, imex_sim, ..
+    } = domaind_e2e::binaries().clone();
     let out = tempfile::tempdir().unwrap();
     let json = out.path().join("report.json");
     let run = Command::new(env!("CARGO_BIN_EXE_domaind-chaos"))
@@ -116,7 +118,9 @@ fn a_full_state_directory_breaks_no_invariant() {
     let _rack = ONE_RACK_AT_A_TIME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let domaind_e2e::Binaries { domaind, imex_sim } = domaind_e2e::binaries().clone();
+    let domaind_e2e::Binaries {
+        domaind, imex_sim, ..
+    } = domaind_e2e::binaries().clone();
     let out = tempfile::tempdir().unwrap();
     let json = out.path().join("report.json");
     let harness = Command::new(env!("CARGO_BIN_EXE_domaind-chaos"))
@@ -200,7 +204,9 @@ fn sharing_domains_under_kills_pauses_and_domain_churn_break_no_invariant() {
     let _rack = ONE_RACK_AT_A_TIME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let domaind_e2e::Binaries { domaind, imex_sim } = domaind_e2e::binaries().clone();
+    let domaind_e2e::Binaries {
+        domaind, imex_sim, ..
+    } = domaind_e2e::binaries().clone();
     let out = tempfile::tempdir().unwrap();
     let json = out.path().join("report.json");
     let run = Command::new(env!("CARGO_BIN_EXE_domaind-chaos"))

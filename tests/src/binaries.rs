@@ -1,4 +1,4 @@
-//! The workspace's binaries (`domaind`, `imex-sim`) for tests in other packages.
+//! The workspace's binaries (`domaind`, `imex-sim`, `domaind-chaos`) for tests in other packages.
 //!
 //! Cargo gives an integration test the paths of its own package's binaries only
 //! (`CARGO_BIN_EXE_*`), and these live in `domaind` and `domaind-node`. So the test has
@@ -22,6 +22,8 @@ use std::sync::OnceLock;
 pub struct Binaries {
     pub domaind: PathBuf,
     pub imex_sim: PathBuf,
+    /// `domaind-chaos`, for the cluster run on real Kubernetes.
+    pub chaos: PathBuf,
 }
 
 /// Builds the binaries once per test process and says where they are. Panics with
@@ -81,5 +83,6 @@ fn build() -> Binaries {
     Binaries {
         domaind: dir.join("domaind"),
         imex_sim: dir.join("imex-sim"),
+        chaos: dir.join("domaind-chaos"),
     }
 }

@@ -12,11 +12,13 @@
 //! - `sharing`: two ComputeDomains with `isolation: Channel` on the same real kubelets.
 //! - `statedir`: a node on a full state directory serves from memory and catches up.
 //! - `migrate`: `domaind migrate --check` on objects shaped as NVIDIA's stack leaves them.
+//! - `chaos_cluster`: `domaind-chaos run --cluster` on the real API server and kubelets.
 //! - `examples`: `deploy/examples/` accepted by the real API server (server-side dry run).
 //! - `pods`: the chaos harness's access to a chart-installed cluster's pods (`PodAccess`).
 
 mod admission;
 mod certs;
+mod chaos_cluster;
 mod cliques;
 mod discovery;
 mod examples;

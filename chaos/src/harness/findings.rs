@@ -8,7 +8,7 @@ use crate::report::{CrashRecord, ViolationRecord};
 use crate::schedule::FaultKind;
 
 #[derive(Debug, Default)]
-pub(super) struct Findings {
+pub(crate) struct Findings {
     violations: Vec<ViolationRecord>,
     /// Where each violation sits in `violations`: a breach seen on many observations
     /// is one violation.
@@ -20,7 +20,7 @@ impl Findings {
     /// Records `violation`, seen `at_ms` after the start during `current` (the fault
     /// kind and step under way); the progress line to say when it is new, nothing when
     /// it was seen before (it only counts).
-    pub(super) fn record(
+    pub(crate) fn record(
         &mut self,
         violation: Violation,
         at_ms: u64,
@@ -51,20 +51,20 @@ impl Findings {
         Some(line)
     }
 
-    pub(super) fn crash(&mut self, crash: CrashRecord) {
+    pub(crate) fn crash(&mut self, crash: CrashRecord) {
         self.crashes.push(crash);
     }
 
-    pub(super) fn violations(&self) -> &[ViolationRecord] {
+    pub(crate) fn violations(&self) -> &[ViolationRecord] {
         &self.violations
     }
 
-    pub(super) fn crashes(&self) -> &[CrashRecord] {
+    pub(crate) fn crashes(&self) -> &[CrashRecord] {
         &self.crashes
     }
 
     /// No violation and no crash: the run passed.
-    pub(super) fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.violations.is_empty() && self.crashes.is_empty()
     }
 }

@@ -26,7 +26,7 @@
 mod claims;
 mod domains;
 mod faults;
-mod findings;
+pub(crate) mod findings;
 mod heal;
 mod observer;
 mod others;

@@ -1,0 +1,94 @@
+//! The report of a cluster run: the loopback run's per-kind table
+//! ([`crate::report::write_outcomes`]) under a header of what ran where, and JSON.
+//!
+//! Detect and heal, per kind (the heal is always: one pod Running and Ready on each
+//! node, the status Ready with exactly those nodes, every member's daemon agreeing,
+//! a controller holding the Lease; [`super::checks::unwhole`]):
+//! - daemon-delete: detect, another member's daemon (or the status) stops counting
+//!   the node among the Ready members; heal from the deletion, once a new daemon
+//!   serves the node.
+//! - imex-crash: detect, the node's daemon started a new IMEX daemon; heal from the
+//!   kill.
+//! - drain: detect, the domain dropped the node (the status and every other member);
+//!   heal from the uncordon.
+//! - pod-delete: detect, the node's daemon released the deleted pod's claim; heal from
+//!   the deletion, once the replacement pod serves on the node.
+//! - controller-restart: detect, a new controller runs; heal from the deletion, once a
+//!   new controller holds the Lease.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::report::{CrashRecord, FaultRecord, KindReport, ViolationRecord, write_outcomes};
+use crate::schedule::{FaultKind, Schedule};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterReport {
+    pub seed: u64,
+    pub namespace: String,
+    pub nodes: Vec<String>,
+    /// How the daemons and the controller were reached.
+    pub access: String,
+    pub workload: String,
+    pub scenario: Vec<FaultKind>,
+    pub duration_s: u64,
+    /// Workload created → the domain whole.
+    pub formation_ms: Option<u64>,
+    pub elapsed_ms: u64,
+    pub grace_ms: u64,
+    pub observations: u64,
+    pub kinds: Vec<KindReport>,
+    pub faults: Vec<FaultRecord>,
+    pub violations: Vec<ViolationRecord>,
+    pub crashes: Vec<CrashRecord>,
+    /// The domain's events over the run, by reason.
+    pub events: BTreeMap<String, u32>,
+    /// Whether everything the run made was deleted, and what was left otherwise.
+    pub cleanup: String,
+    pub schedule: Schedule,
+    pub ok: bool,
+}
+
+impl ClusterReport {
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "domaind-chaos --cluster: {} nodes ({}), scenario {}, seed {}, {} s of faults ({} observations, each checked)",
+            self.nodes.len(),
+            self.nodes.join(", "),
+            self.scenario
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(","),
+            self.seed,
+            self.duration_s,
+            self.observations
+        );
+        let _ = writeln!(out, "namespace {}: {}", self.namespace, self.workload);
+        let _ = writeln!(out, "daemons and controller: {}", self.access);
+        if let Some(ms) = self.formation_ms {
+            let _ = writeln!(out, "formation: Ready {0}/{0} in {ms} ms", self.nodes.len());
+        }
+        if !self.events.is_empty() {
+            let events: Vec<String> = self
+                .events
+                .iter()
+                .map(|(reason, count)| format!("{reason} {count}"))
+                .collect();
+            let _ = writeln!(out, "domain events: {}", events.join(", "));
+        }
+        let _ = writeln!(out, "clean-up: {}", self.cleanup);
+        write_outcomes(
+            &mut out,
+            &self.kinds,
+            &self.faults,
+            &self.violations,
+            &self.crashes,
+        );
+        out
+    }
+}

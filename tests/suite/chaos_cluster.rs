@@ -1,0 +1,165 @@
+//! `domaind-chaos run --cluster` against the real API server with real kubelets.
+//!
+//! Three fake nodes of their own clique (`kubelet.sh`, 127.0.0.8-10); the CRD and the
+//! DeviceClasses as the chart installs them. The harness runs as a user runs it, as a
+//! process with `KUBECONFIG`, with `--local-daemons $KV`: the kube scripts' nodes have
+//! no container runtime that runs anything, so it runs a daemon per node and the
+//! controller as processes beside the kubelets and plays their DaemonSet and
+//! Deployment (`chaos/src/cluster/local.rs`); everything else (the ComputeDomain, the
+//! workload, the scheduler's allocations, the kubelets' prepares, cordons, evictions,
+//! the status, the events) is the real cluster's.
+//!
+//! 1. `--dry-run` prints the nodes, the objects and the faults and creates nothing.
+//! 2. A run of every cluster fault (daemon-delete, imex-crash, drain, pod-delete,
+//!    controller-restart): exit 0, each kind injected and healed, no violation, and
+//!    everything it made deleted (its namespace, no cordon left).
+//!
+//! On failure the harness's output and JSON report stay in `target/e2e/chaos-cluster/`.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::Command;
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::Client;
+use kube::api::Api;
+use serde_json::Value;
+
+use crate::kubelet::{FakeNodes, kube_state_dir};
+use domaind_e2e::cluster::{install_crd_and_device_classes, skip};
+
+const CLIQUE: &str = "e2e-chaos.1";
+/// A schedule of this seed and duration holds every cluster fault (the dry run shows).
+const SEED: &str = "3";
+const DURATION: &str = "60";
+
+fn evidence_dir() -> PathBuf {
+    let dir = domaind_e2e::binaries()
+        .domaind
+        .parent()
+        .expect("the profile directory")
+        .join("e2e")
+        .join("chaos-cluster");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn harness(namespace: &str, extra: &[&str]) -> Command {
+    let mut command = Command::new(&domaind_e2e::binaries().chaos);
+    command
+        .args(["run", "--cluster", "--nodes", "3", "--namespace", namespace])
+        .arg("--node-selector")
+        .arg(format!("nvidia.com/gpu.clique={CLIQUE}"))
+        .arg("--local-daemons")
+        .arg(kube_state_dir())
+        .args(extra);
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chaos_harness_passes_on_a_real_cluster() {
+    if skip(&["DOMAIND_E2E_KUBE_DIR"]) {
+        return;
+    }
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the kubelets of ../shared/kube need root"
+    );
+    let client = Client::try_default().await.unwrap();
+    let kube_dir = PathBuf::from(std::env::var("DOMAIND_E2E_KUBE_DIR").unwrap());
+    let names: Vec<String> = (1..=3).map(|i| format!("domaind-chaos-{i}")).collect();
+    let ips: Vec<IpAddr> = (8..=10).map(|i| IpAddr::from([127, 0, 0, i])).collect();
+    let _nodes = FakeNodes::start(&kube_dir, &names, &ips, CLIQUE);
+    install_crd_and_device_classes(&client).await;
+    let namespace = format!("domaind-chaos-e2e-{}", std::process::id());
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let evidence = evidence_dir();
+
+    // 1. The dry run: the plan, and nothing made.
+    let dry = harness(
+        &namespace,
+        &["--dry-run", "--seed", SEED, "--duration", DURATION],
+    )
+    .output()
+    .unwrap();
+    let printed = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        dry.status.success(),
+        "--dry-run failed: {printed}\n{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    assert!(printed.contains("nothing is created"), "{printed}");
+    assert!(printed.contains(&names.join(", ")), "{printed}");
+    let kinds = [
+        "daemon-delete",
+        "imex-crash",
+        "drain",
+        "pod-delete",
+        "controller-restart",
+    ];
+    for kind in ["kind: ComputeDomain", "kind: Deployment"]
+        .iter()
+        .chain(&kinds)
+    {
+        assert!(printed.contains(kind), "{kind} missing from:\n{printed}");
+    }
+    assert!(
+        namespaces.get_opt(&namespace).await.unwrap().is_none(),
+        "--dry-run made the namespace"
+    );
+
+    // 2. Every cluster fault, one at a time; the harness exits 0 only without violations.
+    let report_path = evidence.join("report.json");
+    let run = harness(
+        &namespace,
+        &["--seed", SEED, "--duration", DURATION, "--json"],
+    )
+    .arg(&report_path)
+    .output()
+    .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    std::fs::write(evidence.join("stdout.txt"), stdout.as_bytes()).unwrap();
+    std::fs::write(evidence.join("stderr.txt"), stderr.as_bytes()).unwrap();
+    assert!(
+        run.status.success(),
+        "domaind-chaos run --cluster failed ({}): evidence in {}\n{stdout}\n{stderr}",
+        run.status,
+        evidence.display()
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    assert_eq!(report["ok"], true, "{stdout}");
+    assert_eq!(report["violations"], Value::Array(Vec::new()), "{stdout}");
+    assert!(report["formation_ms"].is_u64(), "{stdout}");
+    for kind in report["kinds"].as_array().unwrap() {
+        let injected = kind["injected"].as_u64().unwrap();
+        assert!(injected >= 1, "{} never injected:\n{stdout}", kind["kind"]);
+        assert_eq!(
+            kind["heal"]["samples"].as_u64(),
+            Some(injected),
+            "{} not healed every time:\n{stdout}",
+            kind["kind"]
+        );
+    }
+    assert_eq!(report["kinds"].as_array().unwrap().len(), 5, "{stdout}");
+    assert!(
+        report["cleanup"].as_str().unwrap().starts_with("deleted"),
+        "{stdout}"
+    );
+    // Nothing left: no cordon, the namespace going or gone.
+    for name in &names {
+        let node = Api::<Node>::all(client.clone()).get(name).await.unwrap();
+        assert_ne!(
+            node.spec.and_then(|s| s.unschedulable),
+            Some(true),
+            "{name} left cordoned"
+        );
+    }
+    let left = namespaces.get_opt(&namespace).await.unwrap();
+    assert!(
+        left.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()),
+        "the run's namespace was left"
+    );
+}
