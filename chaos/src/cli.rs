@@ -192,6 +192,15 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Cluster runs")]
     pub release: Option<String>,
 
+    /// The controller's leader-election Lease, in --system-namespace (the chart's
+    /// controller.leaderElection.leaseName).
+    #[arg(
+        long,
+        default_value = "domaind-controller",
+        help_heading = "Cluster runs"
+    )]
+    pub controller_lease: String,
+
     /// For a cluster whose nodes are kubelets on this machine (../shared/kube; DIR is
     /// its state prefix, $KV): the run starts a daemon per node and the controller as
     /// processes here, and plays their DaemonSet and Deployment.
@@ -326,6 +335,7 @@ impl RunArgs {
             None => AccessChoice::Pods {
                 namespace: self.system_namespace.clone(),
                 release: self.release.clone(),
+                lease_name: self.controller_lease.clone(),
             },
         };
         let nodes = if self.node_names.is_empty() {

@@ -13,6 +13,8 @@
 //! 2. A run of every cluster fault (daemon-delete, imex-crash, drain, pod-delete,
 //!    controller-restart): exit 0, each kind injected and healed, no violation, and
 //!    everything it made deleted (its namespace, no cordon left).
+//! 3. A run interrupted (SIGINT) while it holds a node cordoned: exit 130, the node
+//!    uncordoned, the namespace deleted, the daemons it started gone.
 //!
 //! On failure the harness's output and JSON report stay in `target/e2e/chaos-cluster/`.
 
@@ -26,7 +28,7 @@ use kube::api::Api;
 use serde_json::Value;
 
 use crate::kubelet::{FakeNodes, kube_state_dir};
-use domaind_e2e::cluster::{install_crd_and_device_classes, skip};
+use domaind_e2e::cluster::{install_crd_and_device_classes, skip, wait_for};
 
 const CLIQUE: &str = "e2e-chaos.1";
 /// A schedule of this seed and duration holds every cluster fault (the dry run shows).
@@ -157,9 +159,71 @@ async fn the_chaos_harness_passes_on_a_real_cluster() {
             "{name} left cordoned"
         );
     }
-    let left = namespaces.get_opt(&namespace).await.unwrap();
+    assert_gone(&namespaces, &namespace).await;
+
+    // 3. Interrupted in the middle of a drain: nothing of the run may stay.
+    let interrupted = format!("{namespace}-int");
+    let mut child = harness(
+        &interrupted,
+        &["--seed", "1", "--duration", "60", "--scenario", "drain"],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::fs::File::create(evidence.join("interrupted.txt")).unwrap())
+    .spawn()
+    .unwrap();
+    let nodes_api = Api::<Node>::all(client.clone());
+    wait_for("the run cordons a node", || async {
+        let cordoned: Vec<String> = nodes_api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|n| {
+                n.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("domaind-chaos/cordoned-by"))
+                    == Some(&interrupted)
+            })
+            .map(|n| n.metadata.name.clone().unwrap_or_default())
+            .collect();
+        (!cordoned.is_empty(), cordoned)
+    })
+    .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{status}");
+    for name in &names {
+        let node = nodes_api.get(name).await.unwrap();
+        assert_ne!(
+            node.spec.and_then(|s| s.unschedulable),
+            Some(true),
+            "{name} left cordoned"
+        );
+        assert!(
+            node.metadata
+                .annotations
+                .unwrap_or_default()
+                .get("domaind-chaos/cordoned-by")
+                .is_none(),
+            "{name} keeps the run's annotation"
+        );
+    }
+    assert_gone(&namespaces, &interrupted).await;
+}
+
+/// The namespace is gone or going.
+async fn assert_gone(namespaces: &Api<Namespace>, name: &str) {
+    let left = namespaces.get_opt(name).await.unwrap();
     assert!(
         left.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()),
-        "the run's namespace was left"
+        "namespace {name} was left"
     );
 }

@@ -14,7 +14,8 @@
 //!   end): one pod Running and Ready on each node, the status Ready with exactly those
 //!   nodes (**status**), every member's daemon sees the domain Ready with the same
 //!   members and peers (**agreement**) and its pod's claim prepared, the template there
-//!   and a running controller holding its Lease (**liveness**). Empty means whole.
+//!   and a running controller holding its Lease, if it keeps one (**liveness**). Empty
+//!   means whole.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -411,6 +412,7 @@ mod tests {
                 })
                 .collect(),
             controllers: Ok(vec!["controller-a".into()]),
+            lease_exists: true,
             lease_holder: Some("controller-a".into()),
             cordoned: BTreeSet::new(),
             events: BTreeMap::new(),

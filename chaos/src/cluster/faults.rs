@@ -330,7 +330,14 @@ impl ClusterRun {
             None,
             true,
             |_, o| fresh(o),
-            |_, o| o.lease_holder.as_ref().is_some_and(|h| !old.contains(h)),
+            // Without leader election there is no Lease to take: a new controller is all.
+            |_, o| {
+                if o.lease_exists {
+                    o.lease_holder.as_ref().is_some_and(|h| !old.contains(h))
+                } else {
+                    fresh(o)
+                }
+            },
         )
         .await;
         self.controller_restarting = false;

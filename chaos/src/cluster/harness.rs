@@ -40,6 +40,9 @@ pub(super) struct ClusterRun {
     pub(super) config: ClusterConfig,
     pub(super) client: Client,
     pub(super) access: Box<dyn ClusterAccess>,
+    /// With `--local-daemons`, the daemons' files. After `access`: dropped (a run
+    /// interrupted) once the daemons are gone; kept when the run failed.
+    files: Option<tempfile::TempDir>,
     pub(super) workload: Workload,
     started: Instant,
     phase_start: Instant,
@@ -97,6 +100,7 @@ pub async fn run(config: ClusterConfig) -> anyhow::Result<Option<ClusterReport>>
         config,
         client,
         access,
+        files,
         workload,
         started: now,
         phase_start: now,
@@ -145,16 +149,15 @@ pub async fn run(config: ClusterConfig) -> anyhow::Result<Option<ClusterReport>>
     }
     let cleanup = run.clean_up().await;
     let report = run.report(schedule, formation, faults, cleanup);
-    if let Some(dir) = files {
-        // The daemons' logs and state are the evidence of a failed run.
-        if report.ok && !run.config.keep {
-            let _ = std::fs::remove_dir_all(&dir);
-        } else {
-            run.say(&format!(
-                "the daemons' and the controller's files are kept in {}",
-                dir.display()
-            ));
-        }
+    // The daemons' logs and state are the evidence of a failed run.
+    if let Some(dir) = run.files.take()
+        && (!report.ok || run.config.keep)
+    {
+        let kept = dir.keep();
+        run.say(&format!(
+            "the daemons' and the controller's files are kept in {}",
+            kept.display()
+        ));
     }
     Ok(Some(report))
 }
@@ -164,7 +167,7 @@ pub async fn run(config: ClusterConfig) -> anyhow::Result<Option<ClusterReport>>
 fn make_access(
     config: &ClusterConfig,
     client: &Client,
-) -> anyhow::Result<(Box<dyn ClusterAccess>, Option<PathBuf>)> {
+) -> anyhow::Result<(Box<dyn ClusterAccess>, Option<tempfile::TempDir>)> {
     let mut files = None;
     let access: Box<dyn ClusterAccess> = match &config.access {
         AccessChoice::Local {
@@ -175,10 +178,10 @@ fn make_access(
                 PathBuf::from("/tmp/dchc-<random>")
             } else {
                 let dir = domaind_node::rack::short_temp_dir("dchc")
-                    .context("cannot make a temporary directory")?
-                    .keep();
-                files = Some(dir.clone());
-                dir
+                    .context("cannot make a temporary directory")?;
+                let path = dir.path().to_path_buf();
+                files = Some(dir);
+                path
             };
             Box::new(LocalAccess::new(
                 client.clone(),
@@ -191,10 +194,15 @@ fn make_access(
                 },
             ))
         }
-        AccessChoice::Pods { namespace, release } => Box::new(super::pods::PodAccess::new(
-            client.clone(),
-            super::pods::PodAccessConfig::chart(namespace, release.as_deref()),
-        )),
+        AccessChoice::Pods {
+            namespace,
+            release,
+            lease_name,
+        } => {
+            let mut pods = super::pods::PodAccessConfig::chart(namespace, release.as_deref());
+            pods.lease_name = lease_name.clone();
+            Box::new(super::pods::PodAccess::new(client.clone(), pods))
+        }
     };
     Ok((access, files))
 }

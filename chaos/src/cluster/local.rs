@@ -2,14 +2,15 @@
 //! whose nodes are kubelets on this machine with a container runtime that runs nothing
 //! (`../shared/kube`). See [`super::access`].
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use async_trait::async_trait;
-use domaind_node::rack::{LocalRack, RackBackend, RackSpec, node_view};
+use domaind_node::dra::REGISTRATIONS_TOTAL;
+use domaind_node::rack::{LocalRack, RackBackend, RackSpec, http_get, node_view};
 use domaind_node::run::NodeView;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
@@ -44,6 +45,15 @@ pub struct LocalConfig {
 struct ControllerProcess {
     child: Child,
     identity: String,
+}
+
+/// A run dropped where it stands (interrupted) must not leave a controller behind; the
+/// rack kills its daemons itself.
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 pub struct LocalAccess {
@@ -141,9 +151,25 @@ impl LocalAccess {
         while matches!(process.child.try_wait(), Ok(None)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = process.child.kill();
-        let _ = process.child.wait();
-        Some(process.identity)
+        // Dropping it kills what is left past the grace.
+        Some(process.identity.clone())
+    }
+}
+
+/// Waits until the kubelet registered the daemon at `http` as its node's DRA plugin
+/// (`domaind_kubelet_registrations_total{outcome="registered"}`).
+async fn wait_registered(http: SocketAddr, node: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + START_LIMIT;
+    let registered = format!("{REGISTRATIONS_TOTAL}{{outcome=\"registered\"}}");
+    loop {
+        let (_, metrics) = http_get(http, "/metrics").await.unwrap_or_default();
+        if metrics.lines().any(|line| line.starts_with(&registered)) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the kubelet of {node} did not register its daemon within {START_LIMIT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -192,6 +218,14 @@ impl ClusterAccess for LocalAccess {
             rack.wait_all_ready(START_LIMIT)?;
             Ok(())
         })?;
+        // A pod placed on a node before its kubelet registered the plugin fails its
+        // prepare and waits out the kubelet's retry (a minute): as a DaemonSet would have
+        // been running long before a workload comes, the run starts once every kubelet
+        // took its daemon.
+        for node in rack.nodes() {
+            let info = node.info().context("ready without its run.json")?;
+            wait_registered(info.http_addr, node.name()).await?;
+        }
         self.restarts = vec![0; nodes.len()];
         self.rack = Some(rack);
         self.start_controller()

@@ -57,6 +57,9 @@ pub enum AccessChoice {
     Pods {
         namespace: String,
         release: Option<String>,
+        /// The controller's leader-election Lease (the chart's
+        /// `controller.leaderElection.leaseName`).
+        lease_name: String,
     },
     /// Processes on this machine, for the kube scripts' nodes under this prefix.
     Local {

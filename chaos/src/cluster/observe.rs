@@ -73,6 +73,9 @@ pub struct ClusterObservation {
     pub daemons: BTreeMap<String, DaemonSeen>,
     /// Ready controller instances; `Err` when they could not be listed.
     pub controllers: Result<Vec<String>, String>,
+    /// Whether the controller's Lease exists (a controller may run without leader
+    /// election), and who holds it.
+    pub lease_exists: bool,
     pub lease_holder: Option<String>,
     /// The chosen nodes that are cordoned.
     pub cordoned: BTreeSet<String>,
@@ -177,19 +180,23 @@ pub async fn observe(
         }
     }
     let (lease_namespace, lease_name) = access.controller_lease();
-    let lease_holder = match Api::<Lease>::namespaced(client.clone(), &lease_namespace)
-        .get_opt(&lease_name)
-        .await
-    {
-        Ok(lease) => lease
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity)
-            .filter(|h| !h.is_empty()),
-        Err(error) => {
-            note(&mut errors, "controller Lease", error);
-            None
-        }
-    };
+    let (lease_exists, lease_holder) =
+        match Api::<Lease>::namespaced(client.clone(), &lease_namespace)
+            .get_opt(&lease_name)
+            .await
+        {
+            Ok(lease) => (
+                lease.is_some(),
+                lease
+                    .and_then(|l| l.spec)
+                    .and_then(|s| s.holder_identity)
+                    .filter(|h| !h.is_empty()),
+            ),
+            Err(error) => {
+                note(&mut errors, "controller Lease", error);
+                (true, None)
+            }
+        };
     let events = match &domain {
         Some(seen) => domain_events(client, namespace, &seen.uid)
             .await
@@ -226,6 +233,7 @@ pub async fn observe(
         claims,
         daemons,
         controllers,
+        lease_exists,
         lease_holder,
         cordoned,
         events,
