@@ -15,53 +15,31 @@ fn main() -> ExitCode {
     };
     let config = match args.config() {
         Ok(config) => config,
-        Err(error) => {
-            eprintln!("domaind-chaos: {error:#}");
-            return ExitCode::from(2);
-        }
+        Err(error) => return failed(&error),
     };
     let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
     else {
         return ExitCode::from(2);
     };
-    let outcome = runtime.block_on(async {
-        let (Ok(mut interrupt), Ok(mut terminate)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return Err(anyhow::anyhow!("cannot handle SIGINT and SIGTERM"));
-        };
-        // On a signal the run is dropped where it stands: dropping it removes the
-        // network faults, kills every daemon and removes the rack's files.
-        tokio::select! {
-            report = domaind_chaos::harness::run(config) => report.map(Some),
-            _ = interrupt.recv() => Ok(None),
-            _ = terminate.recv() => Ok(None),
-        }
-    });
+    // On a signal the run is dropped where it stands: dropping it removes the network
+    // faults, kills every daemon and removes the rack's files.
+    let outcome = runtime.block_on(until_interrupted(domaind_chaos::harness::run(config)));
     runtime.shutdown_background();
-    let report = match outcome {
-        Ok(Some(report)) => report,
+    match outcome {
+        Ok(Some(report)) => conclude(&report.table(), &report, report.ok, args.json.as_deref()),
         Ok(None) => {
             eprintln!("domaind-chaos: interrupted; the rack and its network faults are gone");
-            return ExitCode::from(130);
+            ExitCode::from(130)
         }
-        Err(error) => {
-            eprintln!("domaind-chaos: {error:#}");
-            return ExitCode::from(2);
-        }
-    };
-    conclude(&report.table(), &report, report.ok, args.json.as_deref())
+        Err(error) => failed(&error),
+    }
 }
 
 /// `run --cluster`: the same exit codes as a loopback run.
 fn cluster(args: RunArgs) -> ExitCode {
     let config = match args.cluster_config() {
         Ok(config) => config,
-        Err(error) => {
-            eprintln!("domaind-chaos: {error:#}");
-            return ExitCode::from(2);
-        }
+        Err(error) => return failed(&error),
     };
     let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
     else {
@@ -70,38 +48,50 @@ fn cluster(args: RunArgs) -> ExitCode {
     let namespace = config.namespace.clone();
     let dry_run = config.dry_run;
     let outcome = runtime.block_on(async {
-        let (Ok(mut interrupt), Ok(mut terminate)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return Err(anyhow::anyhow!("cannot handle SIGINT and SIGTERM"));
-        };
-        let interrupted = tokio::select! {
-            report = domaind_chaos::cluster::run(config) => return report.map(Some),
-            _ = interrupt.recv() => true,
-            _ = terminate.recv() => true,
-        };
-        // The run is dropped where it stands (a local run's daemons die with it); what
+        let outcome = until_interrupted(domaind_chaos::cluster::run(config)).await;
+        // The run was dropped where it stood (a local run's daemons die with it); what
         // it made on the cluster must not stay: a cordoned node above all.
-        if interrupted && !dry_run {
+        if matches!(outcome, Ok(None)) && !dry_run {
             eprintln!("domaind-chaos: interrupted; uncordoning and deleting namespace {namespace}");
             if let Err(error) = domaind_chaos::cluster::cleanup_after_interrupt(&namespace).await {
                 eprintln!("domaind-chaos: clean-up failed: {error:#}");
             }
         }
-        Ok(None)
+        outcome
     });
     runtime.shutdown_background();
-    let report = match outcome {
-        Ok(Some(Some(report))) => report,
-        Ok(Some(None)) => return ExitCode::SUCCESS,
-        Ok(None) => return ExitCode::from(130),
-        Err(error) => {
-            eprintln!("domaind-chaos: {error:#}");
-            return ExitCode::from(2);
+    match outcome {
+        Ok(Some(Some(report))) => {
+            conclude(&report.table(), &report, report.ok, args.json.as_deref())
         }
+        // --dry-run: the plan is printed.
+        Ok(Some(None)) => ExitCode::SUCCESS,
+        Ok(None) => ExitCode::from(130),
+        Err(error) => failed(&error),
+    }
+}
+
+/// `work`'s outcome, or `None` once SIGINT or SIGTERM came first (`work` is dropped).
+async fn until_interrupted<T>(
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<Option<T>> {
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        anyhow::bail!("cannot handle SIGINT and SIGTERM");
     };
-    conclude(&report.table(), &report, report.ok, args.json.as_deref())
+    tokio::select! {
+        outcome = work => outcome.map(Some),
+        _ = interrupt.recv() => Ok(None),
+        _ = terminate.recv() => Ok(None),
+    }
+}
+
+/// The harness could not run: exit code 2.
+fn failed(error: &anyhow::Error) -> ExitCode {
+    eprintln!("domaind-chaos: {error:#}");
+    ExitCode::from(2)
 }
 
 /// Prints the table, writes the JSON where asked, and says how the run ended.

@@ -86,6 +86,30 @@ pub struct FaultRecord {
     pub notes: Vec<String>,
 }
 
+impl FaultRecord {
+    /// The progress line said when the fault healed (or not); `untargeted` names what
+    /// a fault without targets hit.
+    pub fn progress_line(&self, untargeted: &str) -> String {
+        let ms = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
+        format!(
+            "{} {}: detect {}, heal {}{}",
+            self.kind,
+            if self.targets.is_empty() {
+                untargeted.to_owned()
+            } else {
+                self.targets.join(",")
+            },
+            ms(self.detect_ms),
+            ms(self.heal_ms),
+            if self.notes.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", self.notes.join("; "))
+            }
+        )
+    }
+}
+
 /// A violation as reported: when it was first seen, during which fault, how often.
 #[derive(Debug, Clone, Serialize)]
 pub struct ViolationRecord {

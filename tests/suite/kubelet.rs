@@ -102,6 +102,43 @@ impl Drop for FakeNodes {
     }
 }
 
+/// The fake nodes of one test: `{prefix}-1`, `-2`... on 127.0.0.`last` for each of
+/// `lasts`, labelled with `clique`, and a client of the cluster; `None` when the test
+/// skips (no `DOMAIND_E2E_KUBE_DIR`: it says so).
+pub(crate) struct FakeCluster {
+    pub(crate) client: Client,
+    pub(crate) names: Vec<String>,
+    pub(crate) ips: Vec<IpAddr>,
+    /// Held for its drop: the nodes are stopped and deleted with the cluster.
+    _nodes: FakeNodes,
+}
+
+impl FakeCluster {
+    pub(crate) async fn start(prefix: &str, lasts: &[u8], clique: &str) -> Option<Self> {
+        if skip(&["DOMAIND_E2E_KUBE_DIR"]) {
+            return None;
+        }
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the kubelets of ../shared/kube need root"
+        );
+        let client = Client::try_default().await.unwrap();
+        let kube_dir = PathBuf::from(std::env::var("DOMAIND_E2E_KUBE_DIR").unwrap());
+        let names: Vec<String> = (1..=lasts.len()).map(|i| format!("{prefix}-{i}")).collect();
+        let ips: Vec<IpAddr> = lasts
+            .iter()
+            .map(|i| IpAddr::from([127, 0, 0, *i]))
+            .collect();
+        let nodes = FakeNodes::start(&kube_dir, &names, &ips, clique);
+        Some(Self {
+            client,
+            names,
+            ips,
+            _nodes: nodes,
+        })
+    }
+}
+
 /// The kube scripts' state prefix: where each node's kubelet root lives.
 pub(crate) fn kube_state_dir() -> PathBuf {
     std::env::var_os("KV")

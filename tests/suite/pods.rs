@@ -17,8 +17,6 @@
 //! `DOMAIND_E2E_KUBE_DIR` are set. Its nodes are `domaind-pods-1` and `-2` on
 //! 127.0.0.41 and .42, tainted so that no other test's pods land there.
 
-use std::net::IpAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use domaind_chaos::cluster::access::ClusterAccess;
@@ -29,9 +27,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use domaind_e2e::cluster::{create_namespace, skip, wait_for};
+use domaind_e2e::cluster::{create_namespace, wait_for};
 
-use crate::kubelet::FakeNodes;
+use crate::kubelet::FakeCluster;
 
 const CLIQUE: &str = "domaind-pods";
 const RELEASE: &str = "domaind-pods";
@@ -122,19 +120,10 @@ async fn wait_daemon(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_access_finds_deletes_and_restarts_the_charts_pods() {
-    if skip(&["DOMAIND_E2E_KUBE_DIR"]) {
+    let Some(cluster) = FakeCluster::start("domaind-pods", &[41, 42], CLIQUE).await else {
         return;
-    }
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "the kubelets of ../shared/kube need root"
-    );
-    let client = Client::try_default().await.unwrap();
-    let kube_dir = PathBuf::from(std::env::var("DOMAIND_E2E_KUBE_DIR").unwrap());
-    let names: Vec<String> = (1..=2).map(|i| format!("domaind-pods-{i}")).collect();
-    let ips: Vec<IpAddr> = [41, 42].map(|i| IpAddr::from([127, 0, 0, i])).to_vec();
-
-    let _nodes = FakeNodes::start(&kube_dir, &names, &ips, CLIQUE);
+    };
+    let (client, names) = (cluster.client.clone(), cluster.names.clone());
     let nodes = Api::<Node>::all(client.clone());
     let taint =
         json!({"spec": {"taints": [{"key": TAINT, "value": "e2e", "effect": "NoSchedule"}]}});

@@ -8,8 +8,6 @@
 //! 127.0.0.5-7, so it runs beside `kubelet`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use domaind_kube_api::crd::ComputeDomain;
@@ -17,15 +15,15 @@ use domaind_node::rack::short_temp_dir;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::kubelet::{
-    FakeNodes, cdi_specs, create_from_yaml, pods_of, start_daemons, wait_registered, wait_running,
+    FakeCluster, cdi_specs, create_from_yaml, pods_of, start_daemons, wait_registered, wait_running,
 };
 use domaind_e2e::cluster::{
-    create_namespace, install_crd_and_device_classes, skip, spawn_controller, wait_every, wait_for,
+    create_namespace, install_crd_and_device_classes, spawn_controller, wait_every, wait_for,
 };
 
 const DOMAINS: [&str; 2] = ["shared-a", "shared-b"];
@@ -106,19 +104,14 @@ fn channels_in_spec(spec: &str) -> BTreeSet<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sharing_domains_run_pods_on_the_same_nodes_each_with_its_own_channel() {
-    if skip(&["DOMAIND_E2E_KUBE_DIR"]) {
+    let Some(cluster) = FakeCluster::start("domaind-share", &[5, 6, 7], CLIQUE).await else {
         return;
-    }
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "the kubelets of ../shared/kube need root"
+    };
+    let (client, names, ips) = (
+        cluster.client.clone(),
+        cluster.names.clone(),
+        cluster.ips.clone(),
     );
-    let client = Client::try_default().await.unwrap();
-    let kube_dir = PathBuf::from(std::env::var("DOMAIND_E2E_KUBE_DIR").unwrap());
-    let names: Vec<String> = (1..=3).map(|i| format!("domaind-share-{i}")).collect();
-    let ips: Vec<IpAddr> = (5..=7).map(|i| IpAddr::from([127, 0, 0, i])).collect();
-
-    let _nodes = FakeNodes::start(&kube_dir, &names, &ips, CLIQUE);
     install_crd_and_device_classes(&client).await;
     let namespace = format!("domaind-share-e2e-{}", std::process::id());
     create_namespace(&client, &namespace).await;

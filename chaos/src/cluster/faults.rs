@@ -16,48 +16,46 @@ fn ms(from: Instant, to: Instant) -> u64 {
     to.saturating_duration_since(from).as_millis() as u64
 }
 
-/// Whether the domain no longer counts `node` among its Ready members: in the status,
-/// or in the view of another member's daemon.
-fn dropped(obs: &ClusterObservation, domain: &str, node: &str, others: &[String]) -> bool {
-    let status_dropped = obs
-        .domain
-        .as_ref()
-        .and_then(|d| d.status.as_ref())
-        .is_some_and(|s| {
-            !s.nodes
-                .iter()
-                .any(|n| n.name == node && n.status == CrdPhase::Ready)
-        });
-    let peer_dropped = others.iter().filter(|o| *o != node).any(|other| {
-        obs.view(other)
-            .and_then(|v| v.domains.iter().find(|d| d.uid == domain))
-            .is_some_and(|d| {
-                !d.members.iter().any(|m| m == node) || d.lost.iter().any(|m| m == node)
-            })
-    });
-    status_dropped || peer_dropped
-}
-
-/// Whether no part of the domain counts `node` any more: the status does not list it
-/// Ready and no other member's daemon has it as a member.
-fn gone_from_domain(obs: &ClusterObservation, domain: &str, node: &str, others: &[String]) -> bool {
-    let in_status = obs
-        .domain
+/// Whether the status lists `node` Ready.
+fn ready_in_status(obs: &ClusterObservation, node: &str) -> bool {
+    obs.domain
         .as_ref()
         .and_then(|d| d.status.as_ref())
         .is_some_and(|s| {
             s.nodes
                 .iter()
                 .any(|n| n.name == node && n.status == CrdPhase::Ready)
-        });
-    let in_views = others.iter().filter(|o| *o != node).any(|other| {
-        obs.view(other)
-            .and_then(|v| v.domains.iter().find(|d| d.uid == domain))
-            .is_some_and(|d| {
-                d.members.iter().any(|m| m == node) && !d.lost.iter().any(|m| m == node)
-            })
-    });
-    !in_status && !in_views
+        })
+}
+
+/// Whether each other member's daemon (that answers) counts `node` a live member.
+fn counted_by_others<'a>(
+    obs: &'a ClusterObservation,
+    domain: &'a str,
+    node: &'a str,
+    nodes: &'a [String],
+) -> impl Iterator<Item = bool> + 'a {
+    nodes
+        .iter()
+        .filter(move |o| *o != node)
+        .filter_map(move |other| {
+            let seen = obs.view(other)?.domains.iter().find(|d| d.uid == domain)?;
+            Some(seen.members.iter().any(|m| m == node) && !seen.lost.iter().any(|m| m == node))
+        })
+}
+
+/// Whether the domain stopped counting `node` among its Ready members: in the status,
+/// or for another member.
+fn dropped(obs: &ClusterObservation, domain: &str, node: &str, nodes: &[String]) -> bool {
+    !ready_in_status(obs, node)
+        || counted_by_others(obs, domain, node, nodes).any(|counted| !counted)
+}
+
+/// Whether no part of the domain counts `node` any more: not Ready in the status, and
+/// no other member's daemon has it as a live member.
+fn gone_from_domain(obs: &ClusterObservation, domain: &str, node: &str, nodes: &[String]) -> bool {
+    !ready_in_status(obs, node)
+        && !counted_by_others(obs, domain, node, nodes).any(|counted| counted)
 }
 
 impl ClusterRun {

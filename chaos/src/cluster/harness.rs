@@ -533,7 +533,7 @@ impl ClusterRun {
             record.notes.push(format!("events: {line}"));
         }
         self.current = None;
-        self.say(&fault_line(&record));
+        self.say(&record.progress_line("(the controller)"));
         record
     }
 
@@ -757,26 +757,6 @@ fn events_delta(before: &BTreeMap<String, u32>, after: &BTreeMap<String, u32>) -
         })
         .collect();
     (!changes.is_empty()).then(|| changes.join(", "))
-}
-
-fn fault_line(record: &FaultRecord) -> String {
-    let ms = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
-    format!(
-        "{} {}: detect {}, heal {}{}",
-        record.kind,
-        if record.targets.is_empty() {
-            "(the controller)".to_owned()
-        } else {
-            record.targets.join(",")
-        },
-        ms(record.detect_ms),
-        ms(record.heal_ms),
-        if record.notes.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", record.notes.join("; "))
-        }
-    )
 }
 
 #[cfg(test)]

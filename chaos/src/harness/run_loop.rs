@@ -273,26 +273,7 @@ fn cliques_note(cliques: usize, per_clique: usize) -> String {
 
 /// The progress line of a fault's record.
 fn fault_line(record: &FaultRecord) -> String {
-    format!(
-        "{} {}: detect {}, heal {}{}",
-        record.kind,
-        if record.targets.is_empty() {
-            "(every link of the rack)".to_owned()
-        } else {
-            record.targets.join(",")
-        },
-        record
-            .detect_ms
-            .map_or_else(|| "-".into(), |ms| format!("{ms} ms")),
-        record
-            .heal_ms
-            .map_or_else(|| "-".into(), |ms| format!("{ms} ms")),
-        if record.notes.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", record.notes.join("; "))
-        }
-    )
+    record.progress_line("(every link of the rack)")
 }
 
 #[cfg(test)]

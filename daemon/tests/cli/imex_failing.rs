@@ -8,10 +8,12 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
+use domaind_actors::model::{ClaimRef, ReadinessPolicy};
 use domaind_kube_api::crd::{ComputeDomainStatus, Phase};
 use domaind_node::dra::DraVersion;
-use domaind_node::local::{ClaimFile, ComputeDomainRef, LocalDir};
+use domaind_node::local::{ClaimFile, LocalDir};
+
+use crate::fixtures::claim_of;
 use domaind_node::rack::{
     LocalRack, RackSpec, http_get, node_view, prepare_until_ready, short_temp_dir,
 };
@@ -22,28 +24,12 @@ const START_LIMIT: Duration = Duration::from_secs(30);
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn claim(node: &str) -> (ClaimFile, ClaimRef) {
-    let file = ClaimFile {
-        namespace: "team-a".into(),
-        name: format!("worker-{node}"),
-        uid: format!("claim-{node}"),
-        compute_domain: ComputeDomainRef {
-            namespace: "team-a".into(),
-            name: "failing".into(),
-            uid: CD.into(),
-            num_nodes: 2,
-            isolation: Default::default(),
-        },
-        allocation_mode: AllocationMode::Single,
-        readiness: Some(ReadinessPolicy::Domain),
-        driver: None,
-        device: None,
-    };
-    let claim = ClaimRef {
-        uid: file.uid.clone(),
-        namespace: file.namespace.clone(),
-        name: file.name.clone(),
-    };
-    (file, claim)
+    claim_of(
+        &format!("worker-{node}"),
+        &format!("claim-{node}"),
+        ("failing", CD, 2),
+        ReadinessPolicy::Domain,
+    )
 }
 
 fn status(local: &LocalDir) -> Option<ComputeDomainStatus> {

@@ -10,10 +10,12 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
+use domaind_actors::model::{ClaimRef, ReadinessPolicy};
 use domaind_node::dra::DraVersion;
 use domaind_node::imex::processes::parse_killed;
-use domaind_node::local::{ClaimFile, ComputeDomainRef};
+use domaind_node::local::ClaimFile;
+
+use crate::fixtures::claim_of;
 use domaind_node::rack::{
     LocalRack, RackSpec, http_get, node_view, prepare_until_ready, short_temp_dir,
 };
@@ -23,28 +25,12 @@ const START_LIMIT: Duration = Duration::from_secs(30);
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn claim() -> (ClaimFile, ClaimRef) {
-    let file = ClaimFile {
-        namespace: "team-a".into(),
-        name: "worker".into(),
-        uid: "kill-claim".into(),
-        compute_domain: ComputeDomainRef {
-            namespace: "team-a".into(),
-            name: "kill".into(),
-            uid: "cd-kill".into(),
-            num_nodes: 1,
-            isolation: Default::default(),
-        },
-        allocation_mode: AllocationMode::Single,
-        readiness: Some(ReadinessPolicy::Local),
-        driver: None,
-        device: None,
-    };
-    let claim = ClaimRef {
-        uid: file.uid.clone(),
-        namespace: file.namespace.clone(),
-        name: file.name.clone(),
-    };
-    (file, claim)
+    claim_of(
+        "worker",
+        "kill-claim",
+        ("kill", "cd-kill", 1),
+        ReadinessPolicy::Local,
+    )
 }
 
 fn imex_kill(parent: u32) -> Output {

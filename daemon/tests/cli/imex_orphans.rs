@@ -8,9 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
+use domaind_actors::model::{ClaimRef, ReadinessPolicy};
 use domaind_node::dra::DraVersion;
-use domaind_node::local::{ClaimFile, ComputeDomainRef};
+use domaind_node::local::ClaimFile;
+
+use crate::fixtures::claim_of;
 use domaind_node::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -93,28 +95,12 @@ fn log_len(path: &Path) -> u64 {
 }
 
 fn claim() -> (ClaimFile, ClaimRef) {
-    let file = ClaimFile {
-        namespace: "team-a".into(),
-        name: "worker".into(),
-        uid: "orphan-claim".into(),
-        compute_domain: ComputeDomainRef {
-            namespace: "team-a".into(),
-            name: "orphans".into(),
-            uid: "cd-orphans".into(),
-            num_nodes: 1,
-            isolation: Default::default(),
-        },
-        allocation_mode: AllocationMode::Single,
-        readiness: Some(ReadinessPolicy::Local),
-        driver: None,
-        device: None,
-    };
-    let claim = ClaimRef {
-        uid: file.uid.clone(),
-        namespace: file.namespace.clone(),
-        name: file.name.clone(),
-    };
-    (file, claim)
+    claim_of(
+        "worker",
+        "orphan-claim",
+        ("orphans", "cd-orphans", 1),
+        ReadinessPolicy::Local,
+    )
 }
 
 #[test]

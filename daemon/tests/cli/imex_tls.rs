@@ -8,10 +8,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
+use domaind_actors::model::{ClaimRef, ReadinessPolicy};
 use domaind_node::dra::DraVersion;
 use domaind_node::imex::config::parse_config;
-use domaind_node::local::{ClaimFile, ComputeDomainRef};
+use domaind_node::local::ClaimFile;
+
+use crate::fixtures::claim_of;
 use domaind_node::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
 use serde_json::Value;
 
@@ -20,28 +22,12 @@ const START_LIMIT: Duration = Duration::from_secs(30);
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn claim(node: &str) -> (ClaimFile, ClaimRef) {
-    let file = ClaimFile {
-        namespace: "team-a".into(),
-        name: format!("worker-{node}"),
-        uid: format!("claim-{node}"),
-        compute_domain: ComputeDomainRef {
-            namespace: "team-a".into(),
-            name: "tls".into(),
-            uid: "cd-tls".into(),
-            num_nodes: NODES as u32,
-            isolation: Default::default(),
-        },
-        allocation_mode: AllocationMode::Single,
-        readiness: Some(ReadinessPolicy::Domain),
-        driver: None,
-        device: None,
-    };
-    let claim = ClaimRef {
-        uid: file.uid.clone(),
-        namespace: file.namespace.clone(),
-        name: file.name.clone(),
-    };
-    (file, claim)
+    claim_of(
+        &format!("worker-{node}"),
+        &format!("claim-{node}"),
+        ("tls", "cd-tls", NODES as u32),
+        ReadinessPolicy::Domain,
+    )
 }
 
 /// A node's simulated IMEX, as its status tool lists it (`ctl -N -j`).

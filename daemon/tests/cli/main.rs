@@ -6,6 +6,7 @@ mod certs;
 mod controller;
 mod demo;
 mod deploy_manifests;
+mod fixtures;
 mod imex_failing;
 mod imex_kill;
 mod imex_orphans;
