@@ -4,7 +4,9 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 use domaind_chaos::cli::{Cli, Command, RunArgs};
+use domaind_chaos::cluster::AccessChoice;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -35,7 +37,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// `run --cluster`: the same exit codes as a loopback run.
+/// `run --cluster`: the same exit codes as a loopback run. The first SIGINT or SIGTERM
+/// stops the faults and lets the run clean up as at its end (the workload deleted, its
+/// claims released, the domain and the namespace deleted, the cordon lifted); a second
+/// one drops the run where it stands and only uncordons and deletes the namespace.
 fn cluster(args: RunArgs) -> ExitCode {
     let config = match args.cluster_config() {
         Ok(config) => config,
@@ -46,26 +51,50 @@ fn cluster(args: RunArgs) -> ExitCode {
         return ExitCode::from(2);
     };
     let namespace = config.namespace.clone();
-    let dry_run = config.dry_run;
+    let controller_dies_with_us = matches!(config.access, AccessChoice::Local { .. });
     let outcome = runtime.block_on(async {
-        let outcome = until_interrupted(domaind_chaos::cluster::run(config)).await;
-        // The run was dropped where it stood (a local run's daemons die with it); what
-        // it made on the cluster must not stay: a cordoned node above all.
-        if matches!(outcome, Ok(None)) && !dry_run {
-            eprintln!("domaind-chaos: interrupted; uncordoning and deleting namespace {namespace}");
-            if let Err(error) = domaind_chaos::cluster::cleanup_after_interrupt(&namespace).await {
-                eprintln!("domaind-chaos: clean-up failed: {error:#}");
-            }
+        let (Ok(mut interrupt), Ok(mut terminate)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            anyhow::bail!("cannot handle SIGINT and SIGTERM");
+        };
+        let stop = CancellationToken::new();
+        let run = domaind_chaos::cluster::run(config, stop.clone());
+        tokio::pin!(run);
+        tokio::select! {
+            outcome = &mut run => return outcome,
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
         }
-        outcome
+        eprintln!(
+            "domaind-chaos: interrupted; no more faults, cleaning up what the run made \
+             (interrupt again to stop at once)"
+        );
+        stop.cancel();
+        tokio::select! {
+            outcome = &mut run => return outcome,
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        eprintln!("domaind-chaos: stopped; uncordoning and deleting namespace {namespace}");
+        if let Err(error) =
+            domaind_chaos::cluster::cleanup_after_interrupt(&namespace, controller_dies_with_us)
+                .await
+        {
+            eprintln!("domaind-chaos: clean-up failed: {error:#}");
+        }
+        Ok(None)
     });
     runtime.shutdown_background();
     match outcome {
-        Ok(Some(Some(report))) => {
-            conclude(&report.table(), &report, report.ok, args.json.as_deref())
+        Ok(Some(report)) if report.interrupted => {
+            print!("{}", report.table());
+            ExitCode::from(130)
         }
-        // --dry-run: the plan is printed.
-        Ok(Some(None)) => ExitCode::SUCCESS,
+        Ok(Some(report)) => conclude(&report.table(), &report, report.ok, args.json.as_deref()),
+        // A dry run (the plan is printed), or a run stopped at once.
+        Ok(None) if args.dry_run => ExitCode::SUCCESS,
         Ok(None) => ExitCode::from(130),
         Err(error) => failed(&error),
     }

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::{Client, ResourceExt as _};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use super::access::{ClusterAccess, DaemonInstance};
 use super::checks::{Expected, Persistent, breaches, unwhole};
@@ -66,11 +67,20 @@ pub(super) struct ClusterRun {
     pub(super) last: Option<ClusterObservation>,
     /// The domain's events as last seen while it existed (they only grow).
     events_seen: BTreeMap<String, u32>,
+    /// Cancelled on SIGINT or SIGTERM: no more faults, straight to the clean-up.
+    stop: CancellationToken,
+    /// The clean-up is under way: its waits and checks run, interrupted or not.
+    cleaning: bool,
 }
 
-/// Runs a cluster run; the report says whether the invariants held. An error means
-/// the run could not start (no cluster, no nodes, the namespace taken).
-pub async fn run(config: ClusterConfig) -> anyhow::Result<Option<ClusterReport>> {
+/// Runs a cluster run; the report says whether the invariants held (`None`: a dry
+/// run). An error means the run could not start (no cluster, no nodes, the namespace
+/// taken). Once `stop` is cancelled the run injects nothing more, cuts the fault under
+/// way short (a cordoned node is uncordoned), and cleans up as at its end.
+pub async fn run(
+    config: ClusterConfig,
+    stop: CancellationToken,
+) -> anyhow::Result<Option<ClusterReport>> {
     let client = Client::try_default()
         .await
         .context("cannot reach the cluster (KUBECONFIG)")?;
@@ -117,6 +127,8 @@ pub async fn run(config: ClusterConfig) -> anyhow::Result<Option<ClusterReport>>
         controller_restarting: false,
         last: None,
         events_seen: BTreeMap::new(),
+        stop,
+        cleaning: false,
     };
     run.say(&format!(
         "nodes {}; namespace {}; daemons and controller: {}",
@@ -136,9 +148,15 @@ pub async fn run(config: ClusterConfig) -> anyhow::Result<Option<ClusterReport>>
         Some(_) => {
             run.phase_start = Instant::now();
             for step in &schedule.steps {
+                if run.interrupted() {
+                    faults.push(run.record_for(step, Outcome::NotRun("interrupted".into())));
+                    continue;
+                }
                 faults.push(run.run_step(step).await);
             }
-            run.finish().await;
+            if !run.interrupted() {
+                run.finish().await;
+            }
         }
         None => {
             for step in &schedule.steps {
@@ -147,11 +165,13 @@ pub async fn run(config: ClusterConfig) -> anyhow::Result<Option<ClusterReport>>
             }
         }
     }
+    run.cleaning = true;
     let cleanup = run.clean_up().await;
     let report = run.report(schedule, formation, faults, cleanup);
     // The daemons' logs and state are the evidence of a failed run.
+    let failed = !report.violations.is_empty() || !report.crashes.is_empty();
     if let Some(dir) = run.files.take()
-        && (!report.ok || run.config.keep)
+        && (failed || run.config.keep)
     {
         let kept = dir.keep();
         run.say(&format!(
@@ -231,11 +251,28 @@ async fn preflight(client: &Client, namespace: &str) -> anyhow::Result<()> {
 
 /// After SIGINT or SIGTERM: uncordons what the run cordoned and deletes its
 /// namespace (and with it the domain and the workload). Daemons a local run started
-/// die with the process.
-pub async fn cleanup_after_interrupt(namespace: &str) -> anyhow::Result<()> {
+/// die with the process, its controller with them (`controller_gone`): nothing would
+/// release the domain's finalizer then, and the namespace would hang in Terminating,
+/// so the run releases it itself.
+pub async fn cleanup_after_interrupt(namespace: &str, controller_gone: bool) -> anyhow::Result<()> {
     let client = Client::try_default().await?;
     uncordon_ours(&client, namespace).await?;
-    delete_namespace(&client, namespace).await
+    delete_namespace(&client, namespace).await?;
+    if controller_gone {
+        let domains = Api::<ComputeDomain>::namespaced(client.clone(), namespace);
+        for domain in domains.list(&ListParams::default()).await?.items {
+            let patch = json!({"metadata": {"finalizers": null}});
+            domains
+                .patch(
+                    &domain.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .with_context(|| format!("cannot release ComputeDomain {}", domain.name_any()))?;
+        }
+    }
+    Ok(())
 }
 
 async fn uncordon_ours(client: &Client, namespace: &str) -> anyhow::Result<Vec<String>> {
@@ -317,7 +354,16 @@ impl ClusterRun {
         )
     }
 
+    /// Interrupted, and not yet cleaning up: waits end at once.
+    pub(super) fn interrupted(&self) -> bool {
+        self.stop.is_cancelled() && !self.cleaning
+    }
+
     pub(super) fn record(&mut self, violation: Violation) {
+        // A fault cut short by an interruption proves nothing either way.
+        if self.interrupted() {
+            return;
+        }
         let at_ms = self.started.elapsed().as_millis() as u64;
         if let Some(line) = self.findings.record(violation, at_ms, self.current) {
             self.say(&line);
@@ -417,6 +463,9 @@ impl ClusterRun {
     ) -> Option<Instant> {
         let deadline = Instant::now() + limit;
         loop {
+            if self.interrupted() {
+                return None;
+            }
             let obs = self.tick().await;
             if done(self, &obs) {
                 return Some(obs.at);
@@ -424,7 +473,16 @@ impl ClusterRun {
             if Instant::now() >= deadline {
                 return None;
             }
-            tokio::time::sleep(TICK).await;
+            self.pause().await;
+        }
+    }
+
+    /// The time between observations, cut short by an interruption.
+    async fn pause(&self) {
+        let stop = self.stop.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(TICK) => {}
+            _ = stop.cancelled(), if !self.cleaning => {}
         }
     }
 
@@ -552,10 +610,10 @@ impl ClusterRun {
                 reason.detail = format!("came apart with no fault under way: {}", reason.detail);
                 self.record(reason);
             }
-            if Instant::now() + TICK >= until {
+            if Instant::now() + TICK >= until || self.interrupted() {
                 break;
             }
-            tokio::time::sleep(TICK).await;
+            self.pause().await;
         }
         self.apart = Persistent::default();
     }
@@ -742,7 +800,8 @@ impl ClusterRun {
             events: self.events(),
             cleanup,
             schedule,
-            ok: self.findings.ok(),
+            interrupted: self.stop.is_cancelled(),
+            ok: self.findings.ok() && !self.stop.is_cancelled(),
         }
     }
 }

@@ -48,6 +48,9 @@ pub struct ClusterReport {
     /// Whether everything the run made was deleted, and what was left otherwise.
     pub cleanup: String,
     pub schedule: Schedule,
+    /// SIGINT or SIGTERM cut the run short (it cleaned up all the same).
+    pub interrupted: bool,
+    /// No violation, no crash, and not interrupted.
     pub ok: bool,
 }
 
@@ -82,6 +85,12 @@ impl ClusterReport {
             let _ = writeln!(out, "domain events: {}", events.join(", "));
         }
         let _ = writeln!(out, "clean-up: {}", self.cleanup);
+        if self.interrupted {
+            let _ = writeln!(
+                out,
+                "interrupted: the faults after the interruption were not injected"
+            );
+        }
         write_outcomes(
             &mut out,
             &self.kinds,
