@@ -7,7 +7,9 @@
 //!   the run), **slots** (no node twice in a peer set; no index twice in the status),
 //!   **checkpoint** (every pod Running and Ready has its claim prepared on its node's
 //!   daemon, across daemon restarts; no daemon still holds a claim the API server
-//!   deleted), **status** (no node outside the run's in the status). The reads of one
+//!   deleted), **status** (no node outside the run's in the status), and the domain's
+//!   events (no `CheckpointDamaged` or `StateNotPersisted`: **checkpoint**; no
+//!   `PrepareRefused`: **liveness**). The reads of one
 //!   observation are not one snapshot, so a breach becomes a violation only once it has
 //!   been seen without a break for the grace ([`Persistent`]).
 //! - [`unwhole`], where the domain must be whole (formation, after each fault, at the
@@ -26,6 +28,15 @@ use domaind_node::run::DomainView;
 
 use super::observe::ClusterObservation;
 use crate::invariants::{Invariant, Violation};
+
+/// Events of the domain that none of the run's faults may cause: a checkpoint found
+/// damaged or not written (no fault of a cluster run touches the disk), a prepare
+/// refused (every pod of the run asks for what its domain can give).
+const DAMAGE_EVENTS: [(&str, Invariant); 3] = [
+    ("CheckpointDamaged", Invariant::Checkpoint),
+    ("StateNotPersisted", Invariant::Checkpoint),
+    ("PrepareRefused", Invariant::Liveness),
+];
 
 /// What the run expects.
 #[derive(Debug, Clone)]
@@ -118,6 +129,15 @@ pub fn breaches(obs: &ClusterObservation, expected: &Expected<'_>) -> Vec<Violat
                     "pod {} runs with claim {claim} ({uid}), which its node's daemon does not hold as prepared",
                     pod.name
                 ),
+            ));
+        }
+    }
+    for (reason, invariant) in DAMAGE_EVENTS {
+        if obs.events.contains_key(reason) {
+            found.push(Violation::new(
+                invariant,
+                None,
+                format!("the domain's events report {reason}"),
             ));
         }
     }
@@ -624,6 +644,29 @@ mod tests {
                 .1
                 .iter()
                 .any(|v| v.detail == "no controller runs")
+        );
+    }
+
+    #[test]
+    fn events_of_damage_or_refusal_are_breaches() {
+        let mut obs = whole_world();
+        obs.events = BTreeMap::from([("NodeLost".to_owned(), 1), ("DomainReady".to_owned(), 2)]);
+        assert!(check(&obs).0.is_empty());
+        obs.events.insert("CheckpointDamaged".into(), 1);
+        obs.events.insert("PrepareRefused".into(), 3);
+        let found = check(&obs).0;
+        assert!(
+            found
+                .iter()
+                .any(|v| v.invariant == Invariant::Checkpoint
+                    && v.detail.contains("CheckpointDamaged")),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|v| v.invariant == Invariant::Liveness && v.detail.contains("PrepareRefused")),
+            "{found:?}"
         );
     }
 

@@ -667,7 +667,7 @@ impl ClusterRun {
         }
         if self.config.keep {
             self.access.stop().await;
-            return format!("kept namespace {namespace} (--keep)");
+            return format!("kept namespace {namespace} and what is in it (--keep-namespace)");
         }
         if let Err(error) = self.delete_workload().await {
             left.push(format!("{error:#}"));
