@@ -28,9 +28,12 @@ use serde::Serialize;
 /// The forger's name: a node the rack's CA certifies, outside the rack.
 pub const FORGER: &str = "node-forger";
 const HARVEST_LIMIT: Duration = Duration::from_secs(10);
-/// How long after the last forgery the rack is looked at again: several gossip
-/// rounds, so that anything a forgery changed would have spread.
+/// How long after every forgery was counted the rack is looked at again: several
+/// gossip rounds, so that anything a forgery changed would have spread.
 const SETTLE: Duration = Duration::from_secs(2);
+/// How long the rack may take to count every forgery it was sent.
+const COUNT_LIMIT: Duration = Duration::from_secs(30);
+const COUNT_POLL: Duration = Duration::from_millis(100);
 
 /// What one forgery did across the rack.
 #[derive(Debug, Clone, Serialize)]
@@ -163,6 +166,23 @@ pub async fn forge_rack(root: &Path, cluster: &str, ip: IpAddr) -> anyhow::Resul
             )
             .await?;
     }
+    let mut expected: BTreeMap<&str, u64> = BTreeMap::new();
+    for row in &rows {
+        *expected.entry(row.reason).or_default() += row.sent;
+    }
+    // Each node checks a forgery when its gossip loop takes the frame up, after the
+    // forger's connection has closed: the count is waited for, not assumed.
+    let counted_by = tokio::time::Instant::now() + COUNT_LIMIT;
+    let refused = loop {
+        let refused = refused_since(&nodes, &refused_before).await?;
+        let all_counted = expected
+            .iter()
+            .all(|(reason, sent)| refused.get(*reason).copied().unwrap_or(0) >= *sent);
+        if all_counted || tokio::time::Instant::now() >= counted_by {
+            break refused;
+        }
+        tokio::time::sleep(COUNT_POLL).await;
+    };
     tokio::time::sleep(SETTLE).await;
 
     let mut problems = Vec::new();
@@ -186,26 +206,11 @@ pub async fn forge_rack(root: &Path, cluster: &str, ip: IpAddr) -> anyhow::Resul
             }
         }
     }
-    let refused_after = refusals(&nodes).await?;
-    let refused: BTreeMap<String, u64> = refused_after
-        .iter()
-        .map(|(reason, after)| {
-            (
-                reason.clone(),
-                after - refused_before.get(reason).copied().unwrap_or(0),
-            )
-        })
-        .filter(|(_, n)| *n > 0)
-        .collect();
-    let mut expected: BTreeMap<&str, u64> = BTreeMap::new();
-    for row in &rows {
-        *expected.entry(row.reason).or_default() += row.sent;
-    }
     for (reason, sent) in expected {
         let counted = refused.get(reason).copied().unwrap_or(0);
         if counted < sent {
             problems.push(format!(
-                "{sent} forgeries sent to be refused as {reason}, {counted} counted"
+                "{sent} forgeries sent to be refused as {reason}, {counted} counted within {COUNT_LIMIT:?}"
             ));
         }
     }
@@ -231,6 +236,22 @@ async fn views(nodes: &[RunInfo]) -> anyhow::Result<BTreeMap<String, Vec<DomainV
         views.insert(node.node.clone(), view.domains);
     }
     Ok(views)
+}
+
+/// The refusals counted since `before`, by reason; reasons with none left out.
+async fn refused_since(
+    nodes: &[RunInfo],
+    before: &BTreeMap<String, u64>,
+) -> anyhow::Result<BTreeMap<String, u64>> {
+    Ok(refusals(nodes)
+        .await?
+        .into_iter()
+        .map(|(reason, after)| {
+            let since = after - before.get(&reason).copied().unwrap_or(0);
+            (reason, since)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect())
 }
 
 /// `domaind_gossip_state_refused_total` of the whole rack, by reason.

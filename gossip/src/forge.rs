@@ -15,7 +15,7 @@ use chitchat::transport::Transport as _;
 use chitchat::{ChitchatId, ChitchatMessage, Deserializable, Serializable};
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpSocket;
 use tokio_rustls::TlsConnector;
 
@@ -29,6 +29,9 @@ use crate::transport::wire::{
     self, KeyValue, NodeOp, NodePart, STATUS_DELETED, TYPE_ACK, TYPE_SYN,
 };
 use crate::transport::{TlsTransport, TransportLimits, frame};
+
+/// How long a node may take to close a connection after the forger ended its side.
+const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 /// A peer with a certificate of our CA, writing messages by hand.
 pub struct Forger {
@@ -97,7 +100,18 @@ impl Forger {
             .await?;
         stream.write_all(&frame::encode_with_prefix(&body)).await?;
         stream.flush().await?;
-        Ok(())
+        // Returning now would leave the frame in the node's socket, read whenever the
+        // node gets to it; what is counted after a send would race that. A node closes
+        // its end once it has read ours (or at once, on a frame it refuses), so end
+        // ours cleanly and wait for its.
+        stream.shutdown().await?;
+        let mut rest = Vec::new();
+        match tokio::time::timeout(CLOSE_LIMIT, stream.read_to_end(&mut rest)).await {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                bail!("{server} at {target} did not close the connection within {CLOSE_LIMIT:?}")
+            }
+        }
     }
 
     /// Sends an Ack carrying `parts`.

@@ -169,3 +169,66 @@ async fn forged_state_is_refused_counted_and_changes_no_view() {
         node.stop().await.unwrap();
     }
 }
+
+/// The forger's `send` returns once the node has read the frame, however late the node
+/// reads (a loaded one): what `domaind-chaos forge` counts after it does not race the
+/// network.
+#[tokio::test]
+async fn a_send_returns_once_the_node_has_read_the_frame() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncReadExt as _;
+
+    let pki = Pki::new();
+    let listener = tokio::net::TcpListener::bind(any_port(55)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor =
+        tokio_rustls::TlsAcceptor::from(pki.node_tls("node-1").material().server_config());
+    let read_bytes = Arc::new(AtomicUsize::new(0));
+    let server = tokio::spawn({
+        let read_bytes = read_bytes.clone();
+        async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            // The late read the test is about, not a wait for something to settle.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let mut received = Vec::new();
+            let read = tls.read_to_end(&mut received).await;
+            read_bytes.store(received.len(), Ordering::SeqCst);
+            (read.map_err(|e| e.to_string()), received)
+        }
+    });
+    let tls_dir = tempfile::tempdir().unwrap();
+    let forger = Forger::new(
+        cluster(),
+        &name("node-evil"),
+        &pki.issue("node-evil"),
+        tls_dir.path(),
+        loopback(56),
+    )
+    .unwrap();
+    let ghost = ChitchatId::new("node-ghost", 1, SocketAddr::new(loopback(56), 7946));
+    common::within(
+        CLUSTER,
+        "the forger's send",
+        forger.send_digest_naming(addr, "node-1", std::slice::from_ref(&ghost)),
+    )
+    .await
+    .unwrap();
+    let read_when_sent = read_bytes.load(Ordering::SeqCst);
+    let (read, received) = server.await.unwrap();
+    assert_eq!(
+        read,
+        Ok(received.len()),
+        "the forger ends its side cleanly (close_notify)"
+    );
+    assert!(
+        received.len() > 4 && received.ends_with(cluster().as_bytes()),
+        "the whole frame arrived: {received:?}"
+    );
+    assert_eq!(
+        read_when_sent,
+        received.len(),
+        "send returned before the node had read the frame"
+    );
+}
