@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use async_trait::async_trait;
-use domaind_node::dra::REGISTRATIONS_TOTAL;
 use domaind_node::rack::{LocalRack, RackBackend, RackSpec, http_get, node_view};
 use domaind_node::run::NodeView;
 use k8s_openapi::api::core::v1::Node;
@@ -156,18 +155,17 @@ impl LocalAccess {
     }
 }
 
-/// Waits until the kubelet registered the daemon at `http` as its node's DRA plugin
-/// (`domaind_kubelet_registrations_total{outcome="registered"}`).
-async fn wait_registered(http: SocketAddr, node: &str) -> anyhow::Result<()> {
+/// Waits until the daemon at `http` is ready, which with `--ready-needs-kubelet` (as
+/// the chart runs it) includes its kubelet's registration of the plugin.
+async fn wait_ready_for_kubelet(http: SocketAddr, node: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_LIMIT;
-    let registered = format!("{REGISTRATIONS_TOTAL}{{outcome=\"registered\"}}");
     loop {
-        let (_, metrics) = http_get(http, "/metrics").await.unwrap_or_default();
-        if metrics.lines().any(|line| line.starts_with(&registered)) {
+        let (code, body) = http_get(http, "/readyz").await.unwrap_or_default();
+        if code == 200 {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("the kubelet of {node} did not register its daemon within {START_LIMIT:?}");
+            bail!("{node}'s daemon was not ready within {START_LIMIT:?}: {body}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -212,6 +210,7 @@ impl ClusterAccess for LocalAccess {
         spec.backend = RackBackend::Kube;
         spec.kubelet_dirs = Some(kubelet_dirs);
         spec.log_filter = self.config.log_filter.clone();
+        spec.extra_args = vec!["--ready-needs-kubelet".into()];
         let mut rack = LocalRack::create(spec)?;
         tokio::task::block_in_place(|| -> anyhow::Result<()> {
             rack.start_all()?;
@@ -220,11 +219,11 @@ impl ClusterAccess for LocalAccess {
         })?;
         // A pod placed on a node before its kubelet registered the plugin fails its
         // prepare and waits out the kubelet's retry (a minute): as a DaemonSet would have
-        // been running long before a workload comes, the run starts once every kubelet
-        // took its daemon.
+        // been running (and Ready) long before a workload comes, the run starts once
+        // every daemon is.
         for node in rack.nodes() {
             let info = node.info().context("ready without its run.json")?;
-            wait_registered(info.http_addr, node.name()).await?;
+            wait_ready_for_kubelet(info.http_addr, node.name()).await?;
         }
         self.restarts = vec![0; nodes.len()];
         self.rack = Some(rack);

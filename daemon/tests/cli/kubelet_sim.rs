@@ -1,8 +1,12 @@
 //! `domaind kubelet-sim`, the binary's kubelet stand-in, against the real kubelet plugin
 //! servers over unix sockets with a fake node behind them.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use domaind_node::dra::RegistrationState;
 use domaind_node::dra::testing::{FakeNodePlugin, Op, claim, serve, short_dir, within};
+use domaind_node::rack::{LocalRack, RackSpec, http_get, short_temp_dir};
 
 async fn kubelet_sim(args: &[&str]) -> (i32, serde_json::Value, String) {
     let out = within(
@@ -126,4 +130,51 @@ fn kubelet_sim_help_explains_every_flag() {
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("expected UID:NAMESPACE:NAME"), "{stderr}");
+}
+
+/// `--ready-needs-kubelet`: the daemon says why it is not ready until a kubelet has
+/// registered its plugin (here `kubelet-sim register`, the calls a kubelet's plugin
+/// watcher makes), then is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_needing_the_kubelet_is_ready_once_registered() {
+    const LIMIT: Duration = Duration::from_secs(30);
+    let tmp = short_temp_dir("drk").unwrap();
+    let mut spec = RackSpec::self_contained(
+        1,
+        PathBuf::from(env!("CARGO_BIN_EXE_domaind")),
+        tmp.path().into(),
+    );
+    spec.subnet = 59;
+    spec.extra_args = vec!["--ready-needs-kubelet".into()];
+    let mut rack = LocalRack::create(spec).unwrap();
+    let info = tokio::task::block_in_place(|| {
+        rack.start(0)?;
+        rack.wait_ready(0, LIMIT)
+    })
+    .unwrap();
+    let registry_socket = info.registration_socket.to_str().unwrap().to_owned();
+
+    let (code, body) = http_get(info.http_addr, "/readyz").await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("kubelet: the kubelet has not registered the DRA plugin")
+            && body.contains(&registry_socket),
+        "{body}"
+    );
+    assert_eq!(http_get(info.http_addr, "/healthz").await.unwrap().0, 200);
+
+    let (code, _, stderr) = kubelet_sim(&["register", "--registry-socket", &registry_socket]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let ready = within("/readyz after the registration", async {
+        loop {
+            let (code, body) = http_get(info.http_addr, "/readyz").await.unwrap();
+            if code == 200 {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(!ready.contains("kubelet"), "{ready}");
+    assert_eq!(rack.stop(0, LIMIT).unwrap(), Some(0));
 }

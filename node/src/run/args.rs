@@ -121,6 +121,14 @@ pub struct RunArgs {
     )]
     pub kubelet_registry_dir: PathBuf,
 
+    /// Hold /readyz at 503 until the kubelet has registered the DRA plugin (and while it
+    /// refuses it), saying why: a DaemonSet rollout then moves on to the next node only
+    /// once the kubelet here can call the new daemon. For daemons under a kubelet (the
+    /// chart turns it on); a daemon with no kubelet (the demo, a local rack) would never
+    /// be ready.
+    #[arg(long, env = "DOMAIND_READY_NEEDS_KUBELET")]
+    pub ready_needs_kubelet: bool,
+
     /// domaind's own state: the checkpoint of prepared claims, IMEX's config files (unless
     /// --imex-config-dir says otherwise) and run.json, the addresses this run listens on.
     #[arg(long, env = "DOMAIND_STATE_DIR", default_value = "/var/lib/domaind")]

@@ -11,6 +11,7 @@
 mod args;
 mod http;
 mod info;
+mod readiness;
 pub mod seeds;
 mod state;
 mod tls;
@@ -47,7 +48,7 @@ pub use state::{
 pub use vitals::Vitals;
 
 use crate::cdi::CdiWriter;
-use crate::checkpoint::{CheckpointConfig, FileCheckpointStore, Persistence};
+use crate::checkpoint::{CheckpointConfig, FileCheckpointStore};
 use crate::devices::{ChannelDevices, DeviceRoots};
 use crate::dra::{DriverName, KubeletPluginServer, PluginServerConfig};
 use crate::gpu::{GpuInventory, NvmlInventory, TopologyInventory};
@@ -236,7 +237,7 @@ async fn serve(
     // Before the node actor loads the checkpoint: damage found there is told.
     checkpoint_events.report_events_to(node.as_str(), ports.events.clone());
     let readiness = Arc::new(http::Readiness::default());
-    let _persistence_readiness = tokio::spawn(hold_readiness_while_not_persisted(
+    let _persistence_readiness = tokio::spawn(readiness::hold_while_not_persisted(
         persistence.clone(),
         readiness.clone(),
     ));
@@ -331,6 +332,20 @@ async fn serve(
     if let Err(error) = info.write(&args.state_dir) {
         warn!(%error, dir = %args.state_dir.display(), "cannot write run.json; going on without it");
     }
+    if args.ready_needs_kubelet {
+        let registration = plugin_server.registration();
+        let socket = plugin_server.registration_socket().to_owned();
+        // Held before the process says it is ready, so that /readyz is never 200 first.
+        readiness.hold(
+            readiness::KUBELET,
+            readiness::registration_hold(&registration.borrow(), &socket),
+        );
+        tokio::spawn(readiness::hold_until_registered(
+            registration,
+            readiness.clone(),
+            socket,
+        ));
+    }
     readiness.set(true);
     info!(
         gossip = %info.gossip_addr,
@@ -391,28 +406,6 @@ async fn serve(
     }
     // A panic during the stop is still a fault.
     outcome(fault.or_else(|| vitals.failure()))
-}
-
-/// Holds `/readyz` down while the checkpoint is not on disk. Not liveness: a restart
-/// would lose what the daemon holds in memory.
-async fn hold_readiness_while_not_persisted(
-    mut persistence: tokio::sync::watch::Receiver<Persistence>,
-    readiness: Arc<http::Readiness>,
-) {
-    loop {
-        let reason = match &*persistence.borrow_and_update() {
-            Persistence::Persisted => None,
-            Persistence::NotPersisted { error, .. } => Some(format!(
-                "the state directory cannot be written ({error}); prepares are served from \
-                 memory and written once it can"
-            )),
-            Persistence::Refused { error } => Some(error.clone()),
-        };
-        readiness.hold("checkpoint", reason);
-        if persistence.changed().await.is_err() {
-            return;
-        }
-    }
 }
 
 /// Waits for a stop signal or a fatal fault, whichever comes first; the fault, if it
