@@ -89,6 +89,12 @@ pub enum Command {
     Topology(TopologyCommand),
     /// Print the ComputeDomain CRD (YAML), as deploy/crds/ holds it.
     Crdgen,
+    /// This node's GPUs as `run` reads them through NVML: each GPU's NVLink fabric
+    /// registration (state, cluster UUID, clique id, error) and the clique the node
+    /// joins (`<clusterUUID>.<cliqueId>`, or none). Exits 0 when the clique is known
+    /// (none included), 1 when it is not (GPUs that disagree, a registration under way),
+    /// and fails when the GPUs cannot be read.
+    Gpus(crate::commands::gpus::GpusArgs),
     /// Before moving a cluster over from NVIDIA's ComputeDomain stack: `--check` lists
     /// what it holds (its driver, per-domain IMEX DaemonSets, claims its plugin
     /// allocated, ComputeDomains and their status, leftovers) and says what to do about

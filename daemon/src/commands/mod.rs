@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod certs;
+pub mod gpus;
 mod imex;
 mod kubelet_sim;
 pub mod migrate;
@@ -18,6 +19,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo(args) => crate::demo::run(args),
+        Command::Gpus(args) => gpus::run(args),
         Command::Imex(command) => imex::run(command),
         Command::KubeletSim(command) => kubelet_sim::run(command),
         Command::Migrate(args) => migrate::run(args),

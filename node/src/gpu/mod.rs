@@ -30,6 +30,29 @@ pub use topology::{
 /// What a node's GPUs are, at one moment.
 ///
 /// Calls may block (NVML talks to the driver): call them off the actor thread.
+/// The inventory `domaind run` (and `domaind gpus`) reads: the fake topology file's
+/// entry for `node` when there is one, else NVML, looked for as `--nvml-library` and
+/// `--driver-root` say.
+pub fn open_inventory(
+    gpu_topology: Option<&std::path::Path>,
+    node: &str,
+    nvml_library: &std::path::Path,
+    driver_root: &std::path::Path,
+) -> anyhow::Result<Box<dyn GpuInventory>> {
+    use anyhow::Context as _;
+    Ok(match gpu_topology {
+        Some(path) => Box::new(
+            TopologyInventory::open(path, node)
+                .with_context(|| format!("cannot use the GPU topology file {}", path.display()))?,
+        ),
+        // The error says where NVML was looked for and what to pass instead.
+        None => Box::new(
+            NvmlInventory::open_searching(nvml_library, Some(driver_root))
+                .context("cannot read this node's GPUs")?,
+        ),
+    })
+}
+
 pub trait GpuInventory: Send + Sync {
     /// The node's GPUs and driver version.
     fn inventory(&self) -> Result<NodeGpus, GpuError>;

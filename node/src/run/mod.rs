@@ -51,7 +51,7 @@ use crate::cdi::CdiWriter;
 use crate::checkpoint::{CheckpointConfig, FileCheckpointStore};
 use crate::devices::{ChannelDevices, DeviceRoots};
 use crate::dra::{DriverName, KubeletPluginServer, PluginServerConfig};
-use crate::gpu::{GpuInventory, NvmlInventory, TopologyInventory};
+use crate::gpu::GpuInventory;
 use crate::imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
 use crate::kube::{KubeBackend, KubeSettings};
 use crate::local::{
@@ -451,17 +451,12 @@ async fn wait_for_signal() -> anyhow::Result<&'static str> {
 /// The node's clique, from the fake topology or NVML. While the GPUs' fabric
 /// registration is under way the answer is transient: ask again, for a while.
 async fn discover_clique(args: &RunArgs) -> anyhow::Result<CliqueId> {
-    let inventory: Arc<dyn GpuInventory + Send + Sync> = match &args.gpu_topology {
-        Some(path) => Arc::new(
-            TopologyInventory::open(path, args.node_name.as_str())
-                .with_context(|| format!("cannot use the GPU topology file {}", path.display()))?,
-        ),
-        None => Arc::new(
-            // The error says where NVML was looked for and what to pass instead.
-            NvmlInventory::open_searching(&args.nvml_library, Some(&args.driver_root))
-                .context("cannot read this node's GPUs")?,
-        ),
-    };
+    let inventory: Arc<dyn GpuInventory> = Arc::from(crate::gpu::open_inventory(
+        args.gpu_topology.as_deref(),
+        args.node_name.as_str(),
+        &args.nvml_library,
+        &args.driver_root,
+    )?);
     let deadline = tokio::time::Instant::now() + CLIQUE_WAIT;
     let mut delay = Duration::from_millis(500);
     loop {
