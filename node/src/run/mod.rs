@@ -237,9 +237,11 @@ async fn serve(
     // Before the node actor loads the checkpoint: damage found there is told.
     checkpoint_events.report_events_to(node.as_str(), ports.events.clone());
     let readiness = Arc::new(http::Readiness::default());
-    let _persistence_readiness = tokio::spawn(readiness::hold_while_not_persisted(
+    let _persistence_readiness = tokio::spawn(readiness::hold_while(
         persistence.clone(),
         readiness.clone(),
+        "checkpoint",
+        readiness::persistence_hold,
     ));
     let mut config = NodeConfig::new(node.as_str(), args.pod_ip, clique);
     config.max_slots = args.max_slots;
@@ -340,10 +342,11 @@ async fn serve(
             readiness::KUBELET,
             readiness::registration_hold(&registration.borrow(), &socket),
         );
-        tokio::spawn(readiness::hold_until_registered(
+        tokio::spawn(readiness::hold_while(
             registration,
             readiness.clone(),
-            socket,
+            readiness::KUBELET,
+            move |state| readiness::registration_hold(state, &socket),
         ));
     }
     readiness.set(true);

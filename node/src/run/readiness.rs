@@ -3,7 +3,7 @@
 //! is liveness: a restart would lose what the daemon holds in memory, and would not
 //! make a kubelet register it sooner.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -31,24 +31,8 @@ pub(super) fn registration_hold(state: &RegistrationState, socket: &Path) -> Opt
     }
 }
 
-/// Holds `/readyz` down until the kubelet has registered the plugin, and again if it
-/// refuses it later.
-pub(super) async fn hold_until_registered(
-    mut registration: watch::Receiver<RegistrationState>,
-    readiness: Arc<Readiness>,
-    socket: PathBuf,
-) {
-    loop {
-        let hold = registration_hold(&registration.borrow_and_update(), &socket);
-        readiness.hold(KUBELET, hold);
-        if registration.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
 /// Why `/readyz` waits on the checkpoint, if it does.
-fn persistence_hold(persistence: &Persistence) -> Option<String> {
+pub(super) fn persistence_hold(persistence: &Persistence) -> Option<String> {
     match persistence {
         Persistence::Persisted => None,
         Persistence::NotPersisted { error, .. } => Some(format!(
@@ -59,15 +43,18 @@ fn persistence_hold(persistence: &Persistence) -> Option<String> {
     }
 }
 
-/// Holds `/readyz` down while the checkpoint is not on disk.
-pub(super) async fn hold_while_not_persisted(
-    mut persistence: watch::Receiver<Persistence>,
+/// Holds `/readyz` down under `by` for as long as `reason` finds one in what `source`
+/// says, following every change until the sender goes.
+pub(super) async fn hold_while<T>(
+    mut source: watch::Receiver<T>,
     readiness: Arc<Readiness>,
+    by: &'static str,
+    reason: impl Fn(&T) -> Option<String>,
 ) {
     loop {
-        let hold = persistence_hold(&persistence.borrow_and_update());
-        readiness.hold("checkpoint", hold);
-        if persistence.changed().await.is_err() {
+        let hold = reason(&source.borrow_and_update());
+        readiness.hold(by, hold);
+        if source.changed().await.is_err() {
             return;
         }
     }
