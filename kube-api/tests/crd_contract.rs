@@ -7,8 +7,10 @@ use domaind_kube_api::crd::{ChannelAllocationMode, ComputeDomain, crd_yaml};
 use serde_json::Value;
 
 const DEPLOYED: &str = "../deploy/crds/computedomains.resource.nvidia.com.yaml";
-/// NVIDIA's CRD as a real API server returned it (`../shared/reference/`).
-const NVIDIA_CRD: &str = "../../shared/reference/anchor-computedomains-crd.yaml";
+/// Where NVIDIA's CRD as it ships is (`../shared/reference/`): outside data, so its
+/// test runs only when asked for (`--ignored`) with this set.
+const REFERENCE_DIR_ENV: &str = "DOMAIND_REFERENCE_DIR";
+const NVIDIA_CRD: &str = "anchor-computedomains-crd.yaml";
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -98,12 +100,13 @@ fn assert_compatible(path: &str, nvidia: &Value, ours: &Value, problems: &mut Ve
 }
 
 #[test]
+#[ignore = "needs reference data: NVIDIA's CRD in $DOMAIND_REFERENCE_DIR (../shared/reference)"]
 fn our_crd_accepts_what_nvidias_accepts() {
-    let nvidia_path = manifest_dir().join(NVIDIA_CRD);
-    let Ok(nvidia) = std::fs::read_to_string(&nvidia_path) else {
-        eprintln!("skipped: {} is not here", nvidia_path.display());
-        return;
-    };
+    let dir = std::env::var_os(REFERENCE_DIR_ENV)
+        .unwrap_or_else(|| panic!("{REFERENCE_DIR_ENV} names no directory"));
+    let nvidia_path = Path::new(&dir).join(NVIDIA_CRD);
+    let nvidia = std::fs::read_to_string(&nvidia_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", nvidia_path.display()));
     let nvidia = yaml(&nvidia);
     let ours = yaml(&crd_yaml());
     assert_eq!(ours["spec"]["group"], nvidia["spec"]["group"]);

@@ -2,10 +2,9 @@
 //! real API server, with the credentials a node daemon holds: tokens of the chart's node
 //! ServiceAccount bound to a pod on a node, and one bound to nothing.
 //!
-//! Runs when `KUBECONFIG` and `DOMAIND_E2E_NODE_KUBECONFIG` are set (the latter from
+//! Needs `KUBECONFIG` and `DOMAIND_E2E_NODE_KUBECONFIG` (the latter from
 //! `tests/e2e/sa-kubeconfigs.sh`, which applies the chart's RBAC and these policies,
-//! rendered by Helm's engine, and checks that they type-check), and prints that it
-//! skipped otherwise.
+//! rendered by Helm's engine, and checks that they type-check).
 //!
 //! The writes are the daemon's own: its slices from `slices::desired_slices`, applied
 //! under its field manager, and its status body from `status_apply_body`. What must
@@ -20,7 +19,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use domaind_e2e::cluster::{DRIVER, create_namespace, install_crd_and_device_classes, skip};
+use domaind_e2e::cluster::{DRIVER, create_namespace, install_crd_and_device_classes, require};
 use domaind_e2e::tokens::{NodeTokens, bound_node, client_from};
 use domaind_kube_api::crd::{ComputeDomain, ComputeDomainNode, ComputeDomainStatus, Phase};
 use domaind_kube_api::names::NODE_FIELD_MANAGER;
@@ -130,10 +129,9 @@ async fn apply_status(client: &Client, cd: &ComputeDomain, status: &ComputeDomai
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: KUBECONFIG and DOMAIND_E2E_NODE_KUBECONFIG (../shared/kube, tests/e2e/sa-kubeconfigs.sh; README, End-to-end tests)"]
 async fn a_node_daemons_token_writes_only_its_own_nodes_slices_and_its_domains_status() {
-    if skip(&["DOMAIND_E2E_NODE_KUBECONFIG"]) {
-        return;
-    }
+    require(&["DOMAIND_E2E_NODE_KUBECONFIG"]);
     let admin = Client::try_default().await.unwrap();
     let pid = std::process::id();
     let (a, b) = (

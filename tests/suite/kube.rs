@@ -1,5 +1,4 @@
-//! End to end against a real API server. Runs only when `KUBECONFIG` is set, and
-//! prints that it skipped otherwise.
+//! End to end against a real API server (`KUBECONFIG`; ignored unless asked for).
 //!
 //! It applies the CRD and DeviceClasses, creates a ComputeDomain in a namespace of its
 //! own, runs `domaind controller` and three `domaind run --backend kube` daemons on
@@ -37,16 +36,15 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use domaind_e2e::cluster::{
-    LIMIT, allocate_claim, create_namespace, env_list, install_crd_and_device_classes, skip,
+    LIMIT, allocate_claim, create_namespace, env_list, install_crd_and_device_classes, require,
     spawn_controller, wait_for, wait_node_lost_event,
 };
 use domaind_e2e::tokens::node_tokens_for_rack;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; README, End-to-end tests)"]
 async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
-    if skip(&[]) {
-        return;
-    }
+    require(&[]);
     let client = Client::try_default().await.unwrap();
     let real_kubelets = std::env::var("DOMAIND_E2E_KUBELET").as_deref() == Ok("1");
     let names = env_list("DOMAIND_E2E_NODES")

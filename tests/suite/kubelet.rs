@@ -3,9 +3,8 @@
 //! call NodePrepareResources, and NVIDIA's blog workload runs.
 //!
 //! Needs `../shared/kube` (or any cluster made by its scripts) and root, for the
-//! kubelets. Runs when `KUBECONFIG` and `DOMAIND_E2E_KUBE_DIR` (the directory holding
-//! `kubelet.sh`) are set, and prints that it skipped otherwise; with
-//! `DOMAIND_E2E_REQUIRED=1` a skip fails instead.
+//! kubelets: `KUBECONFIG` and `DOMAIND_E2E_KUBE_DIR` (the directory holding
+//! `kubelet.sh`). Ignored unless asked for (`--ignored`), as every cluster test.
 //!
 //! 1. Three fake nodes (`kubelet.sh`), labelled with one NVLink clique and four
 //!    `nvidia.com/gpu` each; three `domaind run --backend kube` serving their kubelet's
@@ -42,8 +41,8 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use domaind_e2e::cluster::{
-    DRIVER, create_namespace, documents, env_list, install_crd_and_device_classes, repo_file, skip,
-    spawn_controller, wait_every, wait_for, wait_node_lost_event,
+    DRIVER, create_namespace, documents, env_list, install_crd_and_device_classes, repo_file,
+    require, spawn_controller, wait_every, wait_for, wait_node_lost_event,
 };
 use domaind_e2e::tokens::node_tokens_for_rack;
 
@@ -103,8 +102,7 @@ impl Drop for FakeNodes {
 }
 
 /// The fake nodes of one test: `{prefix}-1`, `-2`... on 127.0.0.`last` for each of
-/// `lasts`, labelled with `clique`, and a client of the cluster; `None` when the test
-/// skips (no `DOMAIND_E2E_KUBE_DIR`: it says so).
+/// `lasts`, labelled with `clique`, and a client of the cluster.
 pub(crate) struct FakeCluster {
     pub(crate) client: Client,
     pub(crate) names: Vec<String>,
@@ -114,10 +112,8 @@ pub(crate) struct FakeCluster {
 }
 
 impl FakeCluster {
-    pub(crate) async fn start(prefix: &str, lasts: &[u8], clique: &str) -> Option<Self> {
-        if skip(&["DOMAIND_E2E_KUBE_DIR"]) {
-            return None;
-        }
+    pub(crate) async fn start(prefix: &str, lasts: &[u8], clique: &str) -> Self {
+        require(&["DOMAIND_E2E_KUBE_DIR"]);
         assert!(
             nix::unistd::geteuid().is_root(),
             "the kubelets of ../shared/kube need root"
@@ -130,12 +126,12 @@ impl FakeCluster {
             .map(|i| IpAddr::from([127, 0, 0, *i]))
             .collect();
         let nodes = FakeNodes::start(&kube_dir, &names, &ips, clique);
-        Some(Self {
+        Self {
             client,
             names,
             ips,
             _nodes: nodes,
-        })
+        }
     }
 }
 
@@ -316,10 +312,9 @@ pub(crate) async fn wait_registered(client: &Client, names: &[String], rack: &Lo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; README, End-to-end tests)"]
 async fn nvidias_blog_workload_runs_on_real_kubelets() {
-    if skip(&["DOMAIND_E2E_KUBE_DIR"]) {
-        return;
-    }
+    require(&["DOMAIND_E2E_KUBE_DIR"]);
     assert!(
         nix::unistd::geteuid().is_root(),
         "the kubelets of ../shared/kube need root"

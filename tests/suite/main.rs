@@ -1,5 +1,9 @@
 //! The end-to-end suite, one test binary: each costs link time and disk.
 //!
+//! The tests that need a cluster or root are ignored with what they need, so a plain
+//! `cargo test` reports them as not run and why; `cargo test -- --ignored` runs them,
+//! and there a missing need fails the test.
+//!
 //! - `rack`: a loopback rack of `domaind run` processes with the local backend.
 //! - `storm`: SIGTERM during a storm of prepares; what was answered is what is held.
 //! - `cliques`: a loopback rack of three cliques, a domain each, nothing crossing.

@@ -7,7 +7,7 @@
 //! so the check of NVIDIA's CRD is a unit test (`daemon/src/commands/migrate/`). Nothing
 //! here runs: the workloads are scheduled nowhere.
 //!
-//! Runs when `KUBECONFIG` is set (must run with `DOMAIND_E2E_REQUIRED=1`).
+//! Needs `KUBECONFIG`.
 
 use std::process::Command;
 
@@ -19,7 +19,7 @@ use kube::api::{
 use serde_json::{Value, json};
 
 use domaind_e2e::binaries::binaries;
-use domaind_e2e::cluster::{create_namespace, install_crd_and_device_classes, repo_file, skip};
+use domaind_e2e::cluster::{create_namespace, install_crd_and_device_classes, repo_file, require};
 
 /// The field manager NVIDIA's IMEX daemons write a domain's status with, as far as the
 /// check is concerned: anything not domaind's.
@@ -77,10 +77,9 @@ fn check(kubeconfig: &str, output: &str) -> (i32, String) {
 }
 
 #[tokio::test]
+#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; README, End-to-end tests)"]
 async fn the_check_finds_what_nvidias_stack_left_and_exits_non_zero() {
-    if skip(&[]) {
-        return;
-    }
+    require(&[]);
     let kubeconfig = std::env::var("KUBECONFIG").unwrap();
     let client = Client::try_default().await.unwrap();
     install_crd_and_device_classes(&client).await;

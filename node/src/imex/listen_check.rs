@@ -8,18 +8,41 @@
 //! the kernel gave the port to as its ephemeral source port while IMEX was down: IMEX's
 //! default ports (50000, 50005) lie inside Linux's default ephemeral range, and such a
 //! connection can live for as long as it is used.
+//!
+//! The check binds without listening, with `SO_REUSEADDR`: a copy of the checking
+//! socket can outlive our close, in a child that another thread is spawning (it holds
+//! every descriptor from the fork until its exec closes them), and a *listening* copy
+//! would keep IMEX from binding and take the connections meant for it. A bound,
+//! non-listening copy with `SO_REUSEADDR` does neither to a listener that sets it too
+//! (`node/src/rack/ports.rs` tests it with a copy held by a child).
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+
+use tokio::net::TcpSocket;
 
 pub const IMEX_PORT_BUSY: &str = "domaind_imex_port_busy_total";
 
 const EPHEMERAL_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
 
-/// Ok when `ip:port` can be listened on, as IMEX would (std sets SO_REUSEADDR, so
+/// Ok when `ip:port` can be listened on, as IMEX would (with SO_REUSEADDR, so
 /// connections of a previous daemon that linger in TIME_WAIT do not count).
-pub fn probe(ip: IpAddr, port: u16) -> std::io::Result<()> {
-    TcpListener::bind(SocketAddr::new(ip, port)).map(drop)
+pub fn probe(ip: IpAddr, port: u16) -> io::Result<()> {
+    bind_without_listening(SocketAddr::new(ip, port)).map(drop)
+}
+
+/// A socket bound to `addr` with `SO_REUSEADDR` that does not listen: what checks a
+/// port for another process to take (see the module's doc).
+pub fn bind_without_listening(addr: SocketAddr) -> io::Result<TcpSocket> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    Ok(socket)
 }
 
 /// The start refused: `ip:port` cannot be listened on (`error`), held by `holders`
@@ -109,7 +132,7 @@ mod tests {
     #[test]
     fn a_port_held_by_an_outgoing_connection_is_refused() {
         let ip = IpAddr::from([127, 0, 0, 1]);
-        let listener = TcpListener::bind(SocketAddr::new(ip, 0)).unwrap();
+        let listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0)).unwrap();
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let held = client.local_addr().unwrap().port();
         let error = check(ip, held, "SERVER_PORT").unwrap_err();

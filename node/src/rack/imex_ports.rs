@@ -7,13 +7,14 @@
 //! while IMEX was down held it for as long as the connection lived. IMEX could never
 //! listen again, and was restarted every 200 ms for the rest of the run.
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::IpAddr;
 use std::ops::RangeInclusive;
 use std::path::Path;
 
 use anyhow::bail;
 use rand::Rng;
 
+use super::ports::free_on_all;
 use crate::imex::listen_check::ephemeral_range;
 
 /// Ports below this are left to well-known services.
@@ -58,11 +59,6 @@ fn pools((low, high): (u16, u16)) -> Vec<RangeInclusive<u16>> {
         pools.push(high.max(LOWEST - 1) + 1..=u16::MAX);
     }
     pools
-}
-
-fn free_on_all(ips: &[IpAddr], port: u16) -> bool {
-    ips.iter()
-        .all(|ip| TcpListener::bind(SocketAddr::new(*ip, port)).is_ok())
 }
 
 #[cfg(test)]

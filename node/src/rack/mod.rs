@@ -17,9 +17,10 @@ mod control;
 pub mod cpu;
 pub mod imex_ports;
 mod node;
+pub mod ports;
 mod probe;
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -229,7 +230,7 @@ impl LocalRack {
                 name,
                 ip,
                 dir,
-                free_port(&[ip])?,
+                ports::free_port(&[ip])?,
                 topology_path.clone(),
                 proc_devices.clone(),
                 kubelet_dir,
@@ -365,23 +366,6 @@ impl LocalRack {
             .filter_map(|n| n.exited_on_its_own().then(|| n.name().to_owned()))
             .collect()
     }
-}
-
-/// A port free on every one of `ips`.
-fn free_port(ips: &[IpAddr]) -> anyhow::Result<u16> {
-    for _ in 0..100 {
-        let probe = TcpListener::bind(SocketAddr::new(ips[0], 0))
-            .with_context(|| format!("cannot bind {}: is 127.0.0.0/8 routed to lo?", ips[0]))?;
-        let port = probe.local_addr()?.port();
-        drop(probe);
-        if ips
-            .iter()
-            .all(|ip| TcpListener::bind(SocketAddr::new(*ip, port)).is_ok())
-        {
-            return Ok(port);
-        }
-    }
-    bail!("no port is free on all of {ips:?}")
 }
 
 /// A short temporary directory for a rack: unix socket paths must stay short.

@@ -8,27 +8,12 @@ use std::time::Duration;
 use domaind_actors::ports::Imex;
 use domaind_actors::rules::peers::{Peer, PeerSet};
 use domaind_node::imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
+use domaind_node::rack::imex_ports;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
 fn ip(octet: u8) -> IpAddr {
     IpAddr::from([127, 0, 0, octet])
-}
-
-/// A port free on every one of `ips` (the IMEX contract puts all peers on one port).
-fn free_port(ips: &[IpAddr]) -> u16 {
-    for _ in 0..50 {
-        let probe = std::net::TcpListener::bind(SocketAddr::new(ips[0], 0)).unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
-        if ips
-            .iter()
-            .all(|ip| std::net::TcpListener::bind(SocketAddr::new(*ip, port)).is_ok())
-        {
-            return port;
-        }
-    }
-    panic!("no port free on all of {ips:?}");
 }
 
 struct Node {
@@ -64,8 +49,7 @@ fn settings(
 
 fn rack(dir: &Path, octets: &[u8], mode: AddressingMode) -> Vec<Node> {
     let ips: Vec<IpAddr> = octets.iter().map(|o| ip(*o)).collect();
-    let server_port = free_port(&ips);
-    let cmd_port = free_port(&ips);
+    let (server_port, cmd_port) = imex_ports::pick(&ips).unwrap();
     ips.iter()
         .map(|ip| Node {
             ip: *ip,
@@ -297,11 +281,12 @@ fn catches_sigusr1(pid: u32) -> bool {
 fn the_simulator_handles_sigusr1_before_it_listens() {
     let dir = tempfile::tempdir().unwrap();
     let ip = ip(74);
+    let (server_port, cmd_port) = imex_ports::pick(&[ip]).unwrap();
     let s = settings(
         dir.path(),
         ip,
-        free_port(&[ip]),
-        free_port(&[ip]),
+        server_port,
+        cmd_port,
         AddressingMode::DnsNames,
     );
     std::fs::create_dir_all(&s.config_dir).unwrap();
@@ -317,6 +302,7 @@ fn the_simulator_handles_sigusr1_before_it_listens() {
             .arg("-c")
             .arg(s.config_path())
             .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         let deadline = std::time::Instant::now() + LIMIT;
@@ -325,7 +311,14 @@ fn the_simulator_handles_sigusr1_before_it_listens() {
                 std::time::Instant::now() < deadline,
                 "imex-sim never listened"
             );
-            assert!(child.try_wait().unwrap().is_none(), "imex-sim exited");
+            if child.try_wait().unwrap().is_some() {
+                let output = child.wait_with_output().unwrap();
+                panic!(
+                    "imex-sim exited ({}) before it listened: {}",
+                    output.status,
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
         }
         let handled = catches_sigusr1(child.id());
         nix::sys::signal::kill(
@@ -333,8 +326,16 @@ fn the_simulator_handles_sigusr1_before_it_listens() {
             nix::sys::signal::Signal::SIGTERM,
         )
         .unwrap();
-        let status = child.wait().unwrap();
-        assert!(handled, "imex-sim listened before it could take SIGUSR1");
-        assert!(status.success(), "SIGTERM is a clean shutdown: {status}");
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            handled,
+            "imex-sim listened before it could take SIGUSR1: {stderr}"
+        );
+        assert!(
+            output.status.success(),
+            "SIGTERM is a clean shutdown: {}: {stderr}",
+            output.status
+        );
     }
 }

@@ -15,16 +15,13 @@ use domaind_actors::model::CliqueId;
 use domaind_actors::ports::Imex;
 use domaind_actors::rules::peers::{Peer, PeerSet};
 use domaind_node::imex::{Command, ImexDaemon, ImexSettings};
+use domaind_node::rack::imex_ports;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
 fn settings(dir: &std::path::Path, ip: IpAddr) -> ImexSettings {
     let sim = env!("CARGO_BIN_EXE_imex-sim");
-    let port = |ip| {
-        let l = std::net::TcpListener::bind(SocketAddr::new(ip, 0)).unwrap();
-        l.local_addr().unwrap().port()
-    };
     let mut s = ImexSettings::new(dir, ip);
     s.daemon = Command::new(sim);
     s.ctl = Command::new(sim).arg("ctl");
@@ -33,8 +30,7 @@ fn settings(dir: &std::path::Path, ip: IpAddr) -> ImexSettings {
         domaind_node::imex::sim::HOSTS_ENV.into(),
         s.hosts_file.display().to_string(),
     )];
-    s.server_port = port(ip);
-    s.cmd_port = port(ip);
+    (s.server_port, s.cmd_port) = imex_ports::pick(&[ip]).unwrap();
     s.stop_timeout = Duration::from_millis(500);
     s
 }
@@ -139,7 +135,7 @@ async fn the_adapter_tells_of_an_exit_as_it_happens() {
     let ip = IpAddr::from([127, 0, 0, 86]);
     let daemon = ImexDaemon::new(settings(dir.path(), ip));
     daemon.start(&alone(ip)).await.unwrap();
-    wait_async(|| async { daemon.status().await.is_ok_and(|s| s.ready) }).await;
+    wait_ready(&daemon).await;
 
     let watcher = tokio::spawn({
         let daemon = daemon.clone();
@@ -172,7 +168,7 @@ async fn the_adapter_tells_of_an_exit_as_it_happens() {
 
     // A stop is no exit to tell of.
     daemon.start(&alone(ip)).await.unwrap();
-    wait_async(|| async { daemon.status().await.is_ok_and(|s| s.ready) }).await;
+    wait_ready(&daemon).await;
     let watcher = tokio::spawn({
         let daemon = daemon.clone();
         async move { daemon.exited().await }
@@ -190,6 +186,23 @@ async fn wait(mut condition: impl FnMut() -> bool) {
         assert!(
             tokio::time::Instant::now() < deadline,
             "condition not met in {LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until `daemon` says it is ready; on timeout, fails with what it last said
+/// (an exit names its status, and the simulator's error is in the adapter's log).
+async fn wait_ready(daemon: &ImexDaemon) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let status = daemon.status().await;
+        if status.as_ref().is_ok_and(|s| s.ready) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not ready in {LIMIT:?}; last status: {status:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -268,7 +281,7 @@ async fn a_daemon_left_by_a_killed_domaind_is_stopped_before_the_next_starts() {
     let killed = ImexDaemon::new(settings.clone());
     killed.start(&alone(ip)).await.unwrap();
     let left = killed.pid().await.unwrap();
-    wait_async(|| async { killed.status().await.is_ok_and(|s| s.ready) }).await;
+    wait_ready(&killed).await;
     std::mem::forget(killed);
 
     let next = ImexDaemon::new(settings);
@@ -276,7 +289,7 @@ async fn a_daemon_left_by_a_killed_domaind_is_stopped_before_the_next_starts() {
     let started = next.pid().await.unwrap();
     assert_ne!(started, left);
     assert!(ended(left), "the leftover daemon {left} still runs");
-    wait_async(|| async { next.status().await.is_ok_and(|s| s.ready) }).await;
+    wait_ready(&next).await;
 
     next.stop().await.unwrap();
     assert!(ended(started));
@@ -311,7 +324,7 @@ async fn a_leftover_named_by_a_relative_path_is_found() {
         left.try_wait().unwrap().is_some(),
         "the leftover still runs"
     );
-    wait_async(|| async { daemon.status().await.is_ok_and(|s| s.ready) }).await;
+    wait_ready(&daemon).await;
     daemon.stop().await.unwrap();
 }
 
@@ -369,7 +382,7 @@ async fn a_guarded_daemon_outlives_the_thread_that_asked_for_it() {
         .unwrap()
         .unwrap();
     let pid = daemon.pid().await.unwrap();
-    wait_async(|| async { daemon.status().await.is_ok_and(|s| s.ready) }).await;
+    wait_ready(&daemon).await;
     assert!(
         !ended(pid),
         "the daemon died with the thread that asked for it"

@@ -3,7 +3,7 @@
 //! certificates of one CA, a foreign certificate refused and counted, and a rotation
 //! reaching new links through SIGUSR1 without a restart.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use domaind_gossip::tls::{TlsFiles, client_config};
 use domaind_node::imex::config::parse_config;
 use domaind_node::imex::sim_tls::ACCEPTED;
 use domaind_node::imex::{Command, ImexDaemon, ImexSettings};
+use domaind_node::rack::imex_ports;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
@@ -27,22 +28,6 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 fn ip(octet: u8) -> IpAddr {
     IpAddr::from([127, 0, 0, octet])
-}
-
-/// A port free on every one of `ips` (IMEX puts all peers on one port).
-fn free_port(ips: &[IpAddr]) -> u16 {
-    for _ in 0..50 {
-        let probe = std::net::TcpListener::bind(SocketAddr::new(ips[0], 0)).unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
-        if ips
-            .iter()
-            .all(|ip| std::net::TcpListener::bind(SocketAddr::new(*ip, port)).is_ok())
-        {
-            return port;
-        }
-    }
-    panic!("no port free on all of {ips:?}");
 }
 
 fn ca() -> DevCa {
@@ -84,8 +69,7 @@ struct Rack {
 /// One simulated IMEX per `(octet, credentials)`, TLS on or off for all.
 fn rack(dir: &Path, members: Vec<(u8, Arc<TlsFiles>)>, tls: bool) -> Rack {
     let ips: Vec<IpAddr> = members.iter().map(|(o, _)| ip(*o)).collect();
-    let server_port = free_port(&ips);
-    let cmd_port = free_port(&ips);
+    let (server_port, cmd_port) = imex_ports::pick(&ips).unwrap();
     let sim = env!("CARGO_BIN_EXE_imex-sim");
     let nodes = members
         .into_iter()

@@ -1,7 +1,8 @@
 //! The check on real objects: the ResourceClaim, ResourceClaimTemplate and ResourceSlice a
-//! real API server returned for NVIDIA's driver (`kube-api/fixtures/`, copies of
-//! `shared/reference/`), NVIDIA's CRD as it ships (`shared/reference/`), ours as
-//! `deploy/crds/` holds it, and objects shaped as NVIDIA's controller makes them.
+//! real API server returned for NVIDIA's driver (`kube-api/fixtures/`), NVIDIA's CRD as
+//! it ships (outside data: `$DOMAIND_REFERENCE_DIR`, `../shared/reference/`, read only
+//! by the test that is ignored unless asked for), ours as `deploy/crds/` holds it, and
+//! objects shaped as NVIDIA's controller makes them.
 
 use serde_json::json;
 
@@ -20,7 +21,11 @@ fn yaml(path: &str) -> Value {
 }
 
 fn nvidia_crd() -> Value {
-    yaml("../../shared/reference/anchor-computedomains-crd.yaml")
+    const ENV: &str = "DOMAIND_REFERENCE_DIR";
+    let dir = std::env::var_os(ENV).unwrap_or_else(|| panic!("{ENV} names no directory"));
+    let path = std::path::Path::new(&dir).join("anchor-computedomains-crd.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap()
 }
 
 fn our_crd() -> Value {
@@ -86,6 +91,7 @@ fn blocking(report: &Report) -> Vec<(String, String)> {
 }
 
 #[test]
+#[ignore = "needs reference data: NVIDIA's CRD in $DOMAIND_REFERENCE_DIR (../shared/reference)"]
 fn a_cluster_on_nvidias_stack_is_blocked_by_its_driver_daemons_running_claims_and_crd() {
     let inventory = Inventory {
         crd: Some(nvidia_crd()),
