@@ -89,6 +89,12 @@ pub trait Imex: Send + Sync + 'static {
     /// crash must not wait for one: an adapter that runs the daemon as its child
     /// learns of the exit from the child itself.
     async fn exited(&self);
+    /// Whether the daemon outlives this process (a runner keeps it, and the next
+    /// process adopts it): then a stop of the node daemon is no departure, and leaves
+    /// the daemon and the node's place in its domains as they are.
+    fn outlives_node_daemon(&self) -> bool {
+        false
+    }
 }
 
 /// Where a domain's status is written (the ComputeDomain's status, or a file).

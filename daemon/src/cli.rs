@@ -95,6 +95,15 @@ pub enum Command {
     /// (none included), 1 when it is not (GPUs that disagree, a registration under way),
     /// and fails when the GPUs cannot be read.
     Gpus(crate::commands::gpus::GpusArgs),
+    /// Keep this node's IMEX daemons running while `domaind run` restarts: what `run
+    /// --imex-runner SOCKET` asks to start, signal and stop IMEX, and what a restarted
+    /// `run` adopts IMEX from. Rarely updated, in a DaemonSet of its own: a restart of
+    /// the runner restarts IMEX. Runs until SIGTERM or SIGINT, then stops its daemons.
+    ImexRunner {
+        /// The socket to serve; its directory is made root's alone.
+        #[arg(long, env = "DOMAIND_IMEX_RUNNER")]
+        socket: std::path::PathBuf,
+    },
     /// Before moving a cluster over from NVIDIA's ComputeDomain stack: `--check` lists
     /// what it holds (its driver, per-domain IMEX DaemonSets, claims its plugin
     /// allocated, ComputeDomains and their status, leftovers) and says what to do about

@@ -571,17 +571,26 @@ impl Handler<Depart> for NodeActor {
         self.bridge = None;
         let flush = self.record(Vec::new());
         let imex = self.ports.imex.clone();
+        // With IMEX kept by a runner, a stop is a restart: the daemon runs on, the
+        // node's pods keep their imports, and the next process takes over. Leaving the
+        // domains would make every peer drop the node from its IMEX config.
+        let restart_in_place = imex.outlives_node_daemon();
+        if restart_in_place {
+            info!(node = %self.config.node, "IMEX outlives this process (runner): not leaving the domains, not stopping IMEX");
+        }
         Box::pin(
             async move {
-                for domain in &domains {
-                    let _ = domain
-                        .send(Leave {
-                            workload_gone: false,
-                        })
-                        .await;
-                }
-                if let Err(error) = imex.stop().await {
-                    warn!(%error, "IMEX daemon did not stop cleanly");
+                if !restart_in_place {
+                    for domain in &domains {
+                        let _ = domain
+                            .send(Leave {
+                                workload_gone: false,
+                            })
+                            .await;
+                    }
+                    if let Err(error) = imex.stop().await {
+                        warn!(%error, "IMEX daemon did not stop cleanly");
+                    }
                 }
                 // Already counted and logged by record().
                 let _ = flush.await;

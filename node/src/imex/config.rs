@@ -54,6 +54,10 @@ pub struct ImexSettings {
     pub guard: Option<Command>,
     /// Extra environment for the daemon (the simulator reads its hosts file from it).
     pub daemon_env: Vec<(String, String)>,
+    /// The IMEX runner's socket ([`super::runner`]): the daemon is started, signalled
+    /// and stopped through the runner, outlives this process, and is adopted by the
+    /// next one. `None`: the daemon is this process's child and dies with it.
+    pub runner: Option<PathBuf>,
     /// Where config.cfg and nodes_config.cfg are written.
     pub config_dir: PathBuf,
     /// The hosts file IMEX resolves slot names through (DNS-names mode): `/etc/hosts`
@@ -122,6 +126,7 @@ impl ImexSettings {
             ctl: Command::new("nvidia-imex-ctl"),
             guard: None,
             daemon_env: Vec::new(),
+            runner: None,
             config_dir: config_dir.into(),
             hosts_file: PathBuf::from("/etc/hosts"),
             mode: AddressingMode::DnsNames,

@@ -30,11 +30,17 @@
 //!   When they rotate the files are rewritten and IMEX is told with SIGUSR1, the
 //!   signal it reloads its SSL credentials on (through the usual coalescing): no
 //!   restart, so its peers' imports survive a rotation.
-//! - The daemon dies with this process, even on SIGKILL: it is started through the
-//!   guard ([`super::guard`]), which sets a parent-death signal and execs it, forked
-//!   from a thread of the adapter's own ([`super::spawner`]), in a process group of
-//!   its own. `start` first stops any daemon on our config that is not our child, and
-//!   a daemon of ours holding IMEX's port ([`super::leftover`]).
+//! - Without a runner the daemon dies with this process, even on SIGKILL: it is
+//!   started through the guard ([`super::guard`]), which sets a parent-death signal and
+//!   execs it, forked from a thread of the adapter's own ([`super::spawner`]), in a
+//!   process group of its own. `start` first stops any daemon on our config that is
+//!   not our child, and a daemon of ours holding IMEX's port ([`super::leftover`]).
+//! - With a runner ([`ImexSettings::runner`], [`super::runner`]) the runner starts,
+//!   signals and stops the daemon, which outlives this process. `start` first looks
+//!   for an instance on our config: one that serves the config files we would write
+//!   (their contents, recorded at its start) is adopted, the same process and the same
+//!   instance, with a reload if the hosts block changed meanwhile; one that serves
+//!   others is stopped and replaced. Dropping the adapter leaves the daemon running.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -49,19 +55,20 @@ use domaind_actors::rules::peers::{
     PeerSet, render_nodes_config_dns, render_nodes_config_ips, slot_hostname,
 };
 use domaind_gossip::tls::TlsFiles;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde::Deserialize;
-use tokio::process::{Child, Command};
-use tokio::sync::{Mutex, Notify, mpsc, watch};
+use tokio::process::Command;
+use tokio::sync::{Mutex, Notify, watch};
 use tokio::time::{Instant, timeout};
 use tracing::{error, info, warn};
 
+use super::child::{Ask, Running, watch_child};
 use super::config::{
     AddressingMode, ImexSettings, TLS_CA_FILE, TLS_CERT_FILE, TLS_FILE_MODE, TLS_KEY_FILE,
     render_config,
 };
 use super::output::OutputTail;
+use super::runner::{Instance, RunnerClient, RunnerSignal, StartRequest};
 use super::spawner::Spawner;
 use super::{guard, holders, hosts, leftover, listen_check};
 
@@ -72,6 +79,15 @@ pub const IMEX_RELOADS_DEFERRED: &str = "domaind_imex_reloads_deferred_total";
 /// `domaind_imex_tls_rotations_total{outcome}`: rotated credentials written for IMEX
 /// (`written`, then a reload) or not (`failed`, retried every [`CREDENTIALS_RETRY`]).
 pub const IMEX_TLS_ROTATIONS: &str = "domaind_imex_tls_rotations_total";
+/// `domaind_imex_adoptions_total{outcome}`: a runner's instance found on our config at
+/// start, `adopted` (it serves the config we would write) or `replaced` (it serves
+/// another).
+pub const IMEX_ADOPTIONS: &str = "domaind_imex_adoptions_total";
+
+/// How long one wait on the runner for a daemon's end lasts before it is asked again.
+const RUNNER_WAIT: Duration = Duration::from_secs(30);
+/// How soon a runner that could not be reached is asked again.
+const RUNNER_RETRY: Duration = Duration::from_secs(1);
 
 /// How soon rotated credentials that could not be written are tried again.
 pub const CREDENTIALS_RETRY: Duration = Duration::from_secs(5);
@@ -99,6 +115,8 @@ struct Inner {
     spawner: Spawner,
     /// What IMEX's TLS files are written from, when `settings.tls`.
     credentials: Option<Credentials>,
+    /// Where the daemon runs when it must outlive us.
+    runner: Option<RunnerClient>,
 }
 
 #[derive(Debug, Default)]
@@ -120,77 +138,6 @@ struct State {
     reload_pending: bool,
 }
 
-/// A spawned child, owned by its [`watch_child`] task.
-#[derive(Debug)]
-struct Running {
-    pid: Option<u32>,
-    /// How it ended, once it has (set by the task after reaping it).
-    ended: watch::Receiver<Option<String>>,
-    /// Requests to the task; dropping it kills the child, as `kill_on_drop` did when
-    /// we held the child ourselves.
-    asks: mpsc::UnboundedSender<Ask>,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Ask {
-    Signal(Signal),
-    Kill,
-}
-
-impl Running {
-    fn ended(&self) -> Option<String> {
-        self.ended.borrow().clone()
-    }
-
-    fn signal(&self, signal: Signal) {
-        let _ = self.asks.send(Ask::Signal(signal));
-    }
-
-    /// Waits up to `limit` for the child to end; whether it did.
-    async fn wait(&mut self, limit: Duration) -> Option<String> {
-        match timeout(limit, self.ended.wait_for(Option::is_some)).await {
-            Ok(Ok(ended)) => ended.clone(),
-            // The task is gone without a word: it was dropped with the runtime.
-            Ok(Err(_)) => Some("gone with its watcher".into()),
-            Err(_) => None,
-        }
-    }
-}
-
-/// Owns `child` until it ends: signals it when asked, kills it when asked or when the
-/// [`Running`] handle is dropped, and reaps it, publishing how it ended and waking
-/// `exits`. Only this task reaps the child, so a pid it signals is still the child's.
-fn watch_child(mut child: Child, exits: Arc<Notify>) -> Running {
-    let pid = child.id();
-    let (ended_tx, ended) = watch::channel(None);
-    let (asks, mut ask_rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let status = loop {
-            tokio::select! {
-                status = child.wait() => break status,
-                ask = ask_rx.recv() => match ask {
-                    Some(Ask::Signal(signal)) => {
-                        if let Some(pid) = child.id() {
-                            let _ = kill(Pid::from_raw(pid as i32), signal);
-                        }
-                    }
-                    Some(Ask::Kill) | None => {
-                        let _ = child.start_kill();
-                        break child.wait().await;
-                    }
-                },
-            }
-        };
-        let ended = match status {
-            Ok(status) => status.to_string(),
-            Err(error) => format!("cannot be waited for: {error}"),
-        };
-        let _ = ended_tx.send(Some(ended));
-        exits.notify_waiters();
-    });
-    Running { pid, ended, asks }
-}
-
 #[derive(Debug)]
 struct Exit {
     status: String,
@@ -201,7 +148,8 @@ impl Exit {
     async fn describe(self) -> String {
         let lines = match self.output {
             Some(output) => output.last_lines(LAST_WORDS_WAIT).await,
-            None => Vec::new(),
+            // The runner's daemon: its last words are in its status already.
+            None => return format!("exited ({})", self.status),
         };
         if lines.is_empty() {
             format!("exited ({}) with no output", self.status)
@@ -274,11 +222,12 @@ impl ImexDaemon {
     fn build(settings: ImexSettings, credentials: Option<Credentials>) -> Self {
         Self {
             inner: Arc::new(Inner {
-                settings,
                 state: Mutex::new(State::default()),
                 exits: Arc::default(),
                 spawner: Spawner::new(),
                 credentials,
+                runner: settings.runner.clone().map(RunnerClient::new),
+                settings,
             }),
         }
     }
@@ -436,10 +385,39 @@ impl Inner {
         command
     }
 
-    async fn spawn(&self, state: &mut State) -> Result<(), PortError> {
+    /// What the daemon serves when started now on `nodes_config`: the contents of the
+    /// two config files it reads at start.
+    fn served(&self, nodes_config: &str) -> String {
+        format!("{}\n{nodes_config}", render_config(&self.settings))
+    }
+
+    async fn spawn(&self, state: &mut State, served: String) -> Result<(), PortError> {
         let s = &self.settings;
         self.ensure_listenable(s.server_port, "SERVER_PORT").await?;
         self.ensure_listenable(s.cmd_port, "IMEX_CMD_PORT").await?;
+        if let Some(runner) = &self.runner {
+            let request = StartRequest {
+                config: s.config_path(),
+                program: s.daemon.program.clone(),
+                args: s.daemon.args.clone(),
+                env: s.daemon_env.clone(),
+                served,
+            };
+            let instance = runner.start(&request).await.map_err(|e| {
+                PortError(format!(
+                    "cannot start the IMEX daemon {} through the runner: {e}",
+                    s.daemon.program.display()
+                ))
+            })?;
+            metrics::counter!(IMEX_STARTS).increment(1);
+            info!(pid = instance.pid, instance = instance.instance, program = %s.daemon.program.display(), runner = %runner.socket().display(), "IMEX daemon started by the runner");
+            self.took(
+                state,
+                follow_runner(runner.clone(), &instance, self.exits.clone()),
+                None,
+            );
+            return Ok(());
+        }
         let mut child = self
             .spawner
             .spawn(self.daemon_command())
@@ -460,14 +438,63 @@ impl Inner {
         }
         metrics::counter!(IMEX_STARTS).increment(1);
         info!(pid = child.id(), program = %s.daemon.program.display(), guarded = s.guard.is_some(), "IMEX daemon started");
-        state.child = Some(watch_child(child, self.exits.clone()));
-        state.output = Some(output);
+        self.took(state, watch_child(child, self.exits.clone()), Some(output));
+        Ok(())
+    }
+
+    /// A daemon is ours from now on: started, or adopted from the runner.
+    fn took(&self, state: &mut State, child: Running, output: Option<OutputTail>) {
+        state.child = Some(child);
+        state.output = output;
         state.answered = false;
         state.reload_deferred = false;
         state.generation += 1;
         state.exited = None;
         state.last_reload = None;
-        Ok(())
+    }
+
+    /// At start with a runner: adopts its instance on our config when that serves
+    /// `served`, stops it when it serves something else. Whether one was adopted.
+    async fn adopt(&self, state: &mut State, served: &str) -> Result<bool, PortError> {
+        let Some(runner) = &self.runner else {
+            return Ok(false);
+        };
+        let config = self.settings.config_path();
+        let instances = runner
+            .instances()
+            .await
+            .map_err(|e| port_error("cannot ask the IMEX runner what runs", e))?;
+        let Some(found) = instances
+            .into_iter()
+            .find(|i| i.config == config && i.ended.is_none())
+        else {
+            return Ok(false);
+        };
+        if found.served == served {
+            metrics::counter!(IMEX_ADOPTIONS, "outcome" => "adopted").increment(1);
+            info!(
+                pid = found.pid,
+                instance = found.instance,
+                "IMEX daemon adopted from the runner: it serves the config this node has"
+            );
+            self.took(
+                state,
+                follow_runner(runner.clone(), &found, self.exits.clone()),
+                None,
+            );
+            return Ok(true);
+        }
+        metrics::counter!(IMEX_ADOPTIONS, "outcome" => "replaced").increment(1);
+        warn!(
+            pid = found.pid,
+            instance = found.instance,
+            "the runner's IMEX daemon serves another config than this node's: replacing it"
+        );
+        runner
+            .stop(&config, found.instance, self.settings.stop_timeout)
+            .await
+            .map_err(|e| port_error("cannot stop the runner's IMEX daemon", e))?;
+        Ok(false)
     }
 
     /// Whether the child still runs; if it ended, keeps how for the next status.
@@ -583,6 +610,56 @@ impl Inner {
     }
 }
 
+/// The handle of a daemon the runner keeps: a task waits on the runner for its end and
+/// carries asks over as signals. Dropping the handle leaves the daemon running: it
+/// outlives us by design.
+fn follow_runner(runner: RunnerClient, instance: &Instance, exits: Arc<Notify>) -> Running {
+    let (running, ended_tx, mut asks) = Running::owned_elsewhere(instance.pid);
+    let (config, id) = (instance.config.clone(), instance.instance);
+    tokio::spawn(async move {
+        let ended = loop {
+            tokio::select! {
+                seen = runner.wait(&config, id, RUNNER_WAIT) => match seen {
+                    Ok(seen) => if let Some(ended) = seen.ended {
+                        break if seen.last_output.is_empty() {
+                            ended
+                        } else {
+                            format!("{ended}; last output: {}", seen.last_output.join(" | "))
+                        };
+                    },
+                    // Its daemons die with the runner: one that is gone, or that
+                    // no longer knows the instance, has none of ours.
+                    Err(error) if error.is_unknown_instance() || error.is_unreachable() => {
+                        break format!("gone with its runner: {error}");
+                    }
+                    Err(error) => {
+                        warn!(%error, retry_in = ?RUNNER_RETRY, "cannot follow the IMEX daemon through its runner");
+                        tokio::time::sleep(RUNNER_RETRY).await;
+                    }
+                },
+                ask = asks.recv() => {
+                    let signal = match ask {
+                        Some(Ask::Signal(Signal::SIGUSR1)) => RunnerSignal::Usr1,
+                        Some(Ask::Signal(Signal::SIGTERM)) => RunnerSignal::Term,
+                        Some(Ask::Signal(other)) => {
+                            warn!(signal = %other, "not a signal the runner sends; ignored");
+                            continue;
+                        }
+                        Some(Ask::Kill) => RunnerSignal::Kill,
+                        None => return,
+                    };
+                    if let Err(error) = runner.signal(&config, id, signal).await {
+                        warn!(%error, ?signal, "the runner could not signal the IMEX daemon");
+                    }
+                }
+            }
+        };
+        let _ = ended_tx.send(Some(ended));
+        exits.notify_waiters();
+    });
+    running
+}
+
 /// Sends SIGUSR1 now, or when `reload_min_interval` has passed since the last one;
 /// requests in between become one.
 fn request_reload(inner: &Arc<Inner>, state: &mut State) {
@@ -660,13 +737,22 @@ impl Imex for ImexDaemon {
     async fn start(&self, peers: &PeerSet) -> Result<(), PortError> {
         let inner = &self.inner;
         let mut state = inner.state.lock().await;
+        let nodes_config = inner.nodes_config(peers);
+        let served = inner.served(&nodes_config);
         if inner.alive(&mut state) {
             // Asked to start while running: a stale daemon (hung, or from before a
             // restart of ours). Replace it.
             inner.stop_child(&mut state).await;
-        } else {
+        } else if inner.runner.is_none() {
             let settings = &inner.settings;
             leftover::stop(&settings.config_path(), settings.stop_timeout).await;
+        } else if inner.adopt(&mut state, &served).await? {
+            state.peers = peers.clone();
+            state.nodes_config = nodes_config;
+            if inner.write_hosts(peers)? {
+                request_reload(inner, &mut state);
+            }
+            return Ok(());
         }
         let settings = &inner.settings;
         inner.prepare_credentials()?;
@@ -676,7 +762,6 @@ impl Imex for ImexDaemon {
                 e,
             )
         })?;
-        let nodes_config = inner.nodes_config(peers);
         write_atomic(&settings.nodes_config_path(), &nodes_config).map_err(|e| {
             port_error(
                 &format!("cannot write {}", settings.nodes_config_path().display()),
@@ -684,7 +769,7 @@ impl Imex for ImexDaemon {
             )
         })?;
         inner.write_hosts(peers)?;
-        inner.spawn(&mut state).await?;
+        inner.spawn(&mut state, served).await?;
         state.peers = peers.clone();
         state.nodes_config = nodes_config;
         Ok(())
@@ -714,7 +799,8 @@ impl Imex for ImexDaemon {
                         .map_err(|e| port_error(&format!("cannot write {}", path.display()), e))?;
                     info!("IMEX peers changed (IPs mode): restarting the daemon");
                     inner.stop_child(&mut state).await;
-                    inner.spawn(&mut state).await?;
+                    let served = inner.served(&nodes_config);
+                    inner.spawn(&mut state, served).await?;
                     state.nodes_config = nodes_config;
                 }
             }
@@ -780,6 +866,10 @@ impl Imex for ImexDaemon {
         let mut state = self.inner.state.lock().await;
         self.inner.stop_child(&mut state).await;
         Ok(())
+    }
+
+    fn outlives_node_daemon(&self) -> bool {
+        self.inner.runner.is_some()
     }
 
     async fn exited(&self) {

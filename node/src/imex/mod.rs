@@ -1,5 +1,6 @@
 //! The node's IMEX daemon: its files, the adapter that runs it, and `imex-sim`.
 
+pub mod child;
 pub mod config;
 pub mod daemon;
 pub mod guard;
@@ -9,10 +10,11 @@ pub mod leftover;
 pub mod listen_check;
 pub mod output;
 pub mod processes;
+pub mod runner;
 pub mod sim;
 pub mod sim_cli;
 pub mod sim_tls;
-mod spawner;
+pub(crate) mod spawner;
 
 pub use config::{AddressingMode, Command, ImexSettings};
 pub use daemon::ImexDaemon;

@@ -40,6 +40,24 @@ impl OutputTail {
         }));
     }
 
+    /// The last lines kept so far.
+    pub fn snapshot(&self) -> Vec<String> {
+        let kept = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        kept.iter().cloned().collect()
+    }
+
+    /// The last lines, once the streams have ended or `wait` has passed, keeping the
+    /// streams followed.
+    pub async fn settled_snapshot(&self, wait: Duration) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + wait;
+        while !self.readers.iter().all(JoinHandle::is_finished)
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.snapshot()
+    }
+
     /// The last lines, once the streams have ended or `wait` has passed: a daemon
     /// that just exited may still have its last words in the pipe.
     pub async fn last_lines(self, wait: Duration) -> Vec<String> {

@@ -209,6 +209,13 @@ pub struct RunArgs {
     #[arg(long, env = "DOMAIND_IMEX_SIM_BUILTIN", conflicts_with_all = ["imex_bin", "imex_ctl", "imex_sim"])]
     pub imex_sim_builtin: bool,
 
+    /// The socket of the IMEX runner (`domaind imex-runner`) that keeps this node's IMEX
+    /// daemon: IMEX then outlives this process, a restart of it (a crash, an upgrade)
+    /// adopts the running daemon, and a stop is not a departure from the node's
+    /// domains. Unset: IMEX is this process's child and dies with it.
+    #[arg(long, env = "DOMAIND_IMEX_RUNNER")]
+    pub imex_runner: Option<PathBuf>,
+
     /// Where IMEX's config.cfg and nodes_config.cfg are written; <state-dir>/imex if unset.
     #[arg(long, env = "DOMAIND_IMEX_CONFIG_DIR")]
     pub imex_config_dir: Option<PathBuf>,

@@ -527,6 +527,7 @@ fn imex_settings(args: &RunArgs) -> anyhow::Result<ImexSettings> {
         Command::new(std::env::current_exe().context("cannot find this binary")?)
             .arg(crate::imex::guard::SUBCOMMAND),
     );
+    settings.runner = args.imex_runner.clone();
     settings.server_port = args.imex_port;
     settings.cmd_port = args.imex_cmd_port;
     settings.max_slots = args.max_slots;

@@ -20,7 +20,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-fn settings(dir: &std::path::Path, ip: IpAddr) -> ImexSettings {
+pub(crate) fn settings(dir: &std::path::Path, ip: IpAddr) -> ImexSettings {
     let sim = env!("CARGO_BIN_EXE_imex-sim");
     let mut s = ImexSettings::new(dir, ip);
     s.daemon = Command::new(sim);
@@ -35,7 +35,7 @@ fn settings(dir: &std::path::Path, ip: IpAddr) -> ImexSettings {
     s
 }
 
-fn alone(ip: IpAddr) -> PeerSet {
+pub(crate) fn alone(ip: IpAddr) -> PeerSet {
     PeerSet {
         peers: [(
             0,
@@ -193,7 +193,7 @@ async fn wait(mut condition: impl FnMut() -> bool) {
 
 /// Waits until `daemon` says it is ready; on timeout, fails with what it last said
 /// (an exit names its status, and the simulator's error is in the adapter's log).
-async fn wait_ready(daemon: &ImexDaemon) {
+pub(crate) async fn wait_ready(daemon: &ImexDaemon) {
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
         let status = daemon.status().await;

@@ -1,0 +1,152 @@
+//! IMEX kept by the runner (`imex-sim imex-runner`): the daemon outlives the adapter
+//! that started it, and the next adapter adopts it (the same process) when it serves
+//! the config that adapter would write, and replaces it when it does not.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as Process};
+use std::time::Duration;
+
+use domaind_actors::ports::Imex;
+use domaind_node::imex::runner::RunnerClient;
+use domaind_node::imex::{ImexDaemon, ImexSettings};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::imex_supervisor::{alone, settings, wait_ready};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A runner process of the test's own, killed with the test.
+struct Runner {
+    process: Child,
+    socket: PathBuf,
+}
+
+impl Runner {
+    async fn start(dir: &Path) -> Self {
+        let socket = dir.join("runner").join("imex-runner.sock");
+        let process = Process::new(env!("CARGO_BIN_EXE_imex-sim"))
+            .args(["imex-runner", "--socket"])
+            .arg(&socket)
+            .spawn()
+            .unwrap();
+        let client = RunnerClient::new(&socket);
+        let deadline = tokio::time::Instant::now() + LIMIT;
+        while client.instances().await.is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the runner never answered"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self { process, socket }
+    }
+
+    fn settings(&self, dir: &Path, ip: IpAddr) -> ImexSettings {
+        let mut s = settings(dir, ip);
+        s.runner = Some(self.socket.clone());
+        s
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = kill(Pid::from_raw(self.process.id() as i32), Signal::SIGTERM);
+        let _ = self.process.wait();
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    kill(Pid::from_raw(pid as i32), None).is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_adapter_adopts_the_daemon_the_last_one_left_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = Runner::start(dir.path()).await;
+    let ip = IpAddr::from([127, 0, 0, 90]);
+    let s = runner.settings(dir.path(), ip);
+
+    let first = ImexDaemon::new(s.clone());
+    first.start(&alone(ip)).await.unwrap();
+    wait_ready(&first).await;
+    let pid = first.pid().await.unwrap();
+    assert!(first.outlives_node_daemon());
+    drop(first);
+    assert!(
+        alive(pid),
+        "the daemon outlives the adapter that started it"
+    );
+
+    let second = ImexDaemon::new(s);
+    second.start(&alone(ip)).await.unwrap();
+    assert_eq!(second.pid().await, Some(pid), "adopted: the same process");
+    wait_ready(&second).await;
+
+    // Exits are seen through the runner, and told with how the daemon ended.
+    kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    tokio::time::timeout(LIMIT, second.exited())
+        .await
+        .expect("the exit is told without a status query");
+    let status = second.status().await.unwrap();
+    assert!(!status.running);
+    assert!(
+        status
+            .exited
+            .as_deref()
+            .is_some_and(|why| why.contains("SIGKILL")),
+        "{status:?}"
+    );
+
+    // Started again through the runner, and stopped through it.
+    second.start(&alone(ip)).await.unwrap();
+    wait_ready(&second).await;
+    let again = second.pid().await.unwrap();
+    assert_ne!(again, pid);
+    second.stop().await.unwrap();
+    let instances = RunnerClient::new(&runner.socket).instances().await.unwrap();
+    assert!(instances.iter().all(|i| i.ended.is_some()), "{instances:?}");
+    assert!(!alive(again));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_serving_another_config_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = Runner::start(dir.path()).await;
+    let ip = IpAddr::from([127, 0, 0, 91]);
+    let s = runner.settings(dir.path(), ip);
+
+    let first = ImexDaemon::new(s.clone());
+    first.start(&alone(ip)).await.unwrap();
+    wait_ready(&first).await;
+    let pid = first.pid().await.unwrap();
+    drop(first);
+
+    // The next version renders another config: its daemon is not the one running.
+    let mut changed = s;
+    changed.disconnected_grace += Duration::from_secs(1);
+    let second = ImexDaemon::new(changed);
+    second.start(&alone(ip)).await.unwrap();
+    let replaced = second.pid().await.unwrap();
+    assert_ne!(replaced, pid, "not adopted");
+    assert!(!alive(pid), "the old daemon was stopped");
+    wait_ready(&second).await;
+    second.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runners_daemons_stop_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = Runner::start(dir.path()).await;
+    let ip = IpAddr::from([127, 0, 0, 92]);
+    let daemon = ImexDaemon::new(runner.settings(dir.path(), ip));
+    daemon.start(&alone(ip)).await.unwrap();
+    wait_ready(&daemon).await;
+    let pid = daemon.pid().await.unwrap();
+    drop(runner);
+    tokio::time::timeout(LIMIT, daemon.exited())
+        .await
+        .expect("the daemon ended with its runner");
+    assert!(!alive(pid));
+}
