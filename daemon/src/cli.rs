@@ -143,13 +143,14 @@ pub enum ImexCommand {
     /// Kill the IMEX daemon with SIGKILL, so that `domaind run` starts it again (after
     /// its restart backoff): how to force an IMEX restart.
     ///
-    /// Finds the IMEX daemons that are children of a `domaind run` among the processes
-    /// it can see (in the node daemon's container: that daemon's), not its status
-    /// queries. Prints one line per daemon killed (`killed IMEX daemon PID (child of
-    /// domaind run PID): COMMAND`); exits 1 when there is none, saying why.
+    /// Finds the IMEX daemons that are children of a `domaind run` or a `domaind
+    /// imex-runner` among the processes it can see (in the runner's container, or the
+    /// node daemon's without a runner), not status queries. Prints one line per daemon
+    /// killed (`killed IMEX daemon PID (child of domaind run|imex-runner PID):
+    /// COMMAND`); exits 1 when there is none, saying why.
     Kill {
-        /// Only the IMEX daemon of this `domaind run` process, where several run (a
-        /// machine running a loopback rack).
+        /// Only the IMEX daemon of this `domaind run` or `domaind imex-runner` process,
+        /// where several run (a machine running a loopback rack).
         #[arg(long, value_name = "PID")]
         parent: Option<u32>,
     },

@@ -131,10 +131,13 @@ def expect_no_warnings(release: Release, when: str) -> None:
         raise E2EError(f"the API server warned during the {when}: " + "; ".join(release.warnings))
 
 
-def expect_pods_admitted(ds: dict[str, Any], deployment: dict[str, Any], namespace: str) -> None:
+def expect_pods_admitted(
+    daemon_sets: list[dict[str, Any]], deployment: dict[str, Any], namespace: str
+) -> None:
     """The workloads' pods pass admission (priority class, pod security, validation),
     though none is scheduled: the Deployment's ReplicaSet creates its pods, which stay
-    Pending; no node matches the DaemonSet, so one of its pods is created as a dry run."""
+    Pending; no node matches the DaemonSets, so one pod of each is created as a dry
+    run."""
     want = deployment["spec"]["replicas"]
     name = deployment["metadata"]["name"]
     wait_until(
@@ -145,16 +148,23 @@ def expect_pods_admitted(ds: dict[str, Any], deployment: dict[str, Any], namespa
         ),
         60,
     )
-    template = ds["spec"]["template"]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"generateName": "dry-run-", "namespace": namespace, **template["metadata"]},
-        "spec": template["spec"],
-    }
-    done = kubectl(["create", "--dry-run=server", "-f", "-"], stdin=json.dumps(pod))
-    if "Warning:" in done.stderr:
-        raise E2EError(f"the DaemonSet's pod is admitted with a warning: {done.stderr.strip()}")
+    for ds in daemon_sets:
+        template = ds["spec"]["template"]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": "dry-run-",
+                "namespace": namespace,
+                **template["metadata"],
+            },
+            "spec": template["spec"],
+        }
+        done = kubectl(["create", "--dry-run=server", "-f", "-"], stdin=json.dumps(pod))
+        if "Warning:" in done.stderr:
+            raise E2EError(
+                f"{object_id(ds)}'s pod is admitted with a warning: {done.stderr.strip()}"
+            )
 
 
 def container_args(obj: dict[str, Any], container: str) -> list[str]:
@@ -447,7 +457,12 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         live1 = live(objects1)
         ds = one(live1, "DaemonSet", "-node")
         ds_uid = ds["metadata"]["uid"]
-        expect_pods_admitted(ds, one(live1, "Deployment", "-controller"), release.namespace)
+        runner = one(live1, "DaemonSet", "-imex-runner")
+        if runner["spec"]["updateStrategy"]["type"] != "OnDelete":
+            raise E2EError("the IMEX runner's DaemonSet must update only on delete")
+        expect_pods_admitted(
+            [ds, runner], one(live1, "Deployment", "-controller"), release.namespace
+        )
         expect_ca_key_private(live1, release.namespace)
 
         # 2. upgrade

@@ -503,3 +503,92 @@ async fn forged_gossip_leaves_a_formed_domain_ready_and_its_slots_and_peers_unch
         );
     }
 }
+
+/// IMEX kept by a runner (issue 28, `RackSpec::imex_runner`): a daemon SIGKILLed, or
+/// stopped with SIGTERM, leaves its node's IMEX daemon running, and the daemon started
+/// after it adopts that one: the same process, never a new instance. A node kill (the
+/// daemon and its runner) takes IMEX with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
+    let tmp = short_temp_dir("dmr").unwrap();
+    let mut spec = RackSpec::self_contained(
+        2,
+        domaind_e2e::binaries().domaind.clone(),
+        tmp.path().into(),
+    );
+    spec.subnet = 50;
+    spec.imex_runner = true;
+    spec.log_filter = "info,domaind_gossip=warn".into();
+    let mut rack = LocalRack::create(spec).unwrap();
+    rack.start_all().unwrap();
+    rack.wait_all_ready(START_LIMIT).unwrap();
+    let names: Vec<String> = rack.nodes().iter().map(|n| n.name().to_owned()).collect();
+    for name in &names {
+        rack.local()
+            .write_claim(&claim_file(&format!("r-{name}"), CD_UID, "kept", 2))
+            .unwrap();
+    }
+    // At once: each answers once every node of the domain is ready.
+    futures::future::join_all(names.iter().enumerate().map(|(i, name)| {
+        let (rack, claim) = (&rack, claim_ref(&format!("r-{name}")));
+        async move { prepare(rack, i, &claim, DraVersion::V1).await }
+    }))
+    .await;
+    let imex = rack.imex_daemons().unwrap();
+    assert!(imex.iter().all(|pids| pids.len() == 1), "{imex:?}");
+    let kept = imex[1][0];
+
+    let adoptions = async |rack: &LocalRack| {
+        let (_, metrics) = get(rack, 1, "/metrics").await;
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("domaind_imex_adoptions_total{outcome=\"adopted\"}"))
+            .map(str::to_owned);
+        (line, metrics.contains("domaind_imex_starts_total"))
+    };
+    for (how, stop) in [("SIGKILL", true), ("SIGTERM", false)] {
+        if stop {
+            rack.kill(1).unwrap();
+        } else {
+            assert_eq!(rack.stop(1, LIMIT).unwrap(), Some(0));
+        }
+        assert_eq!(
+            rack.imex_daemons().unwrap()[1],
+            vec![kept],
+            "IMEX outlives a daemon ended by {how}"
+        );
+        rack.start(1).unwrap();
+        rack.wait_ready(1, START_LIMIT).unwrap();
+        wait_until(&format!("the daemon after {how} adopts IMEX"), || async {
+            let seen = adoptions(&rack).await;
+            (seen.0.is_some(), seen)
+        })
+        .await;
+        let (adopted, started) = adoptions(&rack).await;
+        assert_eq!(
+            adopted.as_deref(),
+            Some("domaind_imex_adoptions_total{outcome=\"adopted\"} 1")
+        );
+        assert!(!started, "no IMEX daemon was started after {how}");
+        assert_eq!(
+            rack.imex_daemons().unwrap()[1],
+            vec![kept],
+            "the same process after {how}"
+        );
+    }
+
+    // The runner reaps its daemons and the guard ends them with it: by the time the
+    // runner is reaped, its IMEX has been sent SIGKILL, and is gone within the limit.
+    rack.kill_node(1).unwrap();
+    let deadline = Instant::now() + LIMIT;
+    while nix::sys::signal::kill(nix::unistd::Pid::from_raw(kept as i32), None).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "a node kill takes its IMEX with it"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(rack.imex_daemons().unwrap()[1].is_empty());
+    rack.stop_all(LIMIT);
+    assert_eq!(rack.unexpected_exits(), Vec::<String>::new());
+}

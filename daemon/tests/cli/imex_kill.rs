@@ -105,7 +105,7 @@ async fn imex_kill_kills_the_nodes_imex_daemon_and_the_node_starts_another() {
     let said = text(&idle.stderr);
     assert!(
         said.contains(&format!(
-            "no IMEX daemon runs under `domaind run` (pid {node})"
+            "no IMEX daemon runs under `domaind run` pid {node}:"
         )),
         "{said}"
     );

@@ -27,17 +27,30 @@ pub fn is_imex_daemon(args: &[String]) -> bool {
     args.iter().any(|a| a == "-c") && !args.iter().any(|a| a == "ctl")
 }
 
-/// Whether a command line is `domaind [global options] run ...`: the global options
-/// come before the subcommand, each with its value (`--log info` or `--log=info`).
+/// The `domaind` process that keeps IMEX daemons as its children: `run` (IMEX in the
+/// node daemon's container) or `imex-runner` (IMEX kept by the runner), from a command
+/// line `domaind [global options] SUBCOMMAND ...`.
+pub fn imex_keeper(args: &[String]) -> Option<&'static str> {
+    let subcommand = domaind_subcommand(args)?;
+    ["run", "imex-runner"]
+        .into_iter()
+        .find(|keeper| *keeper == subcommand)
+}
+
+/// Whether a command line is `domaind [global options] run ...`.
 pub fn is_domaind_run(args: &[String]) -> bool {
-    let Some((program, rest)) = args.split_first() else {
-        return false;
-    };
+    domaind_subcommand(args) == Some("run")
+}
+
+/// The subcommand of `domaind [global options] SUBCOMMAND ...`: the global options come
+/// before it, each with its value (`--log info` or `--log=info`).
+fn domaind_subcommand(args: &[String]) -> Option<&str> {
+    let (program, rest) = args.split_first()?;
     if std::path::Path::new(program)
         .file_name()
         .is_none_or(|name| name != "domaind")
     {
-        return false;
+        return None;
     }
     let mut rest = rest.iter();
     while let Some(arg) = rest.next() {
@@ -46,59 +59,70 @@ pub fn is_domaind_run(args: &[String]) -> bool {
                 rest.next();
             }
             option if option.starts_with("--log=") || option.starts_with("--log-format=") => {}
-            subcommand => return subcommand == "run",
+            subcommand => return Some(subcommand),
         }
     }
-    false
+    None
 }
 
-/// An IMEX daemon and the `domaind run` it is a child of.
+/// An IMEX daemon and the `domaind run` or `domaind imex-runner` it is a child of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImexProcess {
     pub pid: u32,
     pub parent: u32,
+    /// The parent's subcommand: `run` or `imex-runner`.
+    pub keeper: &'static str,
     pub command: String,
 }
 
-/// The IMEX daemons among `processes` that are children of a `domaind run` (of
-/// `parent` only, when given), not ended. An error says why there is none: no `domaind
-/// run` (or `parent` is not one), or one that runs no IMEX daemon now.
+/// The IMEX daemons among `processes` that are children of a `domaind run` or
+/// `domaind imex-runner` (of `parent` only, when given), not ended. An error says why
+/// there is none: no such process (or `parent` is not one), or one that runs no IMEX
+/// daemon now.
 pub fn imex_daemons_of_run(
     processes: &[Process],
     parent: Option<u32>,
 ) -> anyhow::Result<Vec<ImexProcess>> {
-    let runs: Vec<&Process> = processes
+    let runs: Vec<(&Process, &'static str)> = processes
         .iter()
-        .filter(|p| !p.ended() && is_domaind_run(&p.args))
-        .filter(|p| parent.is_none_or(|pid| p.pid == pid))
+        .filter(|p| !p.ended())
+        .filter_map(|p| Some((p, imex_keeper(&p.args)?)))
+        .filter(|(p, _)| parent.is_none_or(|pid| p.pid == pid))
         .collect();
     if runs.is_empty() {
         match parent {
             Some(pid) => match processes.iter().find(|p| p.pid == pid) {
                 Some(p) => bail!(
-                    "process {pid} is not a running `domaind run` (its command line: {})",
+                    "process {pid} is not a running `domaind run` or `domaind imex-runner` \
+                     (its command line: {})",
                     p.args.join(" ")
                 ),
                 None => bail!("there is no process {pid}"),
             },
-            None => bail!("no `domaind run` process is visible from here"),
+            None => bail!("no `domaind run` or `domaind imex-runner` process is visible from here"),
         }
     }
     let found: Vec<ImexProcess> = processes
         .iter()
         .filter(|p| !p.ended() && is_imex_daemon(&p.args))
-        .filter(|p| runs.iter().any(|run| run.pid == p.parent))
-        .map(|p| ImexProcess {
-            pid: p.pid,
-            parent: p.parent,
-            command: p.args.join(" "),
+        .filter_map(|p| {
+            let (_, keeper) = runs.iter().find(|(run, _)| run.pid == p.parent)?;
+            Some(ImexProcess {
+                pid: p.pid,
+                parent: p.parent,
+                keeper,
+                command: p.args.join(" "),
+            })
         })
         .collect();
     if found.is_empty() {
-        let pids: Vec<String> = runs.iter().map(|r| r.pid.to_string()).collect();
+        let pids: Vec<String> = runs
+            .iter()
+            .map(|(r, keeper)| format!("`domaind {keeper}` pid {}", r.pid))
+            .collect();
         bail!(
-            "no IMEX daemon runs under `domaind run` (pid {}): it starts one only while \
-             this node holds a ComputeDomain, and may be waiting to restart it",
+            "no IMEX daemon runs under {}: one runs only while this node holds a \
+             ComputeDomain, and may be waiting to restart",
             pids.join(", ")
         );
     }
@@ -126,8 +150,8 @@ pub fn kill_imex_daemons(parent: Option<u32>) -> anyhow::Result<Vec<ImexProcess>
 /// The line `domaind imex kill` prints for a daemon it killed.
 pub fn killed_line(killed: &ImexProcess) -> String {
     format!(
-        "{KILLED_PREFIX}{} (child of domaind run {}): {}",
-        killed.pid, killed.parent, killed.command
+        "{KILLED_PREFIX}{} (child of domaind {} {}): {}",
+        killed.pid, killed.keeper, killed.parent, killed.command
     )
 }
 
@@ -204,6 +228,14 @@ mod tests {
             process(41, 40, "S", "imex-sim -c /c/config.cfg"),
             process(50, 0, "S", "domaind demo"),
             process(51, 50, "S", "imex-sim -c /d/config.cfg"),
+            // Kept by the IMEX runner.
+            process(
+                60,
+                0,
+                "S",
+                "domaind --log=info imex-runner --socket /r/runner.sock",
+            ),
+            process(61, 60, "S", "nvidia-imex -c /e/config.cfg"),
         ]
     }
 
@@ -214,7 +246,8 @@ mod tests {
     #[test]
     fn only_live_daemons_under_a_domaind_run_are_found() {
         let found = imex_daemons_of_run(&machine(), None).unwrap();
-        assert_eq!(pids(&found), [(20, 1), (32, 30)]);
+        assert_eq!(pids(&found), [(20, 1), (32, 30), (61, 60)]);
+        assert_eq!(found[2].keeper, "imex-runner");
         assert_eq!(found[0].command, "/usr/bin/nvidia-imex -c /imex/config.cfg");
     }
 
@@ -230,20 +263,26 @@ mod tests {
             |procs: &[Process], parent| imex_daemons_of_run(procs, parent).unwrap_err().to_string();
         let not_run = error(&machine(), Some(40));
         assert!(
-            not_run.contains("process 40 is not a running `domaind run`"),
+            not_run.contains("process 40 is not a running `domaind run` or `domaind imex-runner`"),
             "{not_run}"
         );
         assert!(not_run.contains("bash"), "{not_run}");
         assert_eq!(error(&machine(), Some(99)), "there is no process 99");
-        let no_run = error(&machine()[6..], None);
-        assert_eq!(no_run, "no `domaind run` process is visible from here");
+        let no_run = error(&machine()[6..10], None);
+        assert_eq!(
+            no_run,
+            "no `domaind run` or `domaind imex-runner` process is visible from here"
+        );
         let idle = error(&machine()[..1], None);
         assert!(
-            idle.contains("no IMEX daemon runs under `domaind run` (pid 1)"),
+            idle.contains("no IMEX daemon runs under `domaind run` pid 1:"),
             "{idle}"
         );
         let zombie_only = error(&[machine()[3].clone(), machine()[4].clone()], None);
-        assert!(zombie_only.contains("(pid 30)"), "{zombie_only}");
+        assert!(
+            zombie_only.contains("`domaind run` pid 30"),
+            "{zombie_only}"
+        );
     }
 
     #[test]
@@ -252,11 +291,13 @@ mod tests {
             ImexProcess {
                 pid: 20,
                 parent: 1,
+                keeper: "run",
                 command: "/usr/bin/nvidia-imex -c /imex/config.cfg".into(),
             },
             ImexProcess {
                 pid: 4242,
                 parent: 7,
+                keeper: "imex-runner",
                 command: "imex-sim -c /x".into(),
             },
         ];

@@ -132,21 +132,26 @@ impl LocalRack {
         Ok(())
     }
 
-    /// For every node, the pids of its IMEX daemon: children of its `domaind` that run
-    /// the daemon (`... -c CONFIG`), not a status query (`... ctl ...`). Normally one;
+    /// For every node, the pids of its IMEX daemon: children of its `domaind` (or of its
+    /// IMEX runner) that run the daemon (`... -c CONFIG`), not a status query (`... ctl
+    /// ...`). Normally one;
     /// none while the node or its IMEX daemon is down. One pass over /proc (Linux).
     pub fn imex_daemons(&mut self) -> anyhow::Result<Vec<Vec<u32>>> {
-        let parents: Vec<Option<u32>> = self
+        // Its domaind, or its IMEX runner when it has one.
+        let parents: Vec<[Option<u32>; 2]> = self
             .nodes
             .iter_mut()
-            .map(|node| node.pid().filter(|_| node.running()))
+            .map(|node| [node.pid().filter(|_| node.running()), node.runner_pid()])
             .collect();
         let mut found = vec![Vec::new(); parents.len()];
         for process in processes()? {
             if !is_imex_daemon(&process.args) {
                 continue;
             }
-            if let Some(index) = parents.iter().position(|p| *p == Some(process.parent)) {
+            if let Some(index) = parents
+                .iter()
+                .position(|p| p.contains(&Some(process.parent)))
+            {
                 found[index].push(process.pid);
             }
         }

@@ -81,6 +81,11 @@ pub struct RackSpec {
     /// Every daemon is given the others' gossip addresses (`--seed`); false leaves
     /// seeding to `--seed-discovery` (the API server's, with the Kubernetes backend).
     pub static_seeds: bool,
+    /// Each node's IMEX is kept by an IMEX runner of its own (`domaind imex-runner`,
+    /// `run --imex-runner`), a process beside the daemon as a cluster's runner pod is:
+    /// killing the daemon leaves IMEX running ([`LocalRack::kill`]); killing the node
+    /// takes both ([`LocalRack::kill_node`]).
+    pub imex_runner: bool,
 }
 
 /// Where the rack's claims come from and status goes.
@@ -130,6 +135,7 @@ impl RackSpec {
             env: Vec::new(),
             node_env: Vec::new(),
             static_seeds: true,
+            imex_runner: false,
         }
     }
 }
@@ -315,6 +321,7 @@ impl LocalRack {
             log_filter: &self.spec.log_filter,
             extra_args: &self.spec.extra_args,
             env: &env,
+            imex_runner: self.spec.imex_runner,
         };
         self.nodes[index].spawn(&args)
     }
@@ -338,9 +345,16 @@ impl LocalRack {
             .collect()
     }
 
-    /// SIGKILL: the node dies with no chance to retract anything.
+    /// SIGKILL to the daemon's container: the daemon and what it started die with no
+    /// chance to retract anything; an IMEX runner's daemon lives on.
     pub fn kill(&mut self, index: usize) -> anyhow::Result<()> {
         self.nodes[index].kill()
+    }
+
+    /// SIGKILL to the whole node: the daemon and its IMEX, the runner's too.
+    pub fn kill_node(&mut self, index: usize) -> anyhow::Result<()> {
+        self.nodes[index].kill()?;
+        self.nodes[index].kill_runner()
     }
 
     /// SIGTERM, then waits up to `limit` for a clean exit; returns its exit code.
@@ -355,6 +369,9 @@ impl LocalRack {
         }
         for node in &mut self.nodes {
             let _ = node.stop(limit);
+        }
+        for node in &mut self.nodes {
+            let _ = node.stop_runner(limit);
         }
     }
 

@@ -15,6 +15,8 @@ use crate::run::RunInfo;
 
 /// How often a waiting caller looks again.
 const POLL: Duration = Duration::from_millis(25);
+/// How long an IMEX runner may take to serve its socket.
+const RUNNER_START_LIMIT: Duration = Duration::from_secs(10);
 
 pub(super) struct DaemonArgs<'a> {
     pub domaind: &'a Path,
@@ -28,6 +30,8 @@ pub(super) struct DaemonArgs<'a> {
     pub log_filter: &'a str,
     pub extra_args: &'a [String],
     pub env: &'a [(String, String)],
+    /// Through an IMEX runner of the node's own (`RackSpec::imex_runner`).
+    pub imex_runner: bool,
 }
 
 #[derive(Debug)]
@@ -41,6 +45,8 @@ pub struct RackNode {
     /// A real kubelet's root directory, whose plugin directories the daemon serves.
     kubelet_dir: Option<PathBuf>,
     child: Option<Child>,
+    /// The node's IMEX runner, when the rack has them: a process group of its own.
+    runner: Option<Child>,
     /// Set when the rack stopped or killed the process on purpose.
     stopped_on_purpose: bool,
     info: Option<RunInfo>,
@@ -65,6 +71,7 @@ impl RackNode {
             proc_devices,
             kubelet_dir,
             child: None,
+            runner: None,
             stopped_on_purpose: false,
             info: None,
         }
@@ -131,6 +138,18 @@ impl RackNode {
     }
 
     /// What the running daemon wrote to run.json, once it was ready.
+    /// The IMEX runner's socket (in a directory of its own, which the runner makes
+    /// root's alone).
+    pub fn runner_socket(&self) -> PathBuf {
+        self.dir.join("imex-runner").join("runner.sock")
+    }
+
+    /// The IMEX runner's pid, while it runs.
+    pub fn runner_pid(&mut self) -> Option<u32> {
+        let runner = self.runner.as_mut()?;
+        matches!(runner.try_wait(), Ok(None)).then(|| runner.id())
+    }
+
     pub fn info(&self) -> Option<&RunInfo> {
         self.info.as_ref()
     }
@@ -190,6 +209,9 @@ impl RackNode {
             Some(sim) => command.arg("--imex-sim").arg(sim),
             None => command.arg("--imex-sim-builtin"),
         };
+        if args.imex_runner {
+            command.arg("--imex-runner").arg(self.runner_socket());
+        }
         for seed in args.seeds {
             command.arg("--seed").arg(seed);
         }
@@ -210,6 +232,9 @@ impl RackNode {
             bail!("{} is already running", self.name);
         }
         std::fs::create_dir_all(self.state_dir())?;
+        if args.imex_runner && self.runner_pid().is_none() {
+            self.spawn_runner(args.domaind)?;
+        }
         // A run.json left by a killed run must not be taken for this run's.
         RunInfo::remove(&self.state_dir());
         let log = File::options()
@@ -231,6 +256,74 @@ impl RackNode {
         self.child = Some(child);
         self.stopped_on_purpose = false;
         self.info = None;
+        Ok(())
+    }
+
+    /// Starts the node's IMEX runner and waits until it answers: in a process group of
+    /// its own, as a pod of its own is, so that killing the daemon's leaves it.
+    fn spawn_runner(&mut self, domaind: &Path) -> anyhow::Result<()> {
+        let log_path = self.dir.join("imex-runner.log");
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("cannot open {}", log_path.display()))?;
+        let socket = self.runner_socket();
+        let mut runner = Command::new(domaind)
+            .arg("imex-runner")
+            .arg("--socket")
+            .arg(&socket)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {}'s IMEX runner", self.name))?;
+        let deadline = Instant::now() + RUNNER_START_LIMIT;
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            if runner.try_wait()?.is_some() || Instant::now() > deadline {
+                let _ = killpg(Pid::from_raw(runner.id() as i32), Signal::SIGKILL);
+                let _ = runner.wait();
+                bail!(
+                    "{}'s IMEX runner did not serve {}; see {}",
+                    self.name,
+                    socket.display(),
+                    log_path.display()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+        self.runner = Some(runner);
+        Ok(())
+    }
+
+    /// SIGKILL to the IMEX runner's group: its daemons die with it.
+    pub(super) fn kill_runner(&mut self) -> anyhow::Result<()> {
+        if let Some(mut runner) = self.runner.take() {
+            let _ = killpg(Pid::from_raw(runner.id() as i32), Signal::SIGKILL);
+            runner.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM to the IMEX runner, which stops its daemons; SIGKILL after `limit`.
+    pub(super) fn stop_runner(&mut self, limit: Duration) -> anyhow::Result<()> {
+        let Some(mut runner) = self.runner.take() else {
+            return Ok(());
+        };
+        let _ = kill(Pid::from_raw(runner.id() as i32), Signal::SIGTERM);
+        let deadline = Instant::now() + limit;
+        while runner.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                let _ = killpg(Pid::from_raw(runner.id() as i32), Signal::SIGKILL);
+                runner.wait()?;
+                bail!(
+                    "{}'s IMEX runner did not stop within {limit:?}; killed",
+                    self.name
+                );
+            }
+            std::thread::sleep(POLL);
+        }
         Ok(())
     }
 
@@ -352,5 +445,6 @@ impl Drop for RackNode {
             let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
             let _ = child.wait();
         }
+        let _ = self.kill_runner();
     }
 }
