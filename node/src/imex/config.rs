@@ -84,6 +84,10 @@ pub struct ImexSettings {
     pub reload_min_interval: Duration,
     /// How long a status query may take.
     pub query_timeout: Duration,
+    /// After adopting a runner's daemon, how long the peers it serves are kept besides
+    /// those asked for: a restarted node re-learns its peers from gossip, and handing
+    /// IMEX the few it knows at first would drop the links its jobs import over.
+    pub adoption_hold: Duration,
     /// IMEX's links run over mutual TLS with the node's gossip certificate: the config
     /// turns IMEX's SSL/TLS on and names the files the adapter writes from the
     /// credentials it is given ([`super::ImexDaemon::with_credentials`]).
@@ -140,6 +144,7 @@ impl ImexSettings {
             stop_timeout: Duration::from_secs(10),
             reload_min_interval: Duration::from_secs(5),
             query_timeout: Duration::from_secs(3),
+            adoption_hold: Duration::from_secs(10),
             tls: false,
         }
     }

@@ -136,6 +136,15 @@ struct State {
     nodes_config: String,
     last_reload: Option<Instant>,
     reload_pending: bool,
+    /// Until when an adopted daemon keeps the peers it served besides those asked for
+    /// ([`ImexSettings::adoption_hold`]).
+    hold_until: Option<Instant>,
+}
+
+impl State {
+    fn holding(&self) -> bool {
+        self.hold_until.is_some_and(|until| Instant::now() < until)
+    }
 }
 
 #[derive(Debug)]
@@ -303,12 +312,19 @@ impl Inner {
         }
     }
 
-    fn write_hosts(&self, peers: &PeerSet) -> Result<bool, PortError> {
+    /// Writes our block of the hosts file for `peers` (DNS-names mode); `held`: with the
+    /// slots the file maps now kept besides them ([`hosts::held_block`]).
+    fn write_hosts(&self, peers: &PeerSet, held: bool) -> Result<bool, PortError> {
         if self.settings.mode != AddressingMode::DnsNames {
             return Ok(false);
         }
-        let block =
-            hosts::render_block(peers, self.settings.max_slots, self.settings.unused_slot_ip);
+        let s = &self.settings;
+        let block = if held {
+            let served = std::fs::read_to_string(&s.hosts_file).unwrap_or_default();
+            hosts::held_block(&served, peers, s.max_slots, s.unused_slot_ip)
+        } else {
+            hosts::render_block(peers, s.max_slots, s.unused_slot_ip)
+        };
         hosts::write(&self.settings.hosts_file, &block).map_err(|e| {
             port_error(
                 &format!("cannot write {}", self.settings.hosts_file.display()),
@@ -385,13 +401,16 @@ impl Inner {
         command
     }
 
-    /// What the daemon serves when started now on `nodes_config`: the contents of the
-    /// two config files it reads at start.
-    fn served(&self, nodes_config: &str) -> String {
-        format!("{}\n{nodes_config}", render_config(&self.settings))
+    /// What a daemon started now serves, for the runner to keep and a later adapter to
+    /// compare: config.cfg as we write it. The peers (the nodes config and, in DNS-names
+    /// mode, the hosts block) are not part of it: a restarted node knows few of them at
+    /// first, and an adopted daemon keeps those it serves for a while
+    /// ([`ImexSettings::adoption_hold`]).
+    fn served(&self) -> String {
+        render_config(&self.settings)
     }
 
-    async fn spawn(&self, state: &mut State, served: String) -> Result<(), PortError> {
+    async fn spawn(&self, state: &mut State) -> Result<(), PortError> {
         let s = &self.settings;
         self.ensure_listenable(s.server_port, "SERVER_PORT").await?;
         self.ensure_listenable(s.cmd_port, "IMEX_CMD_PORT").await?;
@@ -401,7 +420,7 @@ impl Inner {
                 program: s.daemon.program.clone(),
                 args: s.daemon.args.clone(),
                 env: s.daemon_env.clone(),
-                served,
+                served: self.served(),
             };
             let instance = runner.start(&request).await.map_err(|e| {
                 PortError(format!(
@@ -451,11 +470,12 @@ impl Inner {
         state.generation += 1;
         state.exited = None;
         state.last_reload = None;
+        state.hold_until = None;
     }
 
     /// At start with a runner: adopts its instance on our config when that serves
     /// `served`, stops it when it serves something else. Whether one was adopted.
-    async fn adopt(&self, state: &mut State, served: &str) -> Result<bool, PortError> {
+    async fn adopt(&self, state: &mut State) -> Result<bool, PortError> {
         let Some(runner) = &self.runner else {
             return Ok(false);
         };
@@ -470,7 +490,7 @@ impl Inner {
         else {
             return Ok(false);
         };
-        if found.served == served {
+        if found.served == self.served() {
             metrics::counter!(IMEX_ADOPTIONS, "outcome" => "adopted").increment(1);
             info!(
                 pid = found.pid,
@@ -482,6 +502,10 @@ impl Inner {
                 follow_runner(runner.clone(), &found, self.exits.clone()),
                 None,
             );
+            state.hold_until = Some(Instant::now() + self.settings.adoption_hold);
+            // What it was started with, not what this node knows of its peers yet.
+            state.nodes_config =
+                std::fs::read_to_string(self.settings.nodes_config_path()).unwrap_or_default();
             return Ok(true);
         }
         metrics::counter!(IMEX_ADOPTIONS, "outcome" => "replaced").increment(1);
@@ -660,6 +684,56 @@ fn follow_runner(runner: RunnerClient, instance: &Instance, exits: Arc<Notify>) 
     running
 }
 
+/// Ends an adopted daemon's hold once it is over: from then on it serves the peers asked
+/// for last, and those it kept that nobody asked for go. `generation`: the adoption's;
+/// a daemon started since has no hold.
+async fn end_hold(inner: std::sync::Weak<Inner>, generation: u64) {
+    let Some(hold) = inner.upgrade().map(|i| i.settings.adoption_hold) else {
+        return;
+    };
+    tokio::time::sleep(hold).await;
+    let Some(inner) = inner.upgrade() else { return };
+    let mut state = inner.state.lock().await;
+    if state.generation != generation || state.hold_until.take().is_none() {
+        return;
+    }
+    if !inner.alive(&mut state) {
+        return;
+    }
+    let peers = state.peers.clone();
+    match inner.settings.mode {
+        AddressingMode::DnsNames => match inner.write_hosts(&peers, false) {
+            Ok(true) => {
+                info!("the adopted IMEX daemon's hold is over: serving the peers this node knows");
+                request_reload(&inner, &mut state);
+            }
+            Ok(false) => {}
+            Err(error) => {
+                warn!(%error, "cannot write the peers after the adopted IMEX daemon's hold")
+            }
+        },
+        AddressingMode::Ips => {
+            let nodes_config = inner.nodes_config(&peers);
+            if nodes_config == state.nodes_config {
+                return;
+            }
+            let path = inner.settings.nodes_config_path();
+            if let Err(error) = write_atomic(&path, &nodes_config) {
+                warn!(%error, "cannot write {} after the adopted IMEX daemon's hold", path.display());
+                return;
+            }
+            info!(
+                "the adopted IMEX daemon's hold is over and its peers changed (IPs mode): restarting it"
+            );
+            inner.stop_child(&mut state).await;
+            match inner.spawn(&mut state).await {
+                Ok(()) => state.nodes_config = nodes_config,
+                Err(error) => warn!(%error, "cannot restart the IMEX daemon after its hold"),
+            }
+        }
+    }
+}
+
 /// Sends SIGUSR1 now, or when `reload_min_interval` has passed since the last one;
 /// requests in between become one.
 fn request_reload(inner: &Arc<Inner>, state: &mut State) {
@@ -738,7 +812,6 @@ impl Imex for ImexDaemon {
         let inner = &self.inner;
         let mut state = inner.state.lock().await;
         let nodes_config = inner.nodes_config(peers);
-        let served = inner.served(&nodes_config);
         if inner.alive(&mut state) {
             // Asked to start while running: a stale daemon (hung, or from before a
             // restart of ours). Replace it.
@@ -746,12 +819,20 @@ impl Imex for ImexDaemon {
         } else if inner.runner.is_none() {
             let settings = &inner.settings;
             leftover::stop(&settings.config_path(), settings.stop_timeout).await;
-        } else if inner.adopt(&mut state, &served).await? {
+        } else if inner.adopt(&mut state).await? {
             state.peers = peers.clone();
-            state.nodes_config = nodes_config;
-            if inner.write_hosts(peers)? {
+            let mut changed = inner.write_hosts(peers, true)?;
+            // Credentials that rotated while no domaind followed them.
+            if let Some(credentials) = inner.credentials.as_ref().filter(|_| inner.settings.tls) {
+                let files = credentials.borrow().clone();
+                changed |= inner
+                    .write_credentials(&files)
+                    .map_err(|e| port_error("cannot write IMEX's TLS credentials", e))?;
+            }
+            if changed {
                 request_reload(inner, &mut state);
             }
+            tokio::spawn(end_hold(Arc::downgrade(inner), state.generation));
             return Ok(());
         }
         let settings = &inner.settings;
@@ -768,8 +849,8 @@ impl Imex for ImexDaemon {
                 e,
             )
         })?;
-        inner.write_hosts(peers)?;
-        inner.spawn(&mut state, served).await?;
+        inner.write_hosts(peers, false)?;
+        inner.spawn(&mut state).await?;
         state.peers = peers.clone();
         state.nodes_config = nodes_config;
         Ok(())
@@ -783,7 +864,7 @@ impl Imex for ImexDaemon {
         }
         match inner.settings.mode {
             AddressingMode::DnsNames => {
-                let changed = inner.write_hosts(peers)?;
+                let changed = inner.write_hosts(peers, state.holding())?;
                 state.peers = peers.clone();
                 if changed {
                     drop(state);
@@ -793,14 +874,15 @@ impl Imex for ImexDaemon {
             AddressingMode::Ips => {
                 let nodes_config = inner.nodes_config(peers);
                 state.peers = peers.clone();
-                if nodes_config != state.nodes_config {
+                // An adopted daemon is restarted for new peers only once its hold is
+                // over ([`end_hold`] applies the set asked for last).
+                if nodes_config != state.nodes_config && !state.holding() {
                     let path = inner.settings.nodes_config_path();
                     write_atomic(&path, &nodes_config)
                         .map_err(|e| port_error(&format!("cannot write {}", path.display()), e))?;
                     info!("IMEX peers changed (IPs mode): restarting the daemon");
                     inner.stop_child(&mut state).await;
-                    let served = inner.served(&nodes_config);
-                    inner.spawn(&mut state, served).await?;
+                    inner.spawn(&mut state).await?;
                     state.nodes_config = nodes_config;
                 }
             }

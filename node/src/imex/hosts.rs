@@ -31,6 +31,35 @@ pub fn render_block(peers: &PeerSet, max_slots: Slot, unused_slot_ip: IpAddr) ->
     out
 }
 
+/// Our block while an adopted daemon's node catches up: each slot `asked` holds, as
+/// asked; each other slot as `served` (the hosts file the daemon runs with) maps it;
+/// parked otherwise. A restarted node knows few of its peers at first, and the daemon
+/// must not lose the others before the node knows whether they are gone.
+pub fn held_block(
+    served: &str,
+    asked: &PeerSet,
+    max_slots: Slot,
+    unused_slot_ip: IpAddr,
+) -> String {
+    let served = parse(served);
+    let mut held = asked.clone();
+    for slot in 0..max_slots {
+        if held.peers.contains_key(&slot) {
+            continue;
+        }
+        if let Some(Resolution::Ip(ip)) = served.get(&slot_hostname(slot)) {
+            held.peers.insert(
+                slot,
+                domaind_actors::rules::peers::Peer {
+                    node: String::new(),
+                    ip: *ip,
+                },
+            );
+        }
+    }
+    render_block(&held, max_slots, unused_slot_ip)
+}
+
 /// `existing` with our block replaced by `block` (or appended).
 pub fn merge(existing: &str, block: &str) -> String {
     let mut out = String::new();
@@ -104,6 +133,36 @@ pub fn write(path: &Path, block: &str) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_block_keeps_the_served_slots_it_was_not_asked_about() {
+        let unused: IpAddr = "127.255.255.254".parse().unwrap();
+        let served = render_block(
+            &peers(&[
+                (0, "a", "10.0.0.1"),
+                (1, "b", "10.0.0.2"),
+                (2, "c", "10.0.0.3"),
+            ]),
+            4,
+            unused,
+        );
+        let file = format!("127.0.0.1 localhost\n{served}");
+        // Only itself known yet: the others stay as served.
+        let asked = peers(&[(1, "b", "10.0.0.2")]);
+        assert_eq!(held_block(&file, &asked, 4, unused), served);
+        // A slot asked for another IP takes the asked one; a new slot is added.
+        let asked = peers(&[(0, "a", "10.0.0.9"), (3, "d", "10.0.0.4")]);
+        let held = parse(&held_block(&file, &asked, 4, unused));
+        let ip = |slot| held[&slot_hostname(slot)].clone();
+        assert_eq!(ip(0), Resolution::Ip("10.0.0.9".parse().unwrap()));
+        assert_eq!(ip(1), Resolution::Ip("10.0.0.2".parse().unwrap()));
+        assert_eq!(ip(3), Resolution::Ip("10.0.0.4".parse().unwrap()));
+        // Nothing served: as asked.
+        assert_eq!(
+            held_block("", &asked, 4, unused),
+            render_block(&asked, 4, unused)
+        );
+    }
     use domaind_actors::rules::peers::Peer;
 
     fn peers(pairs: &[(Slot, &str, &str)]) -> PeerSet {

@@ -8,6 +8,8 @@ use std::process::{Child, Command as Process};
 use std::time::Duration;
 
 use domaind_actors::ports::Imex;
+use domaind_actors::rules::peers::{Peer, slot_hostname};
+use domaind_node::imex::hosts::{self, Resolution};
 use domaind_node::imex::runner::RunnerClient;
 use domaind_node::imex::{ImexDaemon, ImexSettings};
 use nix::sys::signal::{Signal, kill};
@@ -108,6 +110,54 @@ async fn a_new_adapter_adopts_the_daemon_the_last_one_left_running() {
     let instances = RunnerClient::new(&runner.socket).instances().await.unwrap();
     assert!(instances.iter().all(|i| i.ended.is_some()), "{instances:?}");
     assert!(!alive(again));
+}
+
+/// A restarted node knows few of its peers at first: the daemon it adopts keeps the
+/// peers it served until the hold is over, and only then serves those asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adopted_daemon_keeps_the_peers_it_served_until_its_hold_is_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = Runner::start(dir.path()).await;
+    let ip = IpAddr::from([127, 0, 0, 93]);
+    let mut s = runner.settings(dir.path(), ip);
+    s.adoption_hold = Duration::from_millis(500);
+    let mut two = alone(ip);
+    two.peers.insert(
+        1,
+        Peer {
+            node: "node-b".into(),
+            ip: IpAddr::from([127, 0, 0, 94]),
+        },
+    );
+    let slot_1 = |s: &ImexSettings| {
+        let text = std::fs::read_to_string(&s.hosts_file).unwrap();
+        hosts::parse(&text)[&slot_hostname(1)].clone()
+    };
+
+    let first = ImexDaemon::new(s.clone());
+    first.start(&two).await.unwrap();
+    let pid = first.pid().await.unwrap();
+    drop(first);
+    assert_eq!(slot_1(&s), Resolution::Ip(IpAddr::from([127, 0, 0, 94])));
+
+    let second = ImexDaemon::new(s.clone());
+    second.start(&alone(ip)).await.unwrap();
+    assert_eq!(second.pid().await, Some(pid));
+    assert_eq!(
+        slot_1(&s),
+        Resolution::Ip(IpAddr::from([127, 0, 0, 94])),
+        "kept while the node catches up"
+    );
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while slot_1(&s) != Resolution::Parked {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the hold never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(second.pid().await, Some(pid), "a reload, not a restart");
+    second.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
