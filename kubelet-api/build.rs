@@ -10,7 +10,13 @@ const PROTOS: [&str; 3] = [
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("proto");
+    // At run time, not `env!`: a build script compiled for one checkout is run again for
+    // another that shares the target directory (CI's newcomer copy), and must read the
+    // protos of the one it builds.
+    let root = PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?,
+    )
+    .join("proto");
     println!("cargo:rerun-if-changed={}", root.display());
     let descriptors = protox::compile(PROTOS, [&root])?;
     tonic_prost_build::configure()
