@@ -365,40 +365,17 @@ impl Inner {
     }
 
     /// The daemon's command: through the guard when there is one, so that it dies
-    /// with this process; in a process group of its own either way, so that a
-    /// terminal's Ctrl-C meant for domaind does not reach it (domaind stops it).
+    /// with this process ([`guard::daemon_command`]).
     fn daemon_command(&self) -> Command {
         let s = &self.settings;
-        let mut daemon_args: Vec<std::ffi::OsString> =
-            s.daemon.args.iter().map(Into::into).collect();
-        daemon_args.push("-c".into());
-        daemon_args.push(s.config_path().into_os_string());
-        let mut command = match &s.guard {
-            Some(guard_command) => {
-                let (program, args) = guard::command_line(
-                    guard_command,
-                    std::process::id(),
-                    &s.daemon.program,
-                    &daemon_args,
-                );
-                let mut command = Command::new(program);
-                command.args(args);
-                command
-            }
-            None => {
-                let mut command = Command::new(&s.daemon.program);
-                command.args(daemon_args);
-                command
-            }
-        };
-        command
-            .envs(s.daemon_env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        command
+        let args: Vec<String> = s.daemon.args.clone();
+        guard::daemon_command(
+            s.guard.as_ref(),
+            &s.daemon.program,
+            &args,
+            &s.config_path(),
+            &s.daemon_env,
+        )
     }
 
     /// What a daemon started now serves, for the runner to keep and a later adapter to

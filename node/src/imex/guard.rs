@@ -75,6 +75,37 @@ pub fn command_line(
     (guard.program.clone(), line)
 }
 
+/// The IMEX daemon's command, `PROGRAM ARGS... -c CONFIG` with `env`: through the
+/// guard `guard` when given, for this process as the parent whose death ends it; in a
+/// process group of its own either way, so that a signal meant for its starter's group
+/// (a terminal's Ctrl-C) does not reach it: the starter stops it. Output piped, for
+/// the starter to follow; killed if the handle is dropped before it is watched.
+pub fn daemon_command(
+    guard: Option<&super::Command>,
+    program: &std::path::Path,
+    args: &[String],
+    config: &std::path::Path,
+    env: &[(String, String)],
+) -> tokio::process::Command {
+    let mut daemon_args: Vec<OsString> = args.iter().map(Into::into).collect();
+    daemon_args.push("-c".into());
+    daemon_args.push(config.as_os_str().to_owned());
+    let (program, line) = match guard {
+        Some(guard) => command_line(guard, std::process::id(), program, &daemon_args),
+        None => (program.to_path_buf(), daemon_args),
+    };
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(line)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    command
+}
+
 /// Runs the guard: returns only when the daemon could not be started.
 pub fn main(args: &[OsString]) -> ExitCode {
     let guard = match parse(args) {

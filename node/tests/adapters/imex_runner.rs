@@ -15,7 +15,7 @@ use domaind_node::imex::{ImexDaemon, ImexSettings};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::imex_supervisor::{alone, settings, wait_ready};
+use crate::imex_supervisor::{alone, assert_exit_told, settings, wait_ready};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -88,18 +88,7 @@ async fn a_new_adapter_adopts_the_daemon_the_last_one_left_running() {
 
     // Exits are seen through the runner, and told with how the daemon ended.
     kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
-    tokio::time::timeout(LIMIT, second.exited())
-        .await
-        .expect("the exit is told without a status query");
-    let status = second.status().await.unwrap();
-    assert!(!status.running);
-    assert!(
-        status
-            .exited
-            .as_deref()
-            .is_some_and(|why| why.contains("SIGKILL")),
-        "{status:?}"
-    );
+    assert_exit_told(&second, "SIGKILL").await;
 
     // Started again through the runner, and stopped through it.
     second.start(&alone(ip)).await.unwrap();

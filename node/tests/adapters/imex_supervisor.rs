@@ -155,16 +155,7 @@ async fn the_adapter_tells_of_an_exit_as_it_happens() {
         .unwrap();
     assert_eq!(daemon.pid().await, None);
     // Still unreported: told again at once, until a status says why.
-    tokio::time::timeout(LIMIT, daemon.exited()).await.unwrap();
-    let status = daemon.status().await.unwrap();
-    assert!(!status.running);
-    assert!(
-        status
-            .exited
-            .as_deref()
-            .is_some_and(|why| why.contains("SIGKILL")),
-        "{status:?}"
-    );
+    assert_exit_told(&daemon, "SIGKILL").await;
 
     // A stop is no exit to tell of.
     daemon.start(&alone(ip)).await.unwrap();
@@ -189,6 +180,23 @@ async fn wait(mut condition: impl FnMut() -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// `daemon`'s exit is told (`exited` resolves) and its status says it ended, naming
+/// `how`.
+pub(crate) async fn assert_exit_told(daemon: &ImexDaemon, how: &str) {
+    tokio::time::timeout(LIMIT, daemon.exited())
+        .await
+        .expect("the exit is told without a status query");
+    let status = daemon.status().await.unwrap();
+    assert!(!status.running);
+    assert!(
+        status
+            .exited
+            .as_deref()
+            .is_some_and(|why| why.contains(how)),
+        "{status:?}"
+    );
 }
 
 /// Waits until `daemon` says it is ready; on timeout, fails with what it last said

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -201,35 +200,15 @@ async fn start(
     Ok(Json(instance))
 }
 
-/// The daemon's command line: `PROGRAM ARGS... -c CONFIG`, through the guard when
-/// there is one; in a process group of its own, so that a signal to the runner's
-/// group does not reach it (the runner stops it).
+/// The daemon's command line, through the guard so that it dies with the runner.
 fn command(request: &StartRequest, guard_command: Option<&ImexCommand>) -> Command {
-    let mut args: Vec<std::ffi::OsString> = request.args.iter().map(Into::into).collect();
-    args.push("-c".into());
-    args.push(request.config.clone().into_os_string());
-    let mut command = match guard_command {
-        Some(guard_command) => {
-            let (program, line) =
-                guard::command_line(guard_command, std::process::id(), &request.program, &args);
-            let mut command = Command::new(program);
-            command.args(line);
-            command
-        }
-        None => {
-            let mut command = Command::new(&request.program);
-            command.args(args);
-            command
-        }
-    };
-    command
-        .envs(request.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    command
+    guard::daemon_command(
+        guard_command,
+        &request.program,
+        &request.args,
+        &request.config,
+        &request.env,
+    )
 }
 
 fn unknown(config: &Path, instance: u64) -> (StatusCode, String) {
