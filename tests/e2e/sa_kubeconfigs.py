@@ -59,13 +59,24 @@ def release_name(namespace: str) -> str:
     return namespace
 
 
-def service_account_of(objects: list[dict[str, Any]], kind: str) -> str:
-    found = [o for o in objects if o["kind"] == kind]
+def service_account_of(objects: list[dict[str, Any]], kind: str, component: str) -> str:
+    """The ServiceAccount of the chart's one `kind` of `component` (its
+    app.kubernetes.io/component label): the chart has two DaemonSets, the node daemon's
+    and the IMEX runner's, which has none."""
+    found = [
+        o
+        for o in objects
+        if o["kind"] == kind
+        and o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+    ]
     if len(found) != 1:
-        raise E2EError(f"expected one {kind} in the rendered chart, found {len(found)}")
+        raise E2EError(
+            f"expected one {kind} of component {component} in the rendered chart, "
+            f"found {len(found)}"
+        )
     name = found[0]["spec"]["template"]["spec"].get("serviceAccountName")
     if not name:
-        raise E2EError(f"the chart's {kind} names no serviceAccountName")
+        raise E2EError(f"the chart's {kind} of {component} names no serviceAccountName")
     return name
 
 
@@ -276,8 +287,8 @@ def run(outdir: Path, namespace: str, duration: str, assignments: list[str]) -> 
     objects = manifest_objects(rendered["manifest"])
     rbac = [o for o in objects if o["kind"] in RBAC_KINDS + POLICY_KINDS]
     policies = [o for o in rbac if o["kind"] in POLICY_KINDS]
-    node_sa = service_account_of(objects, "DaemonSet")
-    controller_sa = service_account_of(objects, "Deployment")
+    node_sa = service_account_of(objects, "DaemonSet", "node")
+    controller_sa = service_account_of(objects, "Deployment", "controller")
 
     outdir.mkdir(parents=True, exist_ok=True)
     rbac_file = outdir / "rbac.yaml"

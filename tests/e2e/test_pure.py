@@ -106,12 +106,23 @@ class Rbac(unittest.TestCase):
                     self.assertFalse(both, f"{who}: {both}")
 
     def test_the_service_account_is_the_workloads(self) -> None:
-        ds = {"kind": "DaemonSet", "spec": {"template": {"spec": {"serviceAccountName": "n"}}}}
-        self.assertEqual(service_account_of([ds], "DaemonSet"), "n")
+        def workload(kind: str, component: str, account: str | None) -> dict:
+            spec = {"serviceAccountName": account} if account else {}
+            return {
+                "kind": kind,
+                "metadata": {"labels": {"app.kubernetes.io/component": component}},
+                "spec": {"template": {"spec": spec}},
+            }
+
+        ds = workload("DaemonSet", "node", "n")
+        runner = workload("DaemonSet", "imex-runner", None)
+        self.assertEqual(service_account_of([ds, runner], "DaemonSet", "node"), "n")
         with self.assertRaises(E2EError):
-            service_account_of([ds, ds], "DaemonSet")
+            service_account_of([ds, ds], "DaemonSet", "node")
         with self.assertRaises(E2EError):
-            service_account_of([ds], "Deployment")
+            service_account_of([ds], "Deployment", "controller")
+        with self.assertRaises(E2EError):
+            service_account_of([runner], "DaemonSet", "imex-runner")
 
     def test_the_kubeconfig_holds_server_ca_token_and_namespace(self) -> None:
         config = build_kubeconfig(
