@@ -425,13 +425,7 @@ impl Inner {
                     s.daemon.program.display()
                 ))
             })?;
-        let mut output = OutputTail::default();
-        if let Some(stdout) = child.stdout.take() {
-            output.follow(stdout, "stdout");
-        }
-        if let Some(stderr) = child.stderr.take() {
-            output.follow(stderr, "stderr");
-        }
+        let output = OutputTail::of(&mut child);
         metrics::counter!(IMEX_STARTS).increment(1);
         info!(pid = child.id(), program = %s.daemon.program.display(), guarded = s.guard.is_some(), "IMEX daemon started");
         self.took(state, watch_child(child, self.exits.clone()), Some(output));

@@ -40,6 +40,18 @@ impl OutputTail {
         }));
     }
 
+    /// Follows a freshly spawned child's piped stdout and stderr.
+    pub fn of(child: &mut tokio::process::Child) -> Self {
+        let mut output = Self::default();
+        if let Some(stdout) = child.stdout.take() {
+            output.follow(stdout, "stdout");
+        }
+        if let Some(stderr) = child.stderr.take() {
+            output.follow(stderr, "stderr");
+        }
+        output
+    }
+
     /// The last lines kept so far.
     pub fn snapshot(&self) -> Vec<String> {
         let kept = self.lines.lock().unwrap_or_else(|p| p.into_inner());

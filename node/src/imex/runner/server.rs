@@ -174,13 +174,7 @@ async fn start(
                 format!("cannot start {}: {e}", request.program.display()),
             )
         })?;
-    let mut output = OutputTail::default();
-    if let Some(stdout) = child.stdout.take() {
-        output.follow(stdout, "stdout");
-    }
-    if let Some(stderr) = child.stderr.take() {
-        output.follow(stderr, "stderr");
-    }
+    let output = OutputTail::of(&mut child);
     let instance = Instance {
         config: request.config.clone(),
         instance: runner.next_instance.fetch_add(1, Ordering::Relaxed),
