@@ -27,8 +27,7 @@ pub fn require(needs: &[&str]) {
     assert!(
         missing.is_empty(),
         "this end-to-end test needs {missing:?}: start ../shared/kube \
-         (eval \"$(../shared/kube/up.sh)\") and set them as README's \
-         \"End-to-end tests on real Kubernetes\" says"
+         (eval \"$(../shared/kube/up.sh)\") and set them as docs/TESTING.md says"
     );
 }
 

@@ -129,7 +129,7 @@ async fn apply_status(client: &Client, cd: &ComputeDomain, status: &ComputeDomai
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a cluster: KUBECONFIG and DOMAIND_E2E_NODE_KUBECONFIG (../shared/kube, tests/e2e/sa-kubeconfigs.sh; README, End-to-end tests)"]
+#[ignore = "needs a cluster: KUBECONFIG and DOMAIND_E2E_NODE_KUBECONFIG (../shared/kube, tests/e2e/sa-kubeconfigs.sh; docs/TESTING.md)"]
 async fn a_node_daemons_token_writes_only_its_own_nodes_slices_and_its_domains_status() {
     require(&["DOMAIND_E2E_NODE_KUBECONFIG"]);
     let admin = Client::try_default().await.unwrap();

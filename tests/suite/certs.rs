@@ -165,7 +165,7 @@ async fn denial(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; README, End-to-end tests)"]
+#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; docs/TESTING.md)"]
 async fn nodes_get_certificates_for_their_own_node_only() {
     require(&[]);
     let admin = Client::try_default().await.unwrap();

@@ -58,7 +58,7 @@ fn harness(namespace: &str, extra: &[&str]) -> Command {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; README, End-to-end tests)"]
+#[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; docs/TESTING.md)"]
 async fn the_chaos_harness_passes_on_a_real_cluster() {
     let cluster = FakeCluster::start("domaind-chaos", &[8, 9, 10], CLIQUE).await;
     let (client, names) = (cluster.client.clone(), cluster.names.clone());

@@ -87,7 +87,7 @@ async fn check_isolation(rack: &LocalRack) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; README, End-to-end tests)"]
+#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; docs/TESTING.md)"]
 async fn daemons_find_only_their_clique_mates_in_the_api_server() {
     require(&[]);
     let client = Client::try_default().await.unwrap();

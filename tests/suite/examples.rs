@@ -134,7 +134,7 @@ async fn install_mpijob_crd(client: &Client) {
 }
 
 #[tokio::test]
-#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; README, End-to-end tests)"]
+#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; docs/TESTING.md)"]
 async fn every_example_is_accepted_by_the_api_server_as_a_dry_run() {
     require(&[]);
     let client = Client::try_default().await.unwrap();

@@ -42,7 +42,7 @@ use domaind_e2e::cluster::{
 use domaind_e2e::tokens::node_tokens_for_rack;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; README, End-to-end tests)"]
+#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; docs/TESTING.md)"]
 async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     require(&[]);
     let client = Client::try_default().await.unwrap();

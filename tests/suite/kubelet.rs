@@ -312,7 +312,7 @@ pub(crate) async fn wait_registered(client: &Client, names: &[String], rack: &Lo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; README, End-to-end tests)"]
+#[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; docs/TESTING.md)"]
 async fn nvidias_blog_workload_runs_on_real_kubelets() {
     require(&["DOMAIND_E2E_KUBE_DIR"]);
     assert!(

@@ -77,7 +77,7 @@ fn check(kubeconfig: &str, output: &str) -> (i32, String) {
 }
 
 #[tokio::test]
-#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; README, End-to-end tests)"]
+#[ignore = "needs a cluster: KUBECONFIG of a real API server (../shared/kube; docs/TESTING.md)"]
 async fn the_check_finds_what_nvidias_stack_left_and_exits_non_zero() {
     require(&[]);
     let kubeconfig = std::env::var("KUBECONFIG").unwrap();
