@@ -8,6 +8,7 @@ use chitchat::FailureDetectorConfig;
 use crate::eager::EagerGossip;
 use crate::identity::NodeName;
 use crate::pulse::PulseTiming;
+use crate::version::WireVersion;
 
 /// How often gossip runs and how quickly a silent node is declared dead.
 ///
@@ -85,6 +86,9 @@ pub struct GossipConfig {
     /// Keys this node publishes from its first gossip round.
     pub initial_keys: Vec<(String, String)>,
     pub timing: GossipTiming,
+    /// The version of what this node writes; only tests write another than the
+    /// current one, to play a node of the next release.
+    pub wire_version: WireVersion,
 }
 
 impl GossipConfig {
@@ -98,6 +102,7 @@ impl GossipConfig {
             cluster_id: cluster_id.into(),
             initial_keys: Vec::new(),
             timing: GossipTiming::default(),
+            wire_version: WireVersion::Current,
         }
     }
 

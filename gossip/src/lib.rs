@@ -27,6 +27,7 @@ pub mod pulse;
 pub mod signed;
 pub mod tls;
 pub mod transport;
+pub mod version;
 
 pub use chitchat::transport::{ChannelTransport, Socket, Transport};
 

@@ -30,6 +30,12 @@ pub const CERT_EXPIRY: &str = "domaind_gossip_cert_expiry_timestamp_seconds";
 /// `kind`: `syn` (a peer that has us as a seed), `bad_cluster` (a peer refusing ours).
 /// Zero at steady state; anything else is a stale or misconfigured seed.
 pub const FOREIGN_CLUSTER: &str = "domaind_gossip_foreign_cluster_total";
+/// What this node read of a newer version than its own, by `format`: `frame`, `pulse`
+/// (each one), `envelope` (each signed value), `checkpoint` (each journal record),
+/// `run_json` (each read). Read as far as this version understands it, never refused
+/// for the version alone (see `version`). Not only gossip's: the checkpoint and run.json
+/// count here too. Nonzero during a rolling upgrade; after one, a node left behind.
+pub const NEWER_VERSION: &str = "domaind_newer_version_total";
 
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,4 +119,34 @@ pub(crate) fn foreign_cluster(kind: &'static str) {
 
 pub(crate) fn state_signed(count: usize) {
     metrics::counter!(STATE_SIGNED).increment(count as u64);
+}
+
+/// For every reader of a versioned format, the node crate's included.
+pub fn newer_version(format: &'static str, count: usize) {
+    metrics::counter!(NEWER_VERSION, "format" => format).increment(count as u64);
+}
+
+/// The counter `name` with `format` as its label, as `snapshotter`'s recorder counted it.
+#[cfg(test)]
+pub(crate) fn counted(
+    snapshotter: &metrics_util::debugging::Snapshotter,
+    name: &str,
+    format: &str,
+) -> u64 {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            key.key().name() == name
+                && key
+                    .key()
+                    .labels()
+                    .any(|label| label.key() == "format" && label.value() == format)
+        })
+        .map(|(.., value)| match value {
+            metrics_util::debugging::DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum()
 }

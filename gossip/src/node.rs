@@ -27,6 +27,7 @@ use crate::signed::credentials::CredentialsWatch;
 use crate::signed::{SignedTransport, StateCheck, owner};
 use crate::tls::NodeTls;
 use crate::transport::{TlsTransport, TransportLimits};
+use crate::version::WireVersion;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GossipError {
@@ -67,6 +68,8 @@ pub struct GossipNode {
     seeds: watch::Sender<Vec<SocketAddr>>,
     /// Set by `stop`: an end of the gossip task after it is expected, not news.
     stopping: Arc<AtomicBool>,
+    /// The version this node's values are signed in.
+    wire: WireVersion,
 }
 
 impl Drop for GossipNode {
@@ -141,11 +144,12 @@ impl GossipNode {
         check.attach(handle.chitchat());
         let current = credentials.borrow().clone();
         let initial_keys = config.initial_keys.clone();
+        let wire = config.wire_version;
         handle
             .with_chitchat(move |chitchat| {
-                let mut written = owner::publish_certificate(chitchat, &current)?;
+                let mut written = owner::publish_certificate(chitchat, &current, wire)?;
                 for (key, value) in &initial_keys {
-                    written += usize::from(owner::publish(chitchat, &current, key, value)?);
+                    written += usize::from(owner::publish(chitchat, &current, key, value, wire)?);
                 }
                 metrics::state_signed(written);
                 Ok::<_, String>(())
@@ -165,12 +169,14 @@ impl GossipNode {
             pulse_endpoint,
             config.timing.pulse,
             seeds_rx,
+            wire,
         );
         let (eager, live) = EagerTask::spawn(handle.clone(), config.timing.eager, liveness).await;
         let resigner = tokio::spawn(resign_on_rotation(
             handle.clone(),
             credentials.clone(),
             eager.own_news.clone(),
+            wire,
         ));
         info!(
             node = %config.node,
@@ -191,6 +197,7 @@ impl GossipNode {
             pulse,
             seeds,
             stopping: Arc::new(AtomicBool::new(false)),
+            wire,
         })
     }
 
@@ -209,8 +216,9 @@ impl GossipNode {
         }
         let credentials = tls.credentials();
         let check = StateCheck::new(config.cluster_id.clone(), credentials.clone());
-        let mut transport =
-            TlsTransport::new(tls, config.generation, limits).with_state_check(check.clone());
+        let mut transport = TlsTransport::new(tls, config.generation, limits)
+            .with_state_check(check.clone())
+            .with_wire_version(config.wire_version);
         if let Some(advertise) = config.advertise_addr {
             transport = transport.with_advertise_addr(advertise);
         }
@@ -288,7 +296,9 @@ impl GossipNode {
         let credentials = self.credentials.borrow().clone();
         let written = self
             .handle
-            .with_chitchat(|chitchat| owner::publish(chitchat, &credentials, &key, &value))
+            .with_chitchat(|chitchat| {
+                owner::publish(chitchat, &credentials, &key, &value, self.wire)
+            })
             .await;
         self.wrote(&key, written);
     }
@@ -298,7 +308,7 @@ impl GossipNode {
         let credentials = self.credentials.borrow().clone();
         let written = self
             .handle
-            .with_chitchat(|chitchat| owner::retract(chitchat, &credentials, key))
+            .with_chitchat(|chitchat| owner::retract(chitchat, &credentials, key, self.wire))
             .await;
         self.wrote(key, written);
     }
@@ -401,12 +411,13 @@ async fn resign_on_rotation(
     handle: Arc<ChitchatHandle>,
     mut credentials: CredentialsWatch,
     own_news: Arc<Notify>,
+    wire: WireVersion,
 ) {
     while credentials.changed().await.is_ok() {
         let current = credentials.borrow_and_update().clone();
         let node = current.node().clone();
         let written = handle
-            .with_chitchat(move |chitchat| owner::publish_certificate(chitchat, &current))
+            .with_chitchat(move |chitchat| owner::publish_certificate(chitchat, &current, wire))
             .await;
         match written {
             Ok(0) => {}

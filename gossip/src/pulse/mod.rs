@@ -45,6 +45,7 @@ use wire::Pulse;
 
 use crate::signed::CERT_KEY;
 use crate::transport::episodes::Episodes;
+use crate::version::{NewerVersions, WireVersion};
 
 /// Pulses received and dropped because they are malformed or too large.
 pub const PULSES_REFUSED: &str = "domaind_gossip_pulses_refused_total";
@@ -183,6 +184,7 @@ impl PulseTask {
         endpoint: PulseEndpoint,
         timing: PulseTiming,
         seeds: Seeds,
+        wire: WireVersion,
     ) -> (Self, Arc<Liveness>) {
         let me = handle.chitchat_id().clone();
         let (live, _) = watch::channel(LiveIds::from([me.clone()]));
@@ -191,7 +193,7 @@ impl PulseTask {
             dead_after: timing.dead_after,
             live,
         });
-        let task = tokio::spawn(run(handle, liveness.clone(), endpoint, timing, seeds));
+        let task = tokio::spawn(run(handle, liveness.clone(), endpoint, timing, seeds, wire));
         let abort = task.abort_handle();
         let (ended_tx, ended) = watch::channel(None);
         // Liveness stops with this task: whoever watches the node's health must hear
@@ -234,8 +236,10 @@ async fn run(
     endpoint: PulseEndpoint,
     timing: PulseTiming,
     seeds: Seeds,
+    wire: WireVersion,
 ) {
     let PulseEndpoint { out, mut inbox } = endpoint;
+    let newer = NewerVersions::default();
     let mut rng = SmallRng::from_rng(&mut rand::rng());
     let mut ticks = tokio::time::interval(timing.interval);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -249,7 +253,7 @@ async fn run(
                     let mut table = liveness.table();
                     table.beat();
                     let targets = table.targets(Instant::now(), timing.dead_after, &mut rng);
-                    (Bytes::from(table.push().encode()), targets)
+                    (Bytes::from(table.push().encode_as(wire)), targets)
                 };
                 for target in targets {
                     out.send(target, push.clone());
@@ -263,8 +267,16 @@ async fn run(
                     debug!("pulse inbox closed; pulses stop");
                     return;
                 };
-                let pulse = match Pulse::decode(&bytes) {
-                    Ok(pulse) => pulse,
+                let pulse = match Pulse::read(&bytes) {
+                    Ok(read) => {
+                        if read.version > wire::PULSE_VERSION {
+                            newer.note("pulse", &from.to_string(), u64::from(read.version), u64::from(wire::PULSE_VERSION), 1);
+                        }
+                        match read.pulse {
+                            Some(pulse) => pulse,
+                            None => continue,
+                        }
+                    }
                     Err(error) => {
                         metrics::counter!(PULSES_REFUSED, "reason" => error.reason()).increment(1);
                         if refusals.note(&from.to_string(), error.reason(), Instant::now()) {
@@ -282,7 +294,7 @@ async fn run(
                     (received, live)
                 };
                 if let Some(reply) = received.reply {
-                    out.send(from, Bytes::from(reply.encode()));
+                    out.send(from, Bytes::from(reply.encode_as(wire)));
                 }
                 let differ = received.tables_differ || received.states_differ;
                 if differ && last_mend.is_none_or(|at| now.saturating_duration_since(at) >= MEND_EVERY) {
@@ -339,6 +351,7 @@ mod tests {
             MemoryPulses::new().open(addr),
             PulseTiming::default(),
             seeds,
+            WireVersion::Current,
         );
         let ended = pulse.ended();
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -10,9 +10,6 @@
 //! version): a receiver holding something else knows an exchange would bring news one
 //! way or the other.
 //!
-//! ```text
-//! ```
-//!
 //! Heartbeats travel as their low 16 bits: a receiver holds the full count and adds
 //! the (signed) difference, so a beat older than the one held is recognised as such for
 //! as long as the two are less than 32,768 rounds apart (over an hour at 150 ms). By
@@ -20,8 +17,17 @@
 //! table's hash: peers holding the same table (every node, once gossip has settled)
 //! name no node at all. Keyed, each beat carries a 32-bit key of its node, for peers
 //! whose tables differ. Big-endian throughout.
+//!
+//! Versions: the above is version 1, which every release reads. A newer version wraps
+//! it, `3 | version: u8 | extensions length: u16 | extensions | pulse as above`: an
+//! older reader skips the extensions and reads the pulse inside, and ignores (does not
+//! refuse) one of a kind or form it does not know. Releases before this one refuse the
+//! wrapper: a release writes it only once every node reads it (this one does), and this
+//! one writes version 1.
 
 use bytes::{Buf, BufMut};
+
+use crate::version::WireVersion;
 
 /// The most beats one pulse may carry: a 576-node clique with room to spare, and a
 /// bound on what one frame makes a receiver do.
@@ -84,6 +90,19 @@ impl PulseError {
 const FORM_POSITIONS: u8 = 0;
 const FORM_KEYED: u8 = 1;
 
+/// The pulse version this node speaks.
+pub const PULSE_VERSION: u8 = crate::version::WIRE_VERSION;
+/// The first byte of a pulse of version 2 or later (where version 1 has its kind).
+const VERSIONED: u8 = 3;
+
+/// A pulse as read, of any version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    pub version: u8,
+    /// `None` for a newer version's pulse of a kind or form this version does not know.
+    pub pulse: Option<Pulse>,
+}
+
 impl Pulse {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(16 + self.beat_count() * 6);
@@ -122,6 +141,43 @@ impl Pulse {
             }
         }
         out
+    }
+
+    /// The pulse as `wire` writes it.
+    pub fn encode_as(&self, wire: WireVersion) -> Vec<u8> {
+        if wire == WireVersion::Current {
+            return self.encode();
+        }
+        let extension = wire.extension();
+        let inner = self.encode();
+        let mut out = Vec::with_capacity(4 + extension.len() + inner.len());
+        out.put_u8(VERSIONED);
+        out.put_u8(wire.version());
+        out.put_u16(extension.len() as u16);
+        out.extend_from_slice(extension);
+        out.extend_from_slice(&inner);
+        out
+    }
+
+    /// Reads a pulse of any version: a newer one as far as this version understands it.
+    pub fn read(bytes: &[u8]) -> Result<Read, PulseError> {
+        let [VERSIONED, version, len_hi, len_lo, rest @ ..] = bytes else {
+            return Self::decode(bytes).map(|pulse| Read {
+                version: PULSE_VERSION,
+                pulse: Some(pulse),
+            });
+        };
+        let len = usize::from(u16::from_be_bytes([*len_hi, *len_lo]));
+        let inner = rest.get(len..).ok_or(PulseError::Truncated)?;
+        let pulse = match Self::decode(inner) {
+            Ok(pulse) => Some(pulse),
+            Err(PulseError::Kind(_) | PulseError::Form(_)) if *version > PULSE_VERSION => None,
+            Err(error) => return Err(error),
+        };
+        Ok(Read {
+            version: *version,
+            pulse,
+        })
     }
 
     fn beat_count(&self) -> usize {
@@ -281,10 +337,77 @@ mod tests {
         assert_eq!(Pulse::decode(&short), Err(PulseError::Truncated));
     }
 
+    #[test]
+    fn a_newer_version_is_read_as_far_as_this_one_understands_it() {
+        let pulse = Pulse {
+            kind: Kind::Reply,
+            state: 9,
+            beats: Beats::Keyed(vec![(4, 5)]),
+        };
+        assert_eq!(
+            Pulse::read(&pulse.encode()),
+            Ok(Read {
+                version: PULSE_VERSION,
+                pulse: Some(pulse.clone())
+            })
+        );
+        let next = pulse.encode_as(WireVersion::Next);
+        assert_eq!(
+            Pulse::read(&next),
+            Ok(Read {
+                version: PULSE_VERSION + 1,
+                pulse: Some(pulse.clone())
+            })
+        );
+        // A kind of pulse the next version added: ignored, not refused.
+        let mut new_kind = next.clone();
+        let inner = new_kind.len() - pulse.encode().len();
+        new_kind[inner] = 7;
+        assert_eq!(
+            Pulse::read(&new_kind),
+            Ok(Read {
+                version: PULSE_VERSION + 1,
+                pulse: None
+            })
+        );
+        // Damage is damage whatever the version.
+        assert_eq!(
+            Pulse::read(&next[..next.len() - 1]),
+            Err(PulseError::Truncated)
+        );
+        assert_eq!(Pulse::read(&next[..6]), Err(PulseError::Truncated));
+        let mut of_ours = new_kind;
+        of_ours[1] = PULSE_VERSION;
+        assert_eq!(Pulse::read(&of_ours), Err(PulseError::Kind(7)));
+    }
+
+    #[test]
+    fn the_next_version_is_counted_and_logged_once_by_the_reader() {
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let newer = crate::version::NewerVersions::default();
+        let next = Pulse {
+            kind: Kind::Push,
+            state: 1,
+            beats: Beats::Keyed(Vec::new()),
+        }
+        .encode_as(WireVersion::Next);
+        metrics::with_local_recorder(&recorder, || {
+            let read = Pulse::read(&next).unwrap();
+            assert!(read.pulse.is_some());
+            assert!(newer.note("pulse", "127.0.0.2:7000", u64::from(read.version), 1, 1));
+        });
+        assert_eq!(
+            crate::metrics::counted(&snapshotter, crate::metrics::NEWER_VERSION, "pulse"),
+            1
+        );
+    }
+
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = Pulse::decode(&bytes);
+            let _ = Pulse::read(&bytes);
         }
 
         #[test]

@@ -17,11 +17,13 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::credentials::{CredentialsWatch, StateCredentials};
+use super::envelope;
 use super::foreign::{Foreign, ForeignLog, foreign};
 use super::verify::{CertCache, Checker, Held, Refusal};
 use crate::metrics;
 use crate::transport::episodes::Episodes;
 use crate::transport::wire;
+use crate::version::NewerVersions;
 
 /// The checks one node runs on what it receives.
 pub(crate) struct StateCheck {
@@ -32,6 +34,8 @@ pub(crate) struct StateCheck {
     certs: Mutex<Certs>,
     episodes: Mutex<Episodes>,
     foreign_log: Mutex<ForeignLog>,
+    /// Owners met signing in a newer envelope version.
+    newer: NewerVersions,
 }
 
 /// What the receive-side check makes of one message.
@@ -77,6 +81,7 @@ impl StateCheck {
             }),
             episodes: Mutex::new(Episodes::default()),
             foreign_log: Mutex::new(ForeignLog::default()),
+            newer: NewerVersions::default(),
         })
     }
 
@@ -216,6 +221,15 @@ impl StateCheck {
                     Ok(passed) => {
                         if passed.stale > 0 {
                             metrics::state_refused("stale", passed.stale);
+                        }
+                        if passed.newer > 0 {
+                            self.newer.note(
+                                "envelope",
+                                &part.id.node_id,
+                                u64::from(passed.newest),
+                                u64::from(envelope::ENVELOPE_VERSION),
+                                passed.newer,
+                            );
                         }
                         kept.push(part);
                     }

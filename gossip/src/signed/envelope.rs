@@ -2,16 +2,24 @@
 //! then the payload.
 //!
 //! ```text
-//! value   = base64url(scheme: u16 BE | signature) "." payload
+//! value   = base64url(scheme: u16 BE | signature) [ "~" version "~" base64url(extensions) ] "." payload
 //! signed  = "domaind gossip state v1" 0x00
 //!           | cluster id | node id | generation u64 | advertised address
 //!           | key | deleted: u8 | version u64 | payload        (strings: u32 BE length | bytes)
+//!           [ | envelope version: u8 | extensions ]           (with the suffix)
 //! ```
 //!
 //! The signature covers everything a relay could otherwise change: whose state it is
 //! (node, generation and the address peers dial, so a value cannot be moved to a
 //! forged id), which key, whether it is a deletion, and its version (so an old value
 //! cannot be replayed as a new one).
+//!
+//! Versions: version 1 has no suffix. A newer version writes its number (decimal) and
+//! extensions in the suffix, and its signature covers them after what version 1 signs,
+//! so an older reader checks the signature, reads the payload and skips the extensions.
+//! Anything else that changes what is signed needs a new context string, which older
+//! readers refuse. Releases before this one refuse the suffix: a release writes it
+//! only once every node reads it (this one does), and this one writes version 1.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -20,6 +28,12 @@ use rustls::SignatureScheme;
 
 const CONTEXT: &[u8] = b"domaind gossip state v1\0";
 const SEPARATOR: char = '.';
+/// Between the signature and a newer version's number and extensions: in neither
+/// base64url nor a version number.
+const SUFFIX: char = '~';
+
+/// The envelope version this node speaks.
+pub const ENVELOPE_VERSION: u8 = crate::version::WIRE_VERSION;
 
 /// A node's certificate travels in its own state under this key, signed like any
 /// other value; it is what every other value of that node is checked against.
@@ -31,6 +45,9 @@ pub struct Sealed<'a> {
     pub scheme: SignatureScheme,
     pub signature: Vec<u8>,
     pub payload: &'a str,
+    pub version: u8,
+    /// A newer version's, unread here but signed.
+    pub extensions: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,6 +58,8 @@ pub enum EnvelopeError {
     Encoding(String),
     #[error("the signature is too short")]
     Short,
+    #[error("the envelope version is malformed: {0}")]
+    Version(String),
 }
 
 /// What one signature covers.
@@ -72,6 +91,17 @@ impl Subject<'_> {
         push_str(&mut out, self.payload);
         out
     }
+
+    /// The bytes signed in an envelope of `version` with `extensions`.
+    pub fn message_as(&self, version: u8, extensions: &[u8]) -> Vec<u8> {
+        let mut out = self.message();
+        if version > 1 {
+            out.push(version);
+            out.extend_from_slice(&(extensions.len() as u32).to_be_bytes());
+            out.extend_from_slice(extensions);
+        }
+        out
+    }
 }
 
 fn push_str(out: &mut Vec<u8>, s: &str) {
@@ -89,11 +119,52 @@ pub fn seal(scheme: SignatureScheme, signature: &[u8], payload: &str) -> String 
     out
 }
 
+/// The stored value for `payload` under `signature`, in an envelope of `version`
+/// (above 1) with `extensions`; the signature must cover them
+/// ([`Subject::message_as`]).
+pub fn seal_as(
+    version: u8,
+    extensions: &[u8],
+    scheme: SignatureScheme,
+    signature: &[u8],
+    payload: &str,
+) -> String {
+    if version <= 1 {
+        return seal(scheme, signature, payload);
+    }
+    let mut head = u16::from(scheme).to_be_bytes().to_vec();
+    head.extend_from_slice(signature);
+    format!(
+        "{}{SUFFIX}{version}{SUFFIX}{}{SEPARATOR}{payload}",
+        URL_SAFE_NO_PAD.encode(head),
+        URL_SAFE_NO_PAD.encode(extensions)
+    )
+}
+
 /// Takes a stored value apart; checks nothing but its shape.
 pub fn open(value: &str) -> Result<Sealed<'_>, EnvelopeError> {
     let (head, payload) = value
         .split_once(SEPARATOR)
         .ok_or(EnvelopeError::NoSignature)?;
+    let (head, version, extensions) = match head.split_once(SUFFIX) {
+        None => (head, 1, Vec::new()),
+        Some((head, suffix)) => {
+            let malformed = |what: &str| EnvelopeError::Version(what.to_owned());
+            let (version, extensions) = suffix
+                .split_once(SUFFIX)
+                .ok_or_else(|| malformed("no extensions"))?;
+            let version: u8 = version
+                .parse()
+                .map_err(|_| malformed("not a version number"))?;
+            if version < 2 {
+                return Err(malformed("version 1 has no suffix"));
+            }
+            let extensions = URL_SAFE_NO_PAD
+                .decode(extensions)
+                .map_err(|e| EnvelopeError::Encoding(e.to_string()))?;
+            (head, version, extensions)
+        }
+    };
     let head = URL_SAFE_NO_PAD
         .decode(head)
         .map_err(|e| EnvelopeError::Encoding(e.to_string()))?;
@@ -107,6 +178,8 @@ pub fn open(value: &str) -> Result<Sealed<'_>, EnvelopeError> {
         scheme: SignatureScheme::from(u16::from_be_bytes([*hi, *lo])),
         signature: signature.to_vec(),
         payload,
+        version,
+        extensions,
     })
 }
 
@@ -170,6 +243,61 @@ mod tests {
         assert_eq!(sealed.scheme, SignatureScheme::ECDSA_NISTP256_SHA256);
         assert_eq!(sealed.signature, vec![1, 2, 3]);
         assert_eq!(sealed.payload, "a.b.c");
+    }
+
+    #[test]
+    fn a_newer_version_opens_to_the_parts_this_one_knows() {
+        let value = seal_as(
+            2,
+            b"a field of version 2",
+            SignatureScheme::ED25519,
+            &[9, 9],
+            "p.q",
+        );
+        let sealed = open(&value).unwrap();
+        assert_eq!(
+            (sealed.version, &sealed.extensions[..], sealed.payload),
+            (2, &b"a field of version 2"[..], "p.q")
+        );
+        assert_eq!(payload(&value), Some("p.q"));
+        // Version 1 is written as it always was.
+        assert_eq!(
+            seal_as(1, b"", SignatureScheme::ED25519, &[9], "p"),
+            seal(SignatureScheme::ED25519, &[9], "p")
+        );
+        let owner = owner();
+        let subject = Subject {
+            cluster: "c",
+            owner: &owner,
+            key: "k",
+            deleted: false,
+            version: 1,
+            payload: "p",
+        };
+        assert_eq!(subject.message_as(1, b""), subject.message());
+        assert_ne!(subject.message_as(2, b"x"), subject.message_as(2, b"y"));
+        assert_ne!(subject.message_as(2, b"x"), subject.message_as(3, b"x"));
+    }
+
+    #[test]
+    fn a_malformed_version_suffix_does_not_open() {
+        let sig = URL_SAFE_NO_PAD.encode([4u8, 3, 1]);
+        for head in [
+            format!("{sig}~2"),
+            format!("{sig}~x~"),
+            format!("{sig}~1~"),
+            format!("{sig}~0~"),
+            format!("{sig}~300~"),
+        ] {
+            assert!(
+                matches!(open(&format!("{head}.p")), Err(EnvelopeError::Version(_))),
+                "{head}"
+            );
+        }
+        assert!(matches!(
+            open(&format!("{sig}~2~!!.p")),
+            Err(EnvelopeError::Encoding(_))
+        ));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use chitchat::{Chitchat, DeletionStatus};
 
 use super::credentials::StateCredentials;
 use super::envelope::{self, CERT_KEY, Subject};
+use crate::version::WireVersion;
 
 /// Sets `key` to `payload`, signed. False when it already held that payload.
 pub(crate) fn publish(
@@ -19,6 +20,7 @@ pub(crate) fn publish(
     credentials: &StateCredentials,
     key: &str,
     payload: &str,
+    wire: WireVersion,
 ) -> Result<bool, String> {
     let state = chitchat.self_node_state();
     let unchanged = state.get_versioned(key).is_some_and(|current| {
@@ -28,7 +30,7 @@ pub(crate) fn publish(
     if unchanged {
         return Ok(false);
     }
-    write(chitchat, credentials, key, payload, false)?;
+    write(chitchat, credentials, key, payload, false, wire)?;
     Ok(true)
 }
 
@@ -38,6 +40,7 @@ pub(crate) fn retract(
     chitchat: &mut Chitchat,
     credentials: &StateCredentials,
     key: &str,
+    wire: WireVersion,
 ) -> Result<bool, String> {
     let present = chitchat
         .self_node_state()
@@ -46,7 +49,7 @@ pub(crate) fn retract(
     if !present {
         return Ok(false);
     }
-    write(chitchat, credentials, key, "", true)?;
+    write(chitchat, credentials, key, "", true, wire)?;
     Ok(true)
 }
 
@@ -55,6 +58,7 @@ pub(crate) fn retract(
 pub(crate) fn publish_certificate(
     chitchat: &mut Chitchat,
     credentials: &StateCredentials,
+    wire: WireVersion,
 ) -> Result<usize, String> {
     let cert = envelope::cert_payload(credentials.cert());
     let state = chitchat.self_node_state();
@@ -80,9 +84,9 @@ pub(crate) fn publish_certificate(
         })
         .collect();
     others.sort();
-    write(chitchat, credentials, CERT_KEY, &cert, false)?;
+    write(chitchat, credentials, CERT_KEY, &cert, false, wire)?;
     for (_, key, payload, deleted) in &others {
-        write(chitchat, credentials, key, payload, *deleted)?;
+        write(chitchat, credentials, key, payload, *deleted, wire)?;
     }
     Ok(1 + others.len())
 }
@@ -93,6 +97,7 @@ fn write(
     key: &str,
     payload: &str,
     deleted: bool,
+    wire: WireVersion,
 ) -> Result<(), String> {
     let cluster = chitchat.cluster_id().to_owned();
     let owner = chitchat.self_chitchat_id().clone();
@@ -106,8 +111,10 @@ fn write(
         version,
         payload,
     };
-    let (scheme, signature) = credentials.sign(&subject.message())?;
-    let value = envelope::seal(scheme, &signature, payload);
+    let (envelope_version, extensions) = (wire.version(), wire.extension());
+    let (scheme, signature) =
+        credentials.sign(&subject.message_as(envelope_version, extensions))?;
+    let value = envelope::seal_as(envelope_version, extensions, scheme, &signature, payload);
     if deleted {
         state.set_with_ttl(key, value);
     } else {

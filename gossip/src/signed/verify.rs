@@ -25,7 +25,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chitchat::{ChitchatId, NodeState};
-use rustls::SignatureScheme;
 use rustls_pki_types::{CertificateDer, UnixTime};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
@@ -109,6 +108,10 @@ impl Held {
 pub struct Passed {
     /// Values older than those held (ignored by chitchat).
     pub stale: usize,
+    /// Values checked that were signed in a newer envelope version than this node's,
+    /// and the newest such version.
+    pub newer: usize,
+    pub newest: u8,
 }
 
 /// Certificates already checked against the CA, so that each value's check is one
@@ -206,6 +209,7 @@ impl Checker<'_> {
             // Chitchat ignores the whole part: nothing in it reaches the state.
             return Ok(Passed {
                 stale: older_than_held,
+                ..Passed::default()
             });
         };
         let reset = applied == Applies::AfterReset;
@@ -213,6 +217,10 @@ impl Checker<'_> {
         if from_nothing && part.key_values().next().is_none_or(|kv| kv.key != CERT_KEY) {
             return Err(Refusal::ResetWithoutCertificate);
         }
+        let mut passed = Passed {
+            stale: older_than_held,
+            ..Passed::default()
+        };
         let mut signer: Option<Vec<u8>> = match held.cert.as_deref().filter(|_| !reset) {
             Some(value) => Some(
                 envelope::payload(value)
@@ -250,15 +258,11 @@ impl Checker<'_> {
                     .check(der, &part.id, self.credentials, self.now)?;
                 der.to_vec()
             };
-            verify(
-                &cert,
-                &part.id,
-                self.cluster,
-                kv,
-                sealed.scheme,
-                &sealed.signature,
-                sealed.payload,
-            )?;
+            verify(&cert, &part.id, self.cluster, kv, &sealed)?;
+            if sealed.version > envelope::ENVELOPE_VERSION {
+                passed.newer += 1;
+                passed.newest = passed.newest.max(sealed.version);
+            }
             if reset
                 && let Some(held_version) = held_version
                 && held_version > kv.version
@@ -272,9 +276,7 @@ impl Checker<'_> {
         if reset {
             check_reset_keeps(part, held)?;
         }
-        Ok(Passed {
-            stale: older_than_held,
-        })
+        Ok(passed)
     }
 }
 
@@ -323,9 +325,7 @@ fn verify(
     owner: &ChitchatId,
     cluster: &str,
     kv: &KeyValue,
-    scheme: SignatureScheme,
-    signature: &[u8],
-    payload: &str,
+    sealed: &envelope::Sealed<'_>,
 ) -> Result<(), Refusal> {
     let bad = || Refusal::BadSignature {
         key: kv.key.clone(),
@@ -337,23 +337,23 @@ fn verify(
         key: &kv.key,
         deleted: kv.status == STATUS_DELETE_AFTER_TTL,
         version: kv.version,
-        payload,
+        payload: sealed.payload,
     }
-    .message();
+    .message_as(sealed.version, &sealed.extensions);
     let der = CertificateDer::from(cert);
     let end_entity = webpki::EndEntityCert::try_from(&der).map_err(|_| bad())?;
     let algorithms = crate::tls::crypto_provider()
         .signature_verification_algorithms
         .mapping
         .iter()
-        .find(|(known, _)| *known == scheme)
+        .find(|(known, _)| *known == sealed.scheme)
         .map(|(_, algorithms)| *algorithms)
         .ok_or_else(bad)?;
     algorithms
         .iter()
         .any(|algorithm| {
             end_entity
-                .verify_signature(*algorithm, &message, signature)
+                .verify_signature(*algorithm, &message, &sealed.signature)
                 .is_ok()
         })
         .then_some(())
@@ -501,6 +501,88 @@ mod tests {
             ),
             Ok(Passed::default())
         );
+    }
+
+    /// A value as a node of the next version signs it: a newer envelope, with
+    /// extensions its signature covers.
+    fn next_version_kv(f: &Fixture, key: &str, payload: &str, version: u64) -> KeyValue {
+        let wire = crate::version::WireVersion::Next;
+        let owner = owner_id();
+        let message = Subject {
+            cluster: CLUSTER,
+            owner: &owner,
+            key,
+            deleted: false,
+            version,
+            payload,
+        }
+        .message_as(wire.version(), wire.extension());
+        let (scheme, signature) = f.owner.sign(&message).unwrap();
+        KeyValue {
+            key: key.into(),
+            value: envelope::seal_as(
+                wire.version(),
+                wire.extension(),
+                scheme,
+                &signature,
+                payload,
+            ),
+            version,
+            status: STATUS_SET,
+        }
+    }
+
+    #[test]
+    fn a_value_of_a_newer_envelope_version_passes_and_is_counted_once() {
+        let mut f = fixture();
+        let state = honest_state(&f);
+        let news = next_version_kv(&f, "domain/d1", "moved", 4);
+        let passed = check(
+            &mut f,
+            &part(owner_id(), 3, vec![news.clone()]),
+            Some(&held(&state)),
+        )
+        .unwrap();
+        assert_eq!(
+            passed,
+            Passed {
+                stale: 0,
+                newer: 1,
+                newest: envelope::ENVELOPE_VERSION + 1
+            }
+        );
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            crate::version::NewerVersions::default().note(
+                "envelope",
+                "node-a",
+                u64::from(passed.newest),
+                u64::from(envelope::ENVELOPE_VERSION),
+                passed.newer,
+            )
+        });
+        assert_eq!(
+            crate::metrics::counted(&snapshotter, crate::metrics::NEWER_VERSION, "envelope"),
+            1
+        );
+        // The signature covers the extensions: a relay cannot change them.
+        let mut altered = news;
+        let sealed = envelope::open(&altered.value).unwrap();
+        altered.value = envelope::seal_as(
+            sealed.version,
+            b"another extension",
+            sealed.scheme,
+            &sealed.signature,
+            sealed.payload,
+        );
+        let refusal = check(
+            &mut f,
+            &part(owner_id(), 3, vec![altered]),
+            Some(&held(&state)),
+        )
+        .unwrap_err();
+        assert_eq!(refusal.reason(), "bad_signature");
     }
 
     #[test]
@@ -779,7 +861,10 @@ mod tests {
         let replay = part(id, 2, vec![state[2].clone()]);
         assert_eq!(
             check(&mut f, &replay, Some(&held(&holding))),
-            Ok(Passed { stale: 1 })
+            Ok(Passed {
+                stale: 1,
+                ..Passed::default()
+            })
         );
     }
 

@@ -42,6 +42,7 @@ use crate::metrics::{self, RefusedConnection};
 use crate::pulse::{PulseEndpoint, PulseOut};
 use crate::signed::{StateCheck, Verdict};
 use crate::tls::NodeTls;
+use crate::version::{NewerVersions, WireVersion};
 
 /// A TLS transport for one node: its certificate, its generation, its limits.
 #[derive(Debug)]
@@ -57,6 +58,7 @@ pub struct TlsTransport {
     pulse_inbox: Mutex<Option<mpsc::Receiver<(SocketAddr, Bytes)>>>,
     /// ...and sent ones through the open socket's peer queues, once there is one.
     opened: Arc<OnceLock<Weak<Shared>>>,
+    wire: WireVersion,
 }
 
 /// Pulses waiting for the pulse task: a few rounds' worth from every peer of a large
@@ -76,7 +78,14 @@ impl TlsTransport {
             pulses_in,
             pulse_inbox: Mutex::new(Some(pulse_inbox)),
             opened: Arc::new(OnceLock::new()),
+            wire: WireVersion::Current,
         }
+    }
+
+    /// Writes frames as `wire` says (a later version only in tests).
+    pub fn with_wire_version(mut self, wire: WireVersion) -> Self {
+        self.wire = wire;
+        self
     }
 
     /// This node's pulses over the gossip connections; `None` once taken. Pulses sent
@@ -162,6 +171,8 @@ impl Transport for TlsTransport {
             state: self.state.clone(),
             peers: Mutex::new(HashMap::new()),
             pulses: self.pulses_in.clone(),
+            wire: self.wire,
+            newer: NewerVersions::default(),
         });
         let _ = self.opened.set(Arc::downgrade(&shared));
         info!(node = %self.tls.node(), listen = %local, advertise = %advertise, "gossip listening (mutual TLS)");
@@ -196,6 +207,10 @@ struct Shared {
     peers: Mutex<HashMap<SocketAddr, mpsc::Sender<Bytes>>>,
     /// Where pulses received go.
     pulses: mpsc::Sender<(SocketAddr, Bytes)>,
+    /// The version frames are written in.
+    wire: WireVersion,
+    /// Peers met speaking a newer frame version.
+    newer: NewerVersions,
 }
 
 impl Shared {
@@ -245,7 +260,12 @@ impl PulseOut for TlsPulses {
         let Some(shared) = self.opened.get().and_then(Weak::upgrade) else {
             return;
         };
-        match frame::encode_pulse(&shared.sender, &pulse, shared.limits.max_frame_bytes) {
+        match frame::encode_pulse_as(
+            shared.wire,
+            &shared.sender,
+            &pulse,
+            shared.limits.max_frame_bytes,
+        ) {
             Ok(body) => shared.enqueue(to, body),
             Err(error) => {
                 metrics::frame_dropped("oversized_outbound");
@@ -298,7 +318,8 @@ async fn check(state: Option<&StateCheck>, inbound: Option<&Inbound>) -> Verdict
 #[async_trait]
 impl Socket for TlsSocket {
     async fn send(&mut self, to: SocketAddr, message: ChitchatMessage) -> anyhow::Result<()> {
-        let body = match frame::encode(
+        let body = match frame::encode_as(
+            self.shared.wire,
             &self.shared.sender,
             &message,
             self.shared.limits.max_frame_bytes,
@@ -428,7 +449,20 @@ async fn serve_connection(
         // With a state check, parts about this node are stripped there rather than
         // cost the whole frame.
         let receiver = shared.state.is_none().then_some(&shared.sender);
-        match accept_frame(&body, &node, peer.ip(), receiver) {
+        let accepted = accept_frame(&body, &node, peer.ip(), receiver);
+        if let Ok((version, _)) = &accepted
+            && *version > frame::FRAME_VERSION
+        {
+            shared.newer.note(
+                "frame",
+                node.as_str(),
+                u64::from(*version),
+                u64::from(frame::FRAME_VERSION),
+                1,
+            );
+        }
+        match accepted.map(|(_, accepted)| accepted) {
+            Ok(Accepted::Skipped) => {}
             Ok(Accepted::Chitchat(inbound_message)) => match inbound.try_send(inbound_message) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
@@ -473,23 +507,27 @@ enum Accepted {
     Chitchat(Inbound),
     /// A pulse, with its sender's advertised address; read by the pulse task.
     Pulse(SocketAddr, Bytes),
+    /// A kind of frame of a newer version, which this one does not read.
+    Skipped,
 }
 
 /// Decodes a frame and checks that it speaks for the node its connection is
 /// authenticated as, from the address that node advertises, and that chitchat can
 /// apply it to `receiver`'s state without tripping one of its assertions (with no
-/// receiver given, parts about the receiver are left to the state check).
+/// receiver given, parts about the receiver are left to the state check). With the
+/// frame's version.
 fn accept_frame(
     body: &[u8],
     authenticated: &NodeName,
     source_ip: IpAddr,
     receiver: Option<&ChitchatId>,
-) -> Result<Accepted, Rejection> {
+) -> Result<(u8, Accepted), Rejection> {
     let frame_error = |e: frame::FrameError| Rejection {
         reason: e.reason(),
         detail: e.to_string(),
     };
-    let (carried, sender, message) = frame::split(body).map_err(frame_error)?;
+    let (header, message) = frame::split(body).map_err(frame_error)?;
+    let sender = header.sender;
     if *sender.node_id != *authenticated.as_str() {
         return Err(Rejection {
             reason: "identity_mismatch",
@@ -506,8 +544,13 @@ fn accept_frame(
             detail: format!("frame advertises {advertised} but arrived from {source_ip}"),
         });
     }
-    if carried == frame::Carried::Pulse {
-        return Ok(Accepted::Pulse(advertised, Bytes::copy_from_slice(message)));
+    match header.carried {
+        frame::Carried::Pulse => {
+            let pulse = Bytes::copy_from_slice(message);
+            return Ok((header.version, Accepted::Pulse(advertised, pulse)));
+        }
+        frame::Carried::Unknown(_) => return Ok((header.version, Accepted::Skipped)),
+        frame::Carried::Chitchat => {}
     }
     // Before chitchat's own decoder, which inflates the delta without a bound.
     guard::check(message, receiver).map_err(|violation| Rejection {
@@ -516,7 +559,10 @@ fn accept_frame(
     })?;
     let wire = Bytes::copy_from_slice(message);
     let message = frame::decode_message(message).map_err(frame_error)?;
-    Ok(Accepted::Chitchat((advertised, message, wire)))
+    Ok((
+        header.version,
+        Accepted::Chitchat((advertised, message, wire)),
+    ))
 }
 
 fn report_read_error(peer: &SocketAddr, node: &NodeName, error: &io::Error, partial: bool) {
@@ -727,7 +773,7 @@ mod tests {
     #[test]
     fn frame_from_the_certified_node_is_delivered_to_its_advertised_address() {
         let node = NodeName::new("node-a").unwrap();
-        let Ok(Accepted::Chitchat((from, _, _))) = accept_frame(
+        let Ok((_, Accepted::Chitchat((from, _, _)))) = accept_frame(
             &body("node-a", "127.0.0.2:7000"),
             &node,
             "127.0.0.2".parse().unwrap(),
@@ -750,7 +796,7 @@ mod tests {
             .unwrap()
         };
         let source = "127.0.0.2".parse().unwrap();
-        let Ok(Accepted::Pulse(from, bytes)) = accept_frame(
+        let Ok((_, Accepted::Pulse(from, bytes))) = accept_frame(
             &pulse("node-a", "127.0.0.2:7000"),
             &node,
             source,
@@ -776,6 +822,46 @@ mod tests {
             refused(pulse("node-a", "127.0.0.9:7000")),
             "address_mismatch"
         );
+    }
+
+    #[test]
+    fn a_frame_of_a_newer_version_is_delivered_and_an_unknown_kind_of_it_skipped() {
+        let node = NodeName::new("node-a").unwrap();
+        let sender = ChitchatId::new("node-a", 1, "127.0.0.2:7000".parse().unwrap());
+        let source = "127.0.0.2".parse().unwrap();
+        let next = frame::encode_as(
+            WireVersion::Next,
+            &sender,
+            &frame::syn_for_tests("c"),
+            frame::DEFAULT_MAX_FRAME_BYTES,
+        )
+        .unwrap();
+        let Ok((version, Accepted::Chitchat((from, message, _)))) =
+            accept_frame(&next, &node, source, Some(&receiver()))
+        else {
+            panic!("a frame of the next version is delivered")
+        };
+        assert_eq!(
+            (version, from, message),
+            (
+                WireVersion::Next.version(),
+                sender.gossip_advertise_addr,
+                frame::syn_for_tests("c")
+            )
+        );
+        let unknown = frame::encode_versioned(
+            WireVersion::Next.version(),
+            9,
+            b"",
+            &sender,
+            b"what a later kind says",
+            frame::DEFAULT_MAX_FRAME_BYTES,
+        )
+        .unwrap();
+        assert!(matches!(
+            accept_frame(&unknown, &node, source, Some(&receiver())),
+            Ok((_, Accepted::Skipped))
+        ));
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! `<crc32 of the rest, 8 hex digits> <crc32 of the key, 8 hex digits> <key> <JSON>\n`.
 //!
 //! ```text
-//! 5c1d0e9a 0b6f13c2 claim/417f1e95-… {"v":2,"boot":"…","op":{"claim":{…}}}
-//! 93aa7d01 77e0c4d1 claim/417f1e95-… {"v":2,"boot":"…","op":{"claim_gone":"417f1e95-…"}}
-//! 2f0a9b3e 1c2d3e4f slot/5b0e7c7e-… {"v":2,"boot":"…","op":{"slot":{"domain":"…","slot":3}}}
+//! 5c1d0e9a 0b6f13c2 claim/417f1e95-… {"v":2,"rev":1,"boot":"…","op":{"claim":{…}}}
+//! 93aa7d01 77e0c4d1 claim/417f1e95-… {"v":2,"rev":1,"boot":"…","op":{"claim_gone":"417f1e95-…"}}
+//! 2f0a9b3e 1c2d3e4f slot/5b0e7c7e-… {"v":2,"rev":1,"boot":"…","op":{"slot":{"domain":"…","slot":3}}}
 //! ```
 //!
 //! Each record carries its own checksum, format and boot id, so that one damaged
@@ -15,6 +15,13 @@
 //! flipped inside a uid must not make the record name, and cost, another claim. The
 //! format is read before anything else, since a newer domaind may have changed the
 //! rest.
+//!
+//! Versions: `v` is the format, which a reader must know (a newer one is refused: a
+//! downgrade never overwrites newer state); `rev` (absent before it was added: 0) the
+//! revision within it. A newer revision may add fields to a record or its op, which an
+//! older reader skips, and which an older domaind's compaction drops: only what a newer
+//! domaind can do without. A new kind of op, or anything an older reader must not
+//! skip, takes a new format.
 
 use std::borrow::Cow;
 
@@ -25,6 +32,9 @@ use serde::{Deserialize, Serialize};
 /// The record format this domaind writes, and the newest it reads. Format 1 was the
 /// whole-file envelope (`legacy`).
 pub const FORMAT_VERSION: u32 = 2;
+
+/// The revision of the format this domaind writes, and the newest it reads whole.
+pub const REVISION: u32 = 1;
 
 const CHECKSUM_DIGITS: usize = 8;
 
@@ -105,6 +115,7 @@ impl Op {
 #[derive(Serialize)]
 struct LineOut<'a> {
     v: u32,
+    rev: u32,
     boot: &'a str,
     op: &'a Op,
 }
@@ -112,6 +123,8 @@ struct LineOut<'a> {
 #[derive(Deserialize)]
 struct Version {
     v: u32,
+    #[serde(default)]
+    rev: u32,
 }
 
 #[derive(Deserialize)]
@@ -127,11 +140,12 @@ pub enum Decoded {
     Record {
         boot: String,
         op: Box<Op>,
+        /// Above [`REVISION`]: written by a newer domaind, read as far as this one
+        /// understands it.
+        rev: u32,
     },
     /// Written by a newer domaind: not to be read, nor overwritten.
-    Newer {
-        format: u32,
-    },
+    Newer { format: u32 },
 }
 
 /// Why a line is not a record we can trust.
@@ -155,6 +169,7 @@ pub enum Damage {
 pub fn encode(op: &Op, boot: &str) -> Vec<u8> {
     let json = serde_json::to_vec(&LineOut {
         v: FORMAT_VERSION,
+        rev: REVISION,
         boot,
         op,
     })
@@ -179,7 +194,8 @@ pub fn decode(line: &[u8]) -> Result<Decoded, Damage> {
         return Err(Damage::Checksum { recorded, computed });
     }
     let json = split_key(rest).ok_or(Damage::NoKey)?.1;
-    let Version { v } = serde_json::from_slice(json).map_err(|e| Damage::Shape(e.to_string()))?;
+    let Version { v, rev } =
+        serde_json::from_slice(json).map_err(|e| Damage::Shape(e.to_string()))?;
     match v {
         0 => return Err(Damage::FormatZero),
         format if format > FORMAT_VERSION => return Ok(Decoded::Newer { format }),
@@ -193,6 +209,7 @@ pub fn decode(line: &[u8]) -> Result<Decoded, Damage> {
     Ok(Decoded::Record {
         boot: boot.into_owned(),
         op: Box::new(op),
+        rev,
     })
 }
 
@@ -231,6 +248,25 @@ fn split_key(rest: &[u8]) -> Option<(Option<Key>, &[u8])> {
         .then(|| std::str::from_utf8(key).ok().and_then(Key::parse))
         .flatten();
     Some((key, json))
+}
+
+/// A line as a domaind of a newer revision writes it: a field this one does not
+/// know, in the record and in its op.
+#[cfg(test)]
+pub(crate) fn next_revision(line: &[u8]) -> Vec<u8> {
+    let text = std::str::from_utf8(&line[..line.len() - 1]).unwrap();
+    let (_, rest) = text.split_once(' ').unwrap();
+    let (key_sum, rest) = rest.split_once(' ').unwrap();
+    let (key, json) = rest.split_once(' ').unwrap();
+    let json = json
+        .replacen(
+            &format!("\"rev\":{REVISION}"),
+            &format!("\"rev\":{},\"added\":[1,2]", REVISION + 1),
+            1,
+        )
+        .replacen("\"claim\":{", "\"claim\":{\"added_too\":true,", 1);
+    let rest = format!("{key_sum} {key} {json}");
+    format!("{:08x} {rest}\n", crc32fast::hash(rest.as_bytes())).into_bytes()
 }
 
 #[cfg(test)]
@@ -275,7 +311,8 @@ mod tests {
                 decode(body(&line)),
                 Ok(Decoded::Record {
                     boot: "boot-a".into(),
-                    op: Box::new(op)
+                    op: Box::new(op),
+                    rev: REVISION,
                 })
             );
         }
@@ -347,8 +384,35 @@ mod tests {
             decode(body(&line)),
             Ok(Decoded::Record {
                 boot: "boot-a".into(),
-                op: Box::new(op)
+                op: Box::new(op),
+                rev: REVISION,
             })
         );
+    }
+
+    #[test]
+    fn a_newer_revision_is_read_as_far_as_this_one_understands_it() {
+        let line = claim_line();
+        let newer = next_revision(&line);
+        assert!(String::from_utf8_lossy(&newer).contains("added_too"));
+        let Ok(Decoded::Record { op, rev, .. }) = decode(body(&newer)) else {
+            panic!("a newer revision reads")
+        };
+        let Ok(Decoded::Record { op: ours, .. }) = decode(body(&line)) else {
+            panic!("ours reads")
+        };
+        assert_eq!((op, rev), (ours, REVISION + 1));
+    }
+
+    #[test]
+    fn a_line_without_a_revision_is_revision_0() {
+        let line = String::from_utf8(claim_line()).unwrap();
+        let (_, rest) = line.trim_end().split_once(' ').unwrap();
+        let rest = rest.replacen(&format!("\"rev\":{REVISION},"), "", 1);
+        let old = format!("{:08x} {rest}", crc32fast::hash(rest.as_bytes()));
+        assert!(matches!(
+            decode(old.as_bytes()),
+            Ok(Decoded::Record { rev: 0, .. })
+        ));
     }
 }

@@ -20,7 +20,9 @@
 //!   answered, the store says it is not persisted ([`Persistence`]), retries with a
 //!   backoff, and writes the journal whole once it can.
 //! - A journal of a newer format fails the load, and every record, until domaind is
-//!   upgraded or the file removed: a downgrade never overwrites newer state.
+//!   upgraded or the file removed: a downgrade never overwrites newer state. Records
+//!   of a newer revision of this format are read as far as this domaind understands
+//!   them, counted in `domaind_newer_version_total{format="checkpoint"}` and logged.
 //! - Format 1 (`checkpoint.json`, one envelope for everything: `legacy`) is read once
 //!   and migrated.
 

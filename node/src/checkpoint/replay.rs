@@ -10,7 +10,8 @@
 //! - A last line without its newline is a write cut short by a crash: it was never
 //!   acknowledged (an answer waits for the write), so it is dropped quietly.
 //! - Records of another boot are dropped: claims do not survive a reboot.
-//! - A record of a newer format makes the whole file unreadable to us.
+//! - A record of a newer format makes the whole file unreadable to us; one of a newer
+//!   revision of our format is read as far as we understand it, and counted.
 
 use std::collections::BTreeMap;
 
@@ -48,6 +49,9 @@ pub struct Replay {
     pub other_boot_records: usize,
     /// A record of a newer format: the newest seen.
     pub newer: Option<u32>,
+    /// Records of a newer revision of our format (read all the same), and the newest.
+    pub newer_revision_records: usize,
+    pub newer_revision: Option<u32>,
     /// Lines that held two whole records because the newline between them was
     /// damaged: both were read, nothing was lost, and the journal wants rewriting.
     pub repaired: usize,
@@ -108,6 +112,12 @@ fn read_one(
     text: &[u8],
     decoded: Result<Decoded, Damage>,
 ) {
+    if let Ok(Decoded::Record { rev, .. }) = &decoded
+        && *rev > line::REVISION
+    {
+        replay.newer_revision_records += 1;
+        replay.newer_revision = replay.newer_revision.max(Some(*rev));
+    }
     match decoded {
         Ok(Decoded::Newer { format }) => {
             replay.newer = replay.newer.max(Some(format));

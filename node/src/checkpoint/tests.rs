@@ -16,7 +16,9 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tempfile::TempDir;
 
 use super::journal::aside_prefix;
+use super::line;
 use super::*;
+use domaind_gossip::metrics::NEWER_VERSION;
 
 const BOOT_A: &str = "6a1c7f0e-0a57-4b0e-9a0e-000000000001";
 const BOOT_B: &str = "6a1c7f0e-0a57-4b0e-9a0e-000000000002";
@@ -579,6 +581,35 @@ async fn a_damaged_record_is_set_aside_counted_told_and_the_rest_restored() {
         (node.as_str(), lost_claims.as_slice()),
         ("node-1", &["uid-7".to_owned()][..])
     );
+}
+
+#[tokio::test]
+async fn records_of_a_newer_revision_are_read_and_counted_not_refused() {
+    let recorder = DebuggingRecorder::new();
+    let mut seen = Seen::new(recorder.snapshotter());
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let node = Node::new();
+    written(&node).await;
+    // A domaind of the next revision rewrote one claim's record.
+    let text = fs::read(node.journal_path()).unwrap();
+    let mut bytes = Vec::new();
+    for line in text.split_inclusive(|b| *b == b'\n') {
+        if String::from_utf8_lossy(line).contains(" claim/uid-3 ") {
+            bytes.extend(line::next_revision(line));
+        } else {
+            bytes.extend_from_slice(line);
+        }
+    }
+    assert_ne!(bytes, text);
+    fs::write(node.journal_path(), &bytes).unwrap();
+
+    let loaded = node.store(BOOT_A).load_with_outcome().await.unwrap();
+    assert_eq!(loaded.checkpoint, sample());
+    assert_eq!(loaded.outcome, LoadOutcome::Restored { claims: 10 });
+    assert_eq!(seen.counter(NEWER_VERSION), 1);
+    assert_eq!(seen.counter(CORRUPT_TOTAL), 0);
+    // Read, not rewritten: the newer record stays as its writer left it.
+    assert_eq!(fs::read(node.journal_path()).unwrap(), bytes);
 }
 
 #[tokio::test]

@@ -30,6 +30,7 @@ use super::line::{self, FORMAT_VERSION, Op};
 use super::replay::{self, Replay};
 use super::store::{LoadOutcome, Loaded};
 use super::{legacy, metrics_names as names};
+use domaind_gossip::version::NewerVersions;
 
 /// Requests taken in one group at most: the answer to the first must not wait for an
 /// unbounded batch to be encoded.
@@ -379,6 +380,16 @@ impl Writer {
         for note in &assessed.notes {
             warn!(path = %path.display(), "checkpoint: {note}");
         }
+        if let Some((records, rev)) = assessed.newer_revision {
+            // One load per start: a fresh log of newer versions logs it once per file.
+            NewerVersions::default().note(
+                "checkpoint",
+                &path.display().to_string(),
+                u64::from(rev),
+                u64::from(line::REVISION),
+                records,
+            );
+        }
         if let Some(found) = assessed.refused {
             self.disk = Disk::Refused { found };
             let error = self.newer(found);
@@ -488,6 +499,8 @@ struct Assessed {
     refused: Option<u32>,
     /// Harmless findings, for the log.
     notes: Vec<String>,
+    /// Records of a newer revision read, and the newest revision.
+    newer_revision: Option<(usize, u32)>,
 }
 
 impl Assessed {
@@ -500,6 +513,7 @@ impl Assessed {
             remove_legacy: false,
             refused: None,
             notes: Vec::new(),
+            newer_revision: None,
         }
     }
 
@@ -619,6 +633,9 @@ fn assess_journal(replay: Replay) -> Assessed {
         rewrite,
         set_aside,
         notes,
+        newer_revision: replay
+            .newer_revision
+            .map(|rev| (replay.newer_revision_records, rev)),
         ..Assessed::new(replay.checkpoint, outcome)
     }
 }
