@@ -86,6 +86,8 @@ pub mod csr_reason {
     pub const BAD_REQUEST: &str = "BadRequest";
     pub const BAD_KEY: &str = "BadKey";
     pub const NAME_MISMATCH: &str = "NameMismatch";
+    /// An IP SAN that is not one of the requester's Node's addresses.
+    pub const IP_MISMATCH: &str = "IpMismatch";
     pub const BAD_USAGES: &str = "BadUsages";
     /// The reason of the `Approved` condition.
     pub const APPROVED: &str = "NodeCertificateApproved";

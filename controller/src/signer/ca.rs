@@ -95,7 +95,7 @@ impl GossipCa {
     }
 
     /// Signs what `grant` allows, and only that: CN and the one DNS SAN are the node,
-    /// the usages gossip's. It ends with the grant's lifetime or the CA, if sooner.
+    /// the IP SANs its own addresses it asked for, the usages gossip's. It ends with the grant's lifetime or the CA, if sooner.
     pub fn sign(&self, grant: &Grant, now: OffsetDateTime) -> Result<String, CaError> {
         if self.not_after <= now {
             return Err(CaError::Expired(self.not_after));
@@ -108,9 +108,11 @@ impl GossipCa {
         params
             .distinguished_name
             .push(DnType::CommonName, grant.node.as_str());
-        params.subject_alt_names = vec![SanType::DnsName(
+        params.subject_alt_names = std::iter::once(SanType::DnsName(
             grant.node.as_str().try_into().map_err(generate)?,
-        )];
+        ))
+        .chain(grant.ips.iter().copied().map(SanType::IpAddress))
+        .collect();
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
@@ -129,6 +131,8 @@ impl GossipCa {
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use rcgen::PublicKeyData as _;
     use x509_parser::extensions::GeneralName;
     use x509_parser::prelude::X509Certificate;
@@ -150,6 +154,7 @@ mod tests {
         let parsed = CertificateSigningRequestParams::from_der(csr.der()).unwrap();
         Grant {
             node: "node-a".into(),
+            ips: vec![IpAddr::from([10, 0, 0, 1])],
             lifetime,
             public_key: parsed.public_key,
         }
@@ -175,7 +180,10 @@ mod tests {
         let sans = cert.subject_alternative_name().unwrap().unwrap();
         assert_eq!(
             sans.value.general_names,
-            vec![GeneralName::DNSName("node-a")]
+            vec![
+                GeneralName::DNSName("node-a"),
+                GeneralName::IPAddress(&[10, 0, 0, 1])
+            ]
         );
         let cn: Vec<_> = cert
             .subject()

@@ -15,6 +15,7 @@ mod ca;
 mod rules;
 mod stage;
 
+use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
 };
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
@@ -163,8 +165,8 @@ fn error_policy(
     Action::requeue(retry_in)
 }
 
-/// The parts of `csr` the rules read.
-fn request_of(csr: &CertificateSigningRequest) -> Request<'_> {
+/// The parts of `csr` the rules read, with the requester's Node's addresses.
+fn request_of<'a>(csr: &'a CertificateSigningRequest, node_addresses: &'a [IpAddr]) -> Request<'a> {
     let spec = &csr.spec;
     Request {
         username: spec.username.as_deref(),
@@ -176,7 +178,50 @@ fn request_of(csr: &CertificateSigningRequest) -> Request<'_> {
         usages: spec.usages.as_deref().unwrap_or_default(),
         pem: &spec.request.0,
         expiration_seconds: spec.expiration_seconds,
+        node_addresses,
     }
+}
+
+/// The rules' answer. The requester's Node is read only for a request that names an
+/// IP, which no request without one needs.
+async fn decide_csr(
+    csr: &CertificateSigningRequest,
+    ctx: &Context,
+) -> Result<Result<Grant, Refusal>, SignError> {
+    let first = decide(&ctx.settings.policy, &request_of(csr, &[]));
+    let node = match &first {
+        Err(refusal) if refusal.rule == Rule::IpMismatch => csr
+            .spec
+            .extra
+            .as_ref()
+            .and_then(|extra| extra.get(NODE_NAME_EXTRA))
+            .and_then(|nodes| nodes.first()),
+        _ => None,
+    };
+    let Some(node) = node else {
+        return Ok(first);
+    };
+    let addresses = node_addresses(ctx, node).await?;
+    Ok(decide(&ctx.settings.policy, &request_of(csr, &addresses)))
+}
+
+/// The IPs a Node's `status.addresses` lists (its kubelet writes them; a daemon's pod
+/// cannot). No such Node: none.
+async fn node_addresses(ctx: &Context, node: &str) -> Result<Vec<IpAddr>, SignError> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let found = bounded(
+        format!("cannot read Node {node} to check the IPs its daemon asks for"),
+        ctx.settings.api_timeout,
+        nodes.get_opt(node),
+    )
+    .await?;
+    Ok(found
+        .and_then(|n| n.status)
+        .and_then(|s| s.addresses)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|a| a.address.parse().ok())
+        .collect())
 }
 
 async fn look_at(csr: &CertificateSigningRequest, ctx: &Context) -> Result<Action, SignError> {
@@ -185,7 +230,7 @@ async fn look_at(csr: &CertificateSigningRequest, ctx: &Context) -> Result<Actio
         return Ok(Action::await_change());
     }
     let name = csr.name_any();
-    match (stage, decide(&ctx.settings.policy, &request_of(csr))) {
+    match (stage, decide_csr(csr, ctx).await?) {
         (Stage::Approved, Ok(grant)) => sign(ctx, csr, &grant).await,
         (_, Ok(grant)) => {
             let message = format!("a gossip certificate for node {}", grant.node);

@@ -3,9 +3,11 @@
 //! which a client cannot choose) and what the request asks for.
 //!
 //! The certificate we issue is built from the grant alone (CN and DNS SAN = the node,
-//! fixed usages): nothing else the request carries reaches it.
+//! the node's own IPs it asked for, fixed usages): nothing else the request carries
+//! reaches it.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use rcgen::{CertificateSigningRequestParams, IsCa, PublicKey, SanType};
@@ -43,6 +45,11 @@ pub struct Request<'a> {
     /// `spec.request`: a PEM `CERTIFICATE REQUEST` block.
     pub pem: &'a [u8],
     pub expiration_seconds: Option<i32>,
+    /// The addresses the API server lists for the requester's Node (`status.addresses`,
+    /// written by that node's kubelet): the only IPs its certificate may carry. The
+    /// request itself cannot vouch for an IP, and `nvidia-imex` in IPs mode takes an IP
+    /// SAN as proof that the peer it dialled is that node.
+    pub node_addresses: &'a [IpAddr],
 }
 
 /// A rule a request broke.
@@ -60,6 +67,8 @@ pub enum Rule {
     BadKey,
     /// Names other than exactly the requester's node.
     NameMismatch,
+    /// An IP address that is not one of the requester's Node's.
+    IpMismatch,
 }
 
 impl Rule {
@@ -72,6 +81,7 @@ impl Rule {
             Self::BadRequest => csr_reason::BAD_REQUEST,
             Self::BadKey => csr_reason::BAD_KEY,
             Self::NameMismatch => csr_reason::NAME_MISMATCH,
+            Self::IpMismatch => csr_reason::IP_MISMATCH,
         }
     }
 }
@@ -87,6 +97,8 @@ pub struct Refusal {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     pub node: String,
+    /// IP SANs, each one of the node's own addresses.
+    pub ips: Vec<IpAddr>,
     pub lifetime: Duration,
     pub public_key: PublicKey,
 }
@@ -146,7 +158,7 @@ pub fn decide(policy: &Policy, request: &Request<'_>) -> Result<Grant, Refusal> 
             "the request is not signed with ECDSA P-256 and SHA-256",
         ));
     }
-    check_names(&parsed, &der, &node)?;
+    let ips = check_names(&parsed, &der, &node, request.node_addresses)?;
     let lifetime = match request.expiration_seconds {
         Some(seconds) => {
             Duration::from_secs(u64::try_from(seconds).unwrap_or(0)).min(policy.lifetime)
@@ -155,6 +167,7 @@ pub fn decide(policy: &Policy, request: &Request<'_>) -> Result<Grant, Refusal> 
     };
     Ok(Grant {
         node,
+        ips,
         lifetime,
         public_key: parsed.public_key,
     })
@@ -221,31 +234,60 @@ fn check_key(der: &[u8]) -> Result<(), Refusal> {
     }
 }
 
+/// The one DNS name must be the node; IP SANs are allowed, each one of the node's own
+/// addresses (for IMEX in IPs mode); anything else is refused. The IPs granted, in the
+/// order asked, without repeats.
 fn check_names(
     parsed: &CertificateSigningRequestParams,
     der: &[u8],
     node: &str,
-) -> Result<(), Refusal> {
-    match parsed.params.subject_alt_names.as_slice() {
-        [SanType::DnsName(name)] if name.as_str() == node => {}
-        [SanType::DnsName(name)] => {
+    node_addresses: &[IpAddr],
+) -> Result<Vec<IpAddr>, Refusal> {
+    let sans = parsed.params.subject_alt_names.as_slice();
+    let mut dns = Vec::new();
+    let mut ips = Vec::new();
+    for san in sans {
+        match san {
+            SanType::DnsName(name) => dns.push(name.as_str()),
+            SanType::IpAddress(ip) => {
+                if !ips.contains(ip) {
+                    ips.push(*ip);
+                }
+            }
+            _ => {
+                return Err(refuse(
+                    Rule::NameMismatch,
+                    format!(
+                        "the request must name exactly one DNS name, {node:?}, and at most \
+                         the node's own IPs; it names {sans:?}"
+                    ),
+                ));
+            }
+        }
+    }
+    match dns.as_slice() {
+        [name] if *name == node => {}
+        [name] => {
             return Err(refuse(
                 Rule::NameMismatch,
-                format!(
-                    "the request names {:?} but the requester runs on node {node:?}",
-                    name.as_str()
-                ),
+                format!("the request names {name:?} but the requester runs on node {node:?}"),
             ));
         }
-        sans => {
+        _ => {
             return Err(refuse(
                 Rule::NameMismatch,
-                format!(
-                    "the request must name exactly one DNS name, {node:?}, and nothing else; \
-                     it names {sans:?}"
-                ),
+                format!("the request must name exactly one DNS name, {node:?}; it names {sans:?}"),
             ));
         }
+    }
+    if let Some(foreign) = ips.iter().find(|ip| !node_addresses.contains(ip)) {
+        return Err(refuse(
+            Rule::IpMismatch,
+            format!(
+                "the request names IP {foreign}, which is not an address of node {node:?} \
+                 (its Node lists {node_addresses:?})"
+            ),
+        ));
     }
     let (_, csr) = X509CertificationRequest::from_der(der)
         .map_err(|error| refuse(Rule::BadRequest, format!("spec.request: {error}")))?;
@@ -260,7 +302,7 @@ fn check_names(
             ));
         }
     }
-    Ok(())
+    Ok(ips)
 }
 
 #[cfg(test)]

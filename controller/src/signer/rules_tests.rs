@@ -1,6 +1,8 @@
 //! Each rule broken on purpose is denied with its reason; a request that breaks none is
 //! granted exactly what the rules allow.
 
+use std::net::IpAddr;
+
 use proptest::prelude::*;
 use rcgen::{CertificateParams, DnType, KeyPair, PublicKeyData as _, SanType};
 
@@ -62,7 +64,12 @@ struct Ask {
     usages: Vec<String>,
     pem: String,
     expiration_seconds: Option<i32>,
+    /// What node-a's Node object lists.
+    addresses: Vec<IpAddr>,
 }
+
+const OWN_IP: [u8; 4] = [10, 0, 0, 1];
+const OTHER_NODES_IP: [u8; 4] = [10, 0, 0, 2];
 
 impl Ask {
     fn good(pem: String) -> Self {
@@ -72,6 +79,7 @@ impl Ask {
             usages: usages(),
             pem,
             expiration_seconds: None,
+            addresses: vec![IpAddr::from(OWN_IP), "fd00::1".parse().unwrap()],
         }
     }
 
@@ -84,6 +92,7 @@ impl Ask {
                 usages: &self.usages,
                 pem: self.pem.as_bytes(),
                 expiration_seconds: self.expiration_seconds,
+                node_addresses: &self.addresses,
             },
         )
     }
@@ -212,6 +221,7 @@ fn what_is_not_one_valid_csr_is_a_bad_request() {
         bound_node: Some(&["node-a".to_string()]),
         usages: &usages(),
         expiration_seconds: None,
+        node_addresses: &[],
     };
     assert_eq!(
         decide(&policy(), &invalid_utf8).unwrap_err().rule,
@@ -260,10 +270,6 @@ fn names_other_than_exactly_the_requesters_node_are_refused() {
         p.subject_alt_names
             .push(SanType::DnsName("node-b".try_into().unwrap()));
     });
-    let with_ip = csr_with(&key, |p| {
-        p.subject_alt_names
-            .push(SanType::IpAddress([10, 0, 0, 1].into()));
-    });
     let with_uri = csr_with(&key, |p| {
         p.subject_alt_names
             .push(SanType::URI("spiffe://x/node-a".try_into().unwrap()));
@@ -281,7 +287,7 @@ fn names_other_than_exactly_the_requesters_node_are_refused() {
         p.distinguished_name.push(DnType::CommonName, "node-b");
     });
     for pem in [
-        other_node, two_names, with_ip, with_uri, with_email, ip_only, none, other_cn,
+        other_node, two_names, with_uri, with_email, ip_only, none, other_cn,
     ] {
         assert_eq!(Ask::good(pem.clone()).denied(), Rule::NameMismatch, "{pem}");
     }
@@ -295,6 +301,57 @@ fn names_other_than_exactly_the_requesters_node_are_refused() {
 }
 
 #[test]
+fn the_nodes_own_ips_are_granted_and_in_the_certificate_once() {
+    let key = KeyPair::generate().unwrap();
+    let pem = csr_with(&key, |p| {
+        for ip in [
+            IpAddr::from(OWN_IP),
+            "fd00::1".parse().unwrap(),
+            IpAddr::from(OWN_IP),
+        ] {
+            p.subject_alt_names.push(SanType::IpAddress(ip));
+        }
+    });
+    let grant = Ask::good(pem).decide().unwrap();
+    assert_eq!(
+        grant.ips,
+        [IpAddr::from(OWN_IP), "fd00::1".parse::<IpAddr>().unwrap()]
+    );
+    assert!(
+        good().decide().unwrap().ips.is_empty(),
+        "no IP asked, none given"
+    );
+}
+
+/// A node asking for another node's IP could answer IMEX's dials to that node as it:
+/// refused with its own reason, whatever else the request gets right.
+#[test]
+fn an_ip_that_is_not_the_requesters_nodes_is_refused() {
+    let key = KeyPair::generate().unwrap();
+    let foreign = csr_with(&key, |p| {
+        p.subject_alt_names
+            .push(SanType::IpAddress(OTHER_NODES_IP.into()));
+    });
+    let refusal = Ask::good(foreign.clone()).decide().unwrap_err();
+    assert_eq!(refusal.rule, Rule::IpMismatch);
+    assert_eq!(refusal.rule.reason(), "IpMismatch");
+    assert!(
+        refusal.message.contains("10.0.0.2") && refusal.message.contains("node-a"),
+        "{}",
+        refusal.message
+    );
+    let own_and_foreign = csr_with(&key, |p| {
+        p.subject_alt_names.push(SanType::IpAddress(OWN_IP.into()));
+        p.subject_alt_names
+            .push(SanType::IpAddress(OTHER_NODES_IP.into()));
+    });
+    assert_eq!(Ask::good(own_and_foreign).denied(), Rule::IpMismatch);
+    let mut unknown_node = Ask::good(foreign);
+    unknown_node.addresses.clear();
+    assert_eq!(unknown_node.denied(), Rule::IpMismatch);
+}
+
+#[test]
 fn each_rule_has_its_own_reason() {
     let rules = [
         Rule::NotNodeDaemon,
@@ -303,6 +360,7 @@ fn each_rule_has_its_own_reason() {
         Rule::BadRequest,
         Rule::BadKey,
         Rule::NameMismatch,
+        Rule::IpMismatch,
     ];
     let reasons: BTreeSet<&str> = rules.iter().map(|r| r.reason()).collect();
     assert_eq!(reasons.len(), rules.len());

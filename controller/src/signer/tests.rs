@@ -66,8 +66,18 @@ fn context(client: Client) -> Arc<Context> {
 
 /// A CSR from node-a's daemon naming `name`.
 fn csr(name: &str) -> CertificateSigningRequest {
+    csr_with_ips(name, &[])
+}
+
+/// A CSR from node-a's daemon naming `name` and the IPs `ips`.
+fn csr_with_ips(name: &str, ips: &[[u8; 4]]) -> CertificateSigningRequest {
     let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
     params.distinguished_name.push(DnType::CommonName, name);
+    for ip in ips {
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::IpAddress((*ip).into()));
+    }
     let pem = params
         .serialize_request(&KeyPair::generate().unwrap())
         .unwrap()
@@ -264,4 +274,76 @@ async fn an_issued_or_denied_request_is_left_alone_and_an_api_error_is_an_error(
     );
     drop(ctx);
     server.done().await;
+}
+
+/// node-a's Node, as the API server answers it: its kubelet's addresses.
+async fn answer_node_a(server: &mut ApiServer) {
+    let call = server.expect(Method::GET, "/api/v1/nodes/node-a").await;
+    call.ok(&json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "node-a"},
+        "status": {"addresses": [
+            {"type": "Hostname", "address": "node-a"},
+            {"type": "InternalIP", "address": "10.0.0.1"}
+        ]}
+    }));
+}
+
+#[tokio::test]
+async fn a_request_for_another_nodes_ip_is_denied_against_the_node_object_with_an_event() {
+    let (client, mut server) = pair();
+    let ctx = context(client);
+    let asked = csr_with_ips("node-a", &[[10, 0, 0, 2]]);
+    let task = looking_at(&ctx, &asked);
+    answer_node_a(&mut server).await;
+    let approval = server
+        .expect(Method::PUT, &format!("{CSRS}/req-1/approval"))
+        .await;
+    assert_eq!(
+        conditions(&approval.body),
+        [("Denied".into(), "IpMismatch".into())]
+    );
+    let message = approval.body["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("10.0.0.2"), "{message}");
+    assert!(approval.body["status"].get("certificate").is_none());
+    let body = approval.body.clone();
+    approval.ok(&body);
+    assert_eq!(expect_event(&mut server).await, "IpMismatch");
+    finish(task, ctx, server).await;
+}
+
+#[tokio::test]
+async fn a_request_for_the_nodes_own_ip_is_signed_with_it() {
+    let (client, mut server) = pair();
+    let ctx = context(client);
+    let asked = csr_with_ips("node-a", &[[10, 0, 0, 1]]);
+    let task = looking_at(&ctx, &asked);
+    answer_node_a(&mut server).await;
+    let approval = server
+        .expect(Method::PUT, &format!("{CSRS}/req-1/approval"))
+        .await;
+    let approved = approval.body.clone();
+    approval.ok(&approved);
+    let status = server
+        .expect(Method::PUT, &format!("{CSRS}/req-1/status"))
+        .await;
+    let issued: CertificateSigningRequest = serde_json::from_value(status.body.clone()).unwrap();
+    let pem = issued.status.unwrap().certificate.unwrap().0;
+    let (_, block) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+    let (_, cert) = X509Certificate::from_der(&block.contents).unwrap();
+    let sans = cert.subject_alternative_name().unwrap().unwrap();
+    assert_eq!(
+        sans.value.general_names,
+        [
+            x509_parser::extensions::GeneralName::DNSName("node-a"),
+            x509_parser::extensions::GeneralName::IPAddress(&[10, 0, 0, 1])
+        ]
+    );
+    let body = status.body.clone();
+    status.ok(&body);
+    finish(task, ctx, server).await;
 }

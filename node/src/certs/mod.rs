@@ -15,6 +15,7 @@ pub mod kube;
 mod port;
 pub mod schedule;
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -88,6 +89,8 @@ impl Failure {
 /// Asks for, checks, writes and renews this node's certificate.
 pub struct CertClient {
     node: String,
+    /// IP SANs to ask for besides the node's name ([`CertClient::with_ips`]).
+    ips: Vec<IpAddr>,
     dir: PathBuf,
     lifetime: Duration,
     signer: Arc<dyn Signer>,
@@ -122,6 +125,7 @@ impl CertClient {
         ));
         let client = Self {
             node: node.to_string(),
+            ips: Vec::new(),
             dir: dir.to_path_buf(),
             lifetime,
             signer,
@@ -130,6 +134,14 @@ impl CertClient {
             state,
         };
         (client, watching)
+    }
+
+    /// Also asks for these IPs as IP SANs: what `nvidia-imex` in IPs mode checks a peer's
+    /// certificate against (docs/ARCHITECTURE.md, "IMEX over mutual TLS"). A certificate
+    /// left from a run that did not ask for them is not reused.
+    pub fn with_ips(mut self, ips: Vec<IpAddr>) -> Self {
+        self.ips = ips;
+        self
     }
 
     pub fn cert_path(&self) -> PathBuf {
@@ -144,7 +156,7 @@ impl CertClient {
     /// for renewal, else a new one. `None` if stopped first.
     pub async fn first(&mut self, stop: &CancellationToken) -> Option<Validity> {
         let now = (self.clock)();
-        if let Some(validity) = on_disk(&self.dir, &self.node, now)
+        if let Some(validity) = on_disk(&self.dir, &self.node, &self.ips, now)
             && schedule::renew_at(validity.not_before, validity.not_after) > now
         {
             info!(node = %self.node, dir = %self.dir.display(), "using the gossip certificate a previous run was issued");
@@ -227,7 +239,7 @@ impl CertClient {
     async fn attempt(&self) -> Result<Validity, Failure> {
         let key =
             KeyPair::generate().map_err(|e| Failure::Error(format!("cannot make a key: {e}")))?;
-        let csr = request_for(&self.node, &key).map_err(Failure::Error)?;
+        let csr = request_for(&self.node, &self.ips, &key).map_err(Failure::Error)?;
         let answer = self
             .signer
             .request(&self.node, &csr, self.lifetime)
@@ -237,8 +249,14 @@ impl CertClient {
             Answer::Issued(pem) => pem,
             Answer::Denied { reason, message } => return Err(Failure::Denied { reason, message }),
         };
-        let validity = check(&pem, &self.node, key.public_key_raw(), (self.clock)())
-            .map_err(Failure::BadCertificate)?;
+        let validity = check(
+            &pem,
+            &self.node,
+            &self.ips,
+            key.public_key_raw(),
+            (self.clock)(),
+        )
+        .map_err(Failure::BadCertificate)?;
         // The key first: the loader refuses a certificate without its key, and takes
         // the pair at its next look once both are in place.
         let write = |name: &str, bytes: &[u8], mode| {
@@ -255,19 +273,30 @@ impl CertClient {
     }
 }
 
-/// A CSR for `node`: its name as the common name and the one DNS name, nothing else.
-pub fn request_for(node: &str, key: &KeyPair) -> Result<String, String> {
+/// A CSR for `node`: its name as the common name and the one DNS name, and `ips` as IP
+/// SANs (the signer grants only the node's own).
+pub fn request_for(node: &str, ips: &[IpAddr], key: &KeyPair) -> Result<String, String> {
     let mut params = CertificateParams::new(vec![node.to_string()])
         .map_err(|e| format!("cannot name {node:?} in a request: {e}"))?;
     params.distinguished_name.push(DnType::CommonName, node);
+    params
+        .subject_alt_names
+        .extend(ips.iter().copied().map(rcgen::SanType::IpAddress));
     params
         .serialize_request(key)
         .and_then(|csr| csr.pem())
         .map_err(|e| format!("cannot make the request: {e}"))
 }
 
-/// Whether `pem` is a certificate for `node` of the key `public_key`, valid now.
-fn check(pem: &str, node: &str, public_key: &[u8], now: SystemTime) -> Result<Validity, String> {
+/// Whether `pem` is a certificate for `node` and exactly `ips` of the key `public_key`,
+/// valid now.
+fn check(
+    pem: &str,
+    node: &str,
+    ips: &[IpAddr],
+    public_key: &[u8],
+    now: SystemTime,
+) -> Result<Validity, String> {
     let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|e| e.to_string())?;
     let (_, cert) = X509Certificate::from_der(&block.contents).map_err(|e| e.to_string())?;
     let names: Vec<GeneralName<'_>> = cert
@@ -276,8 +305,21 @@ fn check(pem: &str, node: &str, public_key: &[u8], now: SystemTime) -> Result<Va
         .flatten()
         .map(|san| san.value.general_names.clone())
         .unwrap_or_default();
-    if names != [GeneralName::DNSName(node)] {
-        return Err(format!("it names {names:?}, not exactly {node:?}"));
+    let octets: Vec<Vec<u8>> = ips
+        .iter()
+        .map(|ip| match ip {
+            IpAddr::V4(v4) => v4.octets().to_vec(),
+            IpAddr::V6(v6) => v6.octets().to_vec(),
+        })
+        .collect();
+    let wanted: Vec<GeneralName<'_>> = std::iter::once(GeneralName::DNSName(node))
+        .chain(octets.iter().map(|o| GeneralName::IPAddress(o)))
+        .collect();
+    let same = names.len() == wanted.len() && wanted.iter().all(|w| names.contains(w));
+    if !same {
+        return Err(format!(
+            "it names {names:?}, not exactly {node:?} and the IPs {ips:?}"
+        ));
     }
     if cert.public_key().subject_public_key.data.as_ref() != public_key {
         return Err("it is not for the key this node asked with".into());
@@ -295,11 +337,38 @@ fn check(pem: &str, node: &str, public_key: &[u8], now: SystemTime) -> Result<Va
     Ok(validity)
 }
 
-/// The certificate and key in `dir`, if they are a pair for `node`.
-fn on_disk(dir: &Path, node: &str, now: SystemTime) -> Option<Validity> {
+/// Whether the certificate at `path` carries `ip` as an IP SAN; an unreadable one
+/// does not.
+pub fn carries_ip(path: &Path, ip: IpAddr) -> bool {
+    let Ok(pem) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok((_, block)) = x509_parser::pem::parse_x509_pem(&pem) else {
+        return false;
+    };
+    let Ok((_, cert)) = X509Certificate::from_der(&block.contents) else {
+        return false;
+    };
+    let octets = match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    };
+    cert.subject_alternative_name()
+        .ok()
+        .flatten()
+        .is_some_and(|san| {
+            san.value
+                .general_names
+                .iter()
+                .any(|name| *name == GeneralName::IPAddress(&octets))
+        })
+}
+
+/// The certificate and key in `dir`, if they are a pair for `node` and `ips`.
+fn on_disk(dir: &Path, node: &str, ips: &[IpAddr], now: SystemTime) -> Option<Validity> {
     let pem = std::fs::read_to_string(dir.join(CERT_FILE)).ok()?;
     let key = KeyPair::from_pem(&std::fs::read_to_string(dir.join(KEY_FILE)).ok()?).ok()?;
-    check(&pem, node, key.public_key_raw(), now).ok()
+    check(&pem, node, ips, key.public_key_raw(), now).ok()
 }
 
 #[cfg(test)]

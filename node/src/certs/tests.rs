@@ -38,7 +38,14 @@ struct FakeSigner {
 impl FakeSigner {
     fn sign(&self, csr_pem: &str, node: &str) -> String {
         let mut csr = CertificateSigningRequestParams::from_pem(csr_pem).unwrap();
-        csr.params.subject_alt_names = vec![rcgen::SanType::DnsName(node.try_into().unwrap())];
+        // Like the controller: the node's name, and the IPs asked for (the fake does not
+        // check whose they are).
+        csr.params
+            .subject_alt_names
+            .retain(|san| matches!(san, rcgen::SanType::IpAddress(_)));
+        csr.params
+            .subject_alt_names
+            .insert(0, rcgen::SanType::DnsName(node.try_into().unwrap()));
         let now = time::OffsetDateTime::from((self.clock)());
         csr.params.not_before = now;
         csr.params.not_after = now + LIFETIME;
@@ -240,7 +247,7 @@ async fn a_certificate_for_another_node_is_never_written() {
     );
     let (_, cert) = rig.files();
     assert_eq!(
-        check(&cert, "node-a", &der_key(&rig), (rig.clock)()).unwrap(),
+        check(&cert, "node-a", &[], &der_key(&rig), (rig.clock)()).unwrap(),
         validity
     );
 }
@@ -282,26 +289,80 @@ async fn a_certificate_a_previous_run_left_is_used_until_it_is_due() {
 fn only_a_live_certificate_for_this_node_and_key_passes() {
     let rig = rig(&[]);
     let key = KeyPair::generate().unwrap();
-    let csr = request_for("node-a", &key).unwrap();
+    let csr = request_for("node-a", &[], &key).unwrap();
     let now = (rig.clock)();
     let mine = rig.signer.sign(&csr, "node-a");
-    assert!(check(&mine, "node-a", key.public_key_raw(), now).is_ok());
+    assert!(check(&mine, "node-a", &[], key.public_key_raw(), now).is_ok());
     let other_node = rig.signer.sign(&csr, "node-b");
     assert!(
-        check(&other_node, "node-a", key.public_key_raw(), now)
+        check(&other_node, "node-a", &[], key.public_key_raw(), now)
             .unwrap_err()
             .contains("names")
     );
     let other_key = KeyPair::generate().unwrap();
     assert!(
-        check(&mine, "node-a", other_key.public_key_raw(), now)
+        check(&mine, "node-a", &[], other_key.public_key_raw(), now)
             .unwrap_err()
             .contains("key")
     );
     assert!(
-        check(&mine, "node-a", key.public_key_raw(), now + LIFETIME)
+        check(&mine, "node-a", &[], key.public_key_raw(), now + LIFETIME)
             .unwrap_err()
             .contains("expired")
     );
-    assert!(check("garbage", "node-a", key.public_key_raw(), now).is_err());
+    assert!(check("garbage", "node-a", &[], key.public_key_raw(), now).is_err());
+}
+
+const NODE_IP: [u8; 4] = [10, 0, 0, 1];
+
+/// IPs mode: the request carries the node's IP, and only a certificate with exactly
+/// the name and that IP is taken (IMEX would refuse one without it).
+#[test]
+fn the_request_and_the_certificate_carry_the_nodes_ip_when_asked() {
+    let rig = rig(&[]);
+    let key = KeyPair::generate().unwrap();
+    let ip = IpAddr::from(NODE_IP);
+    let csr = request_for("node-a", &[ip], &key).unwrap();
+    let asked = CertificateSigningRequestParams::from_pem(&csr).unwrap();
+    assert_eq!(
+        asked.params.subject_alt_names,
+        [
+            rcgen::SanType::DnsName("node-a".try_into().unwrap()),
+            rcgen::SanType::IpAddress(ip)
+        ]
+    );
+    let now = (rig.clock)();
+    let with_ip = rig.signer.sign(&csr, "node-a");
+    assert!(check(&with_ip, "node-a", &[ip], key.public_key_raw(), now).is_ok());
+    let without = rig
+        .signer
+        .sign(&request_for("node-a", &[], &key).unwrap(), "node-a");
+    let error = check(&without, "node-a", &[ip], key.public_key_raw(), now).unwrap_err();
+    assert!(error.contains("10.0.0.1"), "{error}");
+    assert!(check(&with_ip, "node-a", &[], key.public_key_raw(), now).is_err());
+}
+
+/// A certificate a run without IPs left is asked for anew once IPs are wanted, so the
+/// first one IMEX uses carries them.
+#[tokio::test(start_paused = true)]
+async fn a_certificate_left_without_the_ip_is_replaced_by_one_with_it() {
+    let mut rig = rig(&[]);
+    let (mut plain, _) = rig.client();
+    plain.first(&CancellationToken::new()).await.unwrap();
+    rig.asked.recv().await.unwrap();
+    let (client, _) = rig.client();
+    let mut client = client.with_ips(vec![IpAddr::from(NODE_IP)]);
+    client.first(&CancellationToken::new()).await.unwrap();
+    rig.asked.recv().await.unwrap();
+    let (_, cert) = rig.files();
+    let (_, block) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).unwrap();
+    let (_, parsed) = X509Certificate::from_der(&block.contents).unwrap();
+    let names = parsed.subject_alternative_name().unwrap().unwrap();
+    assert_eq!(
+        names.value.general_names,
+        [
+            GeneralName::DNSName("node-a"),
+            GeneralName::IPAddress(&NODE_IP)
+        ]
+    );
 }

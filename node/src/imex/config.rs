@@ -114,6 +114,11 @@ pub mod tls_keys {
     pub const CLIENT_KEY: &str = "IMEX_CLIENT_KEY";
     pub const CLIENT_CERT: &str = "IMEX_CLIENT_CERT";
     pub const CLIENT_CERT_AUTH: &str = "IMEX_CLIENT_CERT_AUTH";
+    /// The one name a dialler checks every server's certificate against, instead of the
+    /// address it dialled. We never set it: a name shared by every node would prove only
+    /// "some node of the cluster", which the chain already proves, where the dialled IP
+    /// pins each address to its node. `imex-sim` honours it as IMEX does.
+    pub const TARGET_OVERRIDE: &str = "IMEX_SECURITY_TARGET_OVERRIDE";
 }
 
 /// The files IMEX's TLS reads, in the config directory. Mode 0600: only root (IMEX and

@@ -10,20 +10,31 @@
 //! - The server says so when it has accepted the client's certificate (one byte after
 //!   the handshake): in TLS 1.3 a client's handshake completes before the server has
 //!   checked the client's certificate, and a link must not count as up on one side only.
-//! - SIGUSR1 reloads the files; new links use them, established ones keep their
-//!   session. A set that does not load is refused and the old one kept (IMEX then skips
-//!   the rest of the reload, the reconnection included; so does the simulator).
-//! - Not modelled: IMEX's own client checks the server's certificate against the host
-//!   it dialled (or `IMEX_SECURITY_TARGET_OVERRIDE`); the simulator checks the chain
-//!   only (docs/ARCHITECTURE.md, "IMEX over mutual TLS"). Nor does a reload tell the
-//!   peers to reload theirs.
+//! - A dialler checks the server's certificate against what it dialled, as IMEX's gRPC
+//!   client does: `IMEX_SECURITY_TARGET_OVERRIDE` when set, else a peer the nodes config
+//!   lists by IP must present that IP as an IP SAN. So a certificate IMEX would refuse
+//!   fails here too. A peer listed by name (DNS-names mode) is checked for its chain
+//!   only: the simulator dials the IP it resolved and no longer knows the name, and the
+//!   real IMEX would check a slot name that no node certificate carries
+//!   (docs/ARCHITECTURE.md, "IMEX over mutual TLS").
+//! - SIGUSR1 reloads the files (and re-reads which peers are listed by IP); new links
+//!   use them, established ones keep their session. A set that does not load is
+//!   refused and the old one kept (IMEX then skips the rest of the reload, the
+//!   reconnection included; so does the simulator).
+//! - Not modelled: a reload telling the peers to reload theirs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use domaind_gossip::tls::{client_config, read_certs, read_key, server_config};
+use domaind_gossip::identity::node_name_of;
+use domaind_gossip::tls::{crypto_provider, read_certs, read_key, server_config};
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use serde::Serialize;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
@@ -47,6 +58,11 @@ pub struct RoleFiles {
 pub struct TlsOptions {
     pub server: RoleFiles,
     pub client: RoleFiles,
+    /// `IMEX_SECURITY_TARGET_OVERRIDE`: the name every server's certificate is checked
+    /// against instead of the address dialled.
+    pub target_override: Option<String>,
+    /// `IMEX_NODE_CONFIG_FILE`: its IP entries are the peers checked by IP.
+    pub nodes_config: Option<PathBuf>,
 }
 
 impl TlsOptions {
@@ -106,6 +122,12 @@ impl TlsOptions {
                 cert: path(tls_keys::CLIENT_CERT)?,
                 ca: path(tls_keys::CLIENT_CERT_AUTH)?,
             },
+            target_override: Some(value(tls_keys::TARGET_OVERRIDE))
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned),
+            nodes_config: Some(value("IMEX_NODE_CONFIG_FILE"))
+                .filter(|path| !path.is_empty())
+                .map(PathBuf::from),
         }))
     }
 }
@@ -126,16 +148,132 @@ fn load(options: &TlsOptions) -> Result<Loaded, String> {
     )
     .map_err(|e| format!("server credentials: {e}"))?;
     let client = &options.client;
-    let client = client_config(
+    let client = dialler_config(
         &read_certs(&client.ca, "CA certificate").map_err(|e| e.to_string())?,
         read_certs(&client.cert, "certificate").map_err(|e| e.to_string())?,
         read_key(&client.key).map_err(|e| e.to_string())?,
+        options,
     )
     .map_err(|e| format!("client credentials: {e}"))?;
     Ok(Loaded {
         acceptor: TlsAcceptor::from(server),
         connector: TlsConnector::from(client),
     })
+}
+
+/// The nodes config's entries that are IPs: the peers IMEX dials by IP. Unreadable: none.
+fn ip_entries(nodes_config: Option<&Path>) -> BTreeSet<IpAddr> {
+    nodes_config
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or("").trim())
+        .filter_map(|entry| entry.parse().ok())
+        .collect()
+}
+
+/// A dialler's TLS: it presents `chain` and checks the server as IMEX's client does
+/// ([`DialledNameVerifier`]).
+fn dialler_config(
+    ca: &[CertificateDer<'static>],
+    chain: Vec<CertificateDer<'static>>,
+    key: rustls_pki_types::PrivateKeyDer<'static>,
+    options: &TlsOptions,
+) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = RootCertStore::empty();
+    for cert in ca {
+        roots.add(cert.clone()).map_err(|e| e.to_string())?;
+    }
+    let provider = crypto_provider();
+    let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| e.to_string())?;
+    let target_override = options
+        .target_override
+        .as_ref()
+        .map(|name| {
+            ServerName::try_from(name.clone()).map_err(|e| {
+                format!(
+                    "{} {name:?} is not a host name: {e}",
+                    tls_keys::TARGET_OVERRIDE
+                )
+            })
+        })
+        .transpose()?;
+    let verifier = DialledNameVerifier {
+        inner,
+        target_override,
+        by_ip: ip_entries(options.nodes_config.as_deref()),
+    };
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(config))
+}
+
+/// Checks a server's certificate (chain, validity, usage) against the name IMEX would:
+/// the override, else the IP dialled when the nodes config lists it, else (a slot name
+/// the simulator no longer sees) the name the certificate carries, which leaves the
+/// chain.
+#[derive(Debug)]
+struct DialledNameVerifier {
+    inner: Arc<WebPkiServerVerifier>,
+    target_override: Option<ServerName<'static>>,
+    by_ip: BTreeSet<IpAddr>,
+}
+
+impl ServerCertVerifier for DialledNameVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        dialled: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let listed_by_ip = match dialled {
+            ServerName::IpAddress(ip) => self.by_ip.contains(&IpAddr::from(*ip)),
+            _ => false,
+        };
+        let name = match &self.target_override {
+            Some(name) => name.clone(),
+            None if listed_by_ip => dialled.to_owned(),
+            None => {
+                let node =
+                    node_name_of(end_entity).map_err(|e| rustls::Error::General(e.to_string()))?;
+                ServerName::try_from(node.as_str().to_owned())
+                    .map_err(|e| rustls::Error::General(e.to_string()))?
+            }
+        };
+        self.inner
+            .verify_server_cert(end_entity, intermediates, &name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
 }
 
 /// What the status listing says of TLS.
@@ -268,6 +406,37 @@ mod tests {
         settings.tls = false;
         let off = TlsOptions::from_config(&keys(&render_config(&settings)), Path::new("c"));
         assert_eq!(off, Ok(None));
+    }
+
+    #[test]
+    fn the_peers_checked_by_ip_are_the_nodes_configs_ip_entries_and_an_override_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes = dir.path().join("nodes_config.cfg");
+        std::fs::write(
+            &nodes,
+            "# peers\n10.0.0.1\n fd00::2 \ndomaind-imex-slot-002\n\n",
+        )
+        .unwrap();
+        assert_eq!(
+            ip_entries(Some(&nodes)),
+            BTreeSet::from(["10.0.0.1".parse().unwrap(), "fd00::2".parse().unwrap()])
+        );
+        assert!(ip_entries(Some(&dir.path().join("missing"))).is_empty());
+        let mut settings = ImexSettings::new("/run/imex", "127.0.0.1".parse().unwrap());
+        settings.tls = true;
+        let ours = TlsOptions::from_config(&keys(&render_config(&settings)), Path::new("c"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(ours.target_override, None);
+        assert_eq!(ours.nodes_config, Some(settings.nodes_config_path()));
+        let text = format!(
+            "{}IMEX_SECURITY_TARGET_OVERRIDE=imex.cluster\n",
+            render_config(&settings)
+        );
+        let overridden = TlsOptions::from_config(&keys(&text), Path::new("c"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(overridden.target_override.as_deref(), Some("imex.cluster"));
     }
 
     #[test]

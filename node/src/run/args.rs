@@ -241,11 +241,13 @@ pub struct RunArgs {
 
     /// Whether IMEX's own links run over mutual TLS with this node's gossip certificate
     /// (key, certificate and CA written beside IMEX's config, only root may read them;
-    /// reloaded with SIGUSR1 when the certificate rotates). `auto`: on with the IMEX
-    /// simulator; off with nvidia-imex, whose client also checks a peer's certificate
-    /// against the name it dialled, which our node certificates do not carry
-    /// (docs/ARCHITECTURE.md, "IMEX over mutual TLS"). `on`: also with nvidia-imex.
-    /// `off`: for IMEX versions without SSL/TLS.
+    /// reloaded with SIGUSR1 when the certificate rotates). IMEX checks each peer's
+    /// certificate against the address it dialled. `auto`: on with --imex-addressing ips
+    /// when the node's certificate carries --pod-ip as an IP SAN (with --tls-mode csr it
+    /// is asked for), and with the simulator in DNS-names mode; off with nvidia-imex in
+    /// DNS-names mode, where it dials slot names no certificate carries
+    /// (docs/ARCHITECTURE.md, "IMEX over mutual TLS"). `on`: always. `off`: for IMEX
+    /// versions without SSL/TLS.
     #[arg(long, env = "DOMAIND_IMEX_TLS", value_enum, default_value_t = ImexTls::Auto)]
     pub imex_tls: ImexTls,
 
@@ -363,19 +365,44 @@ pub enum Addressing {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ImexTls {
-    /// On with the IMEX simulator, off with nvidia-imex.
+    /// On where the node's certificate carries what IMEX checks.
     Auto,
     On,
     Off,
 }
 
+/// What IMEX checks a peer's certificate against: the entry of its nodes config it
+/// dialled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DialledNames {
+    /// DNS-names mode: a slot name, which no node certificate carries (slots move
+    /// between nodes). `imex-sim` sees only the IP it resolved and checks the chain.
+    SlotNames,
+    /// IPs mode: the member's IP, which the node's certificate may carry as an IP SAN.
+    Ips { in_certificate: bool },
+}
+
 impl ImexTls {
-    /// Whether IMEX's links use TLS, given whether the simulator stands in for IMEX.
-    pub fn enabled(self, simulated: bool) -> bool {
-        match self {
-            Self::Auto => simulated,
-            Self::On => true,
-            Self::Off => false,
+    /// Whether IMEX's links use TLS, given whether the simulator stands in for IMEX and
+    /// what IMEX will check a peer's certificate against.
+    pub fn enabled(self, simulated: bool, dialled: DialledNames) -> bool {
+        match (self, dialled) {
+            (Self::On, _) => true,
+            (Self::Off, _) => false,
+            (Self::Auto, DialledNames::Ips { in_certificate }) => in_certificate,
+            (Self::Auto, DialledNames::SlotNames) => simulated,
+        }
+    }
+}
+
+impl RunArgs {
+    /// The IP SANs this node's certificate needs: --pod-ip where IMEX dials IPs over TLS,
+    /// none otherwise (gossip names nodes by their DNS name alone).
+    pub fn cert_ips(&self) -> Vec<IpAddr> {
+        if self.imex_addressing == Addressing::Ips && self.imex_tls != ImexTls::Off {
+            vec![self.pod_ip]
+        } else {
+            Vec::new()
         }
     }
 }
@@ -441,17 +468,36 @@ mod tests {
     }
 
     #[test]
-    fn imex_tls_is_on_with_the_simulator_and_off_with_nvidia_imex_unless_told() {
+    fn imex_tls_auto_is_on_where_the_certificate_carries_what_imex_checks() {
+        let with_ip = DialledNames::Ips {
+            in_certificate: true,
+        };
+        let without_ip = DialledNames::Ips {
+            in_certificate: false,
+        };
         let auto = parse(&[]).unwrap().imex_tls;
         assert_eq!(auto, ImexTls::Auto);
-        assert!(auto.enabled(true));
-        assert!(!auto.enabled(false));
+        for simulated in [true, false] {
+            assert!(auto.enabled(simulated, with_ip));
+            assert!(!auto.enabled(simulated, without_ip));
+        }
+        assert!(auto.enabled(true, DialledNames::SlotNames));
+        assert!(!auto.enabled(false, DialledNames::SlotNames));
         let on = parse(&["--imex-tls", "on"]).unwrap().imex_tls;
-        assert!(on.enabled(false) && on.enabled(true));
+        assert!(on.enabled(false, DialledNames::SlotNames) && on.enabled(false, without_ip));
         let off = parse(&["--imex-tls", "off"]).unwrap().imex_tls;
-        assert!(!off.enabled(true) && !off.enabled(false));
+        assert!(!off.enabled(true, DialledNames::SlotNames) && !off.enabled(true, with_ip));
         let error = parse(&["--imex-tls", "yes"]).unwrap_err().to_string();
         assert!(error.contains("--imex-tls"), "{error}");
+    }
+
+    #[test]
+    fn the_certificate_asks_for_the_pod_ip_only_where_imex_dials_ips_over_tls() {
+        assert!(parse(&[]).unwrap().cert_ips().is_empty());
+        let ips = parse(&["--imex-addressing", "ips"]).unwrap();
+        assert_eq!(ips.cert_ips(), [ips.pod_ip]);
+        let off = parse(&["--imex-addressing", "ips", "--imex-tls", "off"]).unwrap();
+        assert!(off.cert_ips().is_empty());
     }
 
     #[test]

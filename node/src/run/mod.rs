@@ -18,7 +18,7 @@ mod tls;
 mod vitals;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,8 +37,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 pub use args::{
-    Addressing, Backend, ChannelNodes, DEFAULT_STATE_ADDR, ImexTls, Readiness, RunArgs,
-    SlicesOnExit, TlsMode,
+    Addressing, Backend, ChannelNodes, DEFAULT_STATE_ADDR, DialledNames, ImexTls, Readiness,
+    RunArgs, SlicesOnExit, TlsMode,
 };
 pub use info::RunInfo;
 pub use seeds::{SeedDiscovery, SeedPlan, StaticSeeds};
@@ -174,7 +174,7 @@ async fn serve(
         });
 
     let imex = Arc::new(ImexDaemon::with_credentials(
-        imex_settings(&args)?,
+        imex_settings(&args, &paths.cert)?,
         imex_credentials,
     ));
     let mut kube = None;
@@ -515,7 +515,7 @@ fn gossip_limits(args: &RunArgs) -> TransportLimits {
     }
 }
 
-fn imex_settings(args: &RunArgs) -> anyhow::Result<ImexSettings> {
+fn imex_settings(args: &RunArgs, gossip_cert: &Path) -> anyhow::Result<ImexSettings> {
     let config_dir = args
         .imex_config_dir
         .clone()
@@ -543,15 +543,31 @@ fn imex_settings(args: &RunArgs) -> anyhow::Result<ImexSettings> {
         ),
         (None, false) => None,
     };
-    settings.tls = args.imex_tls.enabled(simulator.is_some());
-    match (args.imex_tls, settings.tls) {
-        (ImexTls::Auto, false) => info!(
-            "IMEX's links run in the clear: nvidia-imex would check each peer's certificate \
-             against the name it dialled, which node certificates do not carry \
-             (--imex-tls on to turn TLS on anyway)"
+    let dialled = match settings.mode {
+        AddressingMode::DnsNames => DialledNames::SlotNames,
+        AddressingMode::Ips => DialledNames::Ips {
+            in_certificate: crate::certs::carries_ip(gossip_cert, args.pod_ip),
+        },
+    };
+    settings.tls = args.imex_tls.enabled(simulator.is_some(), dialled);
+    match (args.imex_tls, settings.tls, dialled) {
+        (_, true, _) => {
+            info!("IMEX's links run over mutual TLS with this node's gossip certificate")
+        }
+        (ImexTls::Auto, false, DialledNames::SlotNames) => info!(
+            "IMEX's links run in the clear: in DNS-names mode nvidia-imex checks each peer's \
+             certificate against a slot name, which node certificates do not carry \
+             (--imex-addressing ips with certificates that carry the node's IP, or \
+             --imex-tls on to turn TLS on anyway)"
         ),
-        (_, true) => info!("IMEX's links run over mutual TLS with this node's gossip certificate"),
-        (_, false) => info!("IMEX's links run in the clear (--imex-tls off)"),
+        (ImexTls::Auto, false, DialledNames::Ips { .. }) => warn!(
+            cert = %gossip_cert.display(),
+            ip = %args.pod_ip,
+            "IMEX's links run in the clear: IMEX checks each peer's certificate against the \
+             IP it dialled, and this node's certificate does not carry --pod-ip as an IP SAN \
+             (--tls-mode csr asks for it; `domaind certs issue --ip` in files mode)"
+        ),
+        (_, false, _) => info!("IMEX's links run in the clear (--imex-tls off)"),
     }
     match simulator {
         Some(sim) => {

@@ -54,7 +54,7 @@ pub async fn prepare(
         .await
         .context("--tls-mode csr asks the Kubernetes API for the node's certificate")?;
     let signer = KubeSigner::new(client, args.kube.kube_api_timeout, args.csr_timeout);
-    let (mut certs, state) = CertClient::new(
+    let (certs, state) = CertClient::new(
         args.node_name.as_str(),
         &args.tls_dir,
         args.csr_lifetime,
@@ -62,6 +62,7 @@ pub async fn prepare(
         certs::system_clock(),
         certs::retry_backoff(),
     );
+    let mut certs = certs.with_ips(args.cert_ips());
     paths.cert = certs.cert_path();
     paths.key = certs.key_path();
 

@@ -1,7 +1,8 @@
 //! IMEX's links over mutual TLS, with real `imex-sim` processes on 127.0.0.x driven by
 //! the IMEX adapter: the files the adapter writes, links that come up only between
-//! certificates of one CA, a foreign certificate refused and counted, and a rotation
-//! reaching new links through SIGUSR1 without a restart.
+//! certificates of one CA, a foreign certificate refused and counted, a certificate
+//! without the IP dialled refused in IPs mode, and a rotation reaching new links
+//! through SIGUSR1 without a restart.
 
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt as _;
@@ -16,7 +17,7 @@ use domaind_gossip::pki::{DevCa, NodeCert, NodeCertRequest};
 use domaind_gossip::tls::{TlsFiles, client_config};
 use domaind_node::imex::config::parse_config;
 use domaind_node::imex::sim_tls::ACCEPTED;
-use domaind_node::imex::{Command, ImexDaemon, ImexSettings};
+use domaind_node::imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
 use domaind_node::rack::imex_ports;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -46,6 +47,14 @@ fn issue(ca: &DevCa, node: &str) -> NodeCert {
     .unwrap()
 }
 
+/// A certificate for `node` that also carries `ips` as IP SANs, as the signer issues
+/// in IPs mode.
+fn issue_with_ips(ca: &DevCa, node: &str, ips: &[IpAddr]) -> NodeCert {
+    let mut request = NodeCertRequest::new(NodeName::new(node).unwrap(), time::Duration::days(1));
+    request.ips = ips.to_vec();
+    ca.issue(&request).unwrap()
+}
+
 fn files(cert: &NodeCert) -> Arc<TlsFiles> {
     Arc::new(TlsFiles::from_pem(
         cert.ca_cert_pem.clone(),
@@ -68,6 +77,10 @@ struct Rack {
 
 /// One simulated IMEX per `(octet, credentials)`, TLS on or off for all.
 fn rack(dir: &Path, members: Vec<(u8, Arc<TlsFiles>)>, tls: bool) -> Rack {
+    rack_in(dir, members, tls, AddressingMode::DnsNames)
+}
+
+fn rack_in(dir: &Path, members: Vec<(u8, Arc<TlsFiles>)>, tls: bool, mode: AddressingMode) -> Rack {
     let ips: Vec<IpAddr> = members.iter().map(|(o, _)| ip(*o)).collect();
     let (server_port, cmd_port) = imex_ports::pick(&ips).unwrap();
     let sim = env!("CARGO_BIN_EXE_imex-sim");
@@ -90,6 +103,7 @@ fn rack(dir: &Path, members: Vec<(u8, Arc<TlsFiles>)>, tls: bool) -> Rack {
             s.stop_timeout = Duration::from_millis(500);
             s.reload_min_interval = Duration::from_millis(300);
             s.tls = tls;
+            s.mode = mode;
             let (sender, receiver) = watch::channel(credentials);
             Node {
                 ip,
@@ -299,6 +313,61 @@ async fn a_peer_with_a_certificate_of_another_ca_is_refused_and_counted_while_th
     a.daemon.apply(&two).await.unwrap();
     b.daemon.apply(&two).await.unwrap();
     until(a, "ready without the intruder", |l| l["ready"] == true).await;
+    rack.stop().await;
+}
+
+/// IPs mode, IMEX's contract: a dialler checks the server's certificate against the IP
+/// it dialled. A peer whose certificate (of our CA) lacks its IP is refused by those
+/// that dial it; once it is given one that carries the IP, a reload lets them link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_ips_mode_a_certificate_without_the_dialled_ip_is_refused_and_one_with_it_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ca();
+    let rack = rack_in(
+        dir.path(),
+        vec![
+            (95, files(&issue_with_ips(&ca, "node-a", &[ip(95)]))),
+            (96, files(&issue_with_ips(&ca, "node-b", &[ip(96)]))),
+            // Right CA, right node name, but another node's IP.
+            (97, files(&issue_with_ips(&ca, "node-c", &[ip(95)]))),
+        ],
+        true,
+        AddressingMode::Ips,
+    );
+    rack.start().await;
+    let (a, b, c) = (&rack.nodes[0], &rack.nodes[1], &rack.nodes[2]);
+    for (node, other) in [(a, b), (b, a)] {
+        let listing = until(node, "linked to b and refused c", |l| {
+            connected(l, other) && link_of(l, c)["error"].is_string()
+        })
+        .await;
+        let refusal = link_of(&listing, c)["error"].as_str().unwrap();
+        assert!(
+            refusal.contains("not valid for name \"127.0.0.97\""),
+            "{refusal}"
+        );
+        assert_eq!(link_of(&listing, c)["status"], "DISCONNECTED", "{listing}");
+        assert_eq!(listing["ready"], false, "{listing}");
+    }
+    let config = parse_config(&std::fs::read_to_string(a.daemon.settings().config_path()).unwrap());
+    assert!(
+        !config.contains_key("IMEX_SECURITY_TARGET_OVERRIDE"),
+        "the dialled IP is what is checked: {config:?}"
+    );
+
+    // c's certificate now carries its own IP: a rotation, a reload, no restart.
+    until(c, "answering", |l| l["nodes"].is_array()).await;
+    c.daemon.status().await.unwrap();
+    let pid = c.daemon.pid().await;
+    c.credentials
+        .send_replace(files(&issue_with_ips(&ca, "node-c", &[ip(97)])));
+    for node in [a, b] {
+        until(node, "linked to c once it carries its IP", |l| {
+            l["ready"] == true && connected(l, c)
+        })
+        .await;
+    }
+    assert_eq!(c.daemon.pid().await, pid, "a rotation is a reload");
     rack.stop().await;
 }
 
