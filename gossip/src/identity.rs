@@ -1,6 +1,6 @@
 //! Who a peer is. A node's certificate carries its Kubernetes node name as its one
-//! DNS subject-alternative name; that name is also its chitchat node id, so a peer
-//! can only ever gossip as the node its certificate names.
+//! DNS subject-alternative name besides [`IMEX_SHARED_NAME`]; that name is also its
+//! chitchat node id, so a peer can only ever gossip as the node its certificate names.
 
 use std::fmt;
 use std::sync::Arc;
@@ -8,6 +8,18 @@ use std::sync::Arc;
 use rustls_pki_types::CertificateDer;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
+
+/// The DNS name every node certificate of a deployment carries besides its node's,
+/// for `nvidia-imex` in DNS-names mode: it dials slot names, which move between nodes,
+/// so `IMEX_SECURITY_TARGET_OVERRIDE` names this instead. It is one fixed name rather
+/// than one derived from the clique's gossip cluster id or the CA: every node is
+/// issued it, so it can prove no more than the CA's chain does (membership of the
+/// deployment), whatever it is derived from; a clique id is the node's own claim, which
+/// the signer cannot check; and a CA-derived name would differ between old and new
+/// certificates while a CA rotation runs, where IMEX has one override. Deployments stay
+/// apart by their CAs. Under `.invalid` (RFC 2606), so it never resolves and no
+/// Kubernetes node is named it; never a node's identity.
+pub const IMEX_SHARED_NAME: &str = "imex.domaind.invalid";
 
 /// A Kubernetes node name: a DNS-1123 subdomain (lowercase alphanumerics, `-` and `.`,
 /// at most 253 characters, starting and ending with an alphanumeric).
@@ -90,7 +102,8 @@ pub enum IdentityError {
     BadNodeName(#[from] NodeNameError),
 }
 
-/// The node a certificate names: its single DNS subject-alternative name.
+/// The node a certificate names: its single DNS subject-alternative name other than
+/// [`IMEX_SHARED_NAME`].
 pub fn node_name_of(cert: &CertificateDer<'_>) -> Result<NodeName, IdentityError> {
     let (_, parsed) = X509Certificate::from_der(cert.as_ref())
         .map_err(|e| IdentityError::Unparsable(e.to_string()))?;
@@ -103,7 +116,7 @@ pub fn node_name_of(cert: &CertificateDer<'_>) -> Result<NodeName, IdentityError
                 .general_names
                 .iter()
                 .filter_map(|name| match name {
-                    GeneralName::DNSName(dns) => Some(*dns),
+                    GeneralName::DNSName(dns) if *dns != IMEX_SHARED_NAME => Some(*dns),
                     _ => None,
                 })
                 .collect()
@@ -158,6 +171,20 @@ mod tests {
         assert_eq!(
             node_name_of(&self_signed(&["node-a"])).unwrap().as_str(),
             "node-a"
+        );
+    }
+
+    #[test]
+    fn the_shared_imex_name_is_never_the_node() {
+        for names in [["node-a", IMEX_SHARED_NAME], [IMEX_SHARED_NAME, "node-a"]] {
+            assert_eq!(
+                node_name_of(&self_signed(&names)).unwrap().as_str(),
+                "node-a"
+            );
+        }
+        assert_eq!(
+            node_name_of(&self_signed(&[IMEX_SHARED_NAME])),
+            Err(IdentityError::NoNodeName)
         );
     }
 

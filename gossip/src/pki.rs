@@ -12,7 +12,7 @@ use rcgen::{
 };
 use time::{Duration, OffsetDateTime};
 
-use crate::identity::NodeName;
+use crate::identity::{IMEX_SHARED_NAME, NodeName};
 use crate::signed::credentials::{CredentialsError, StateCredentials};
 use crate::tls::TlsPaths;
 
@@ -69,6 +69,9 @@ pub struct NodeCertRequest {
     pub node: NodeName,
     /// Extra IP subject-alternative names; the node's identity is its DNS name alone.
     pub ips: Vec<IpAddr>,
+    /// Also [`IMEX_SHARED_NAME`], as the cluster's signer issues it (on unless turned
+    /// off, for a test's certificate IMEX in DNS-names mode must refuse).
+    pub imex_shared_name: bool,
     pub not_before: OffsetDateTime,
     pub not_after: OffsetDateTime,
 }
@@ -80,6 +83,7 @@ impl NodeCertRequest {
         Self {
             node,
             ips: Vec::new(),
+            imex_shared_name: true,
             not_before: now - Duration::hours(1),
             not_after: now + valid_for,
         }
@@ -177,7 +181,16 @@ impl DevCa {
                 what: "node name",
                 source,
             })?;
+        let shared = request
+            .imex_shared_name
+            .then(|| IMEX_SHARED_NAME.try_into().map(SanType::DnsName))
+            .transpose()
+            .map_err(|source| PkiError::Generate {
+                what: "IMEX's shared name",
+                source,
+            })?;
         params.subject_alt_names = std::iter::once(SanType::DnsName(dns))
+            .chain(shared)
             .chain(request.ips.iter().copied().map(SanType::IpAddress))
             .collect();
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -233,4 +246,46 @@ fn write_file(path: &Path, contents: &str) -> Result<(), PkiError> {
     file.as_file().sync_all().map_err(error)?;
     file.persist(path).map_err(|e| error(e.error))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject as _;
+    use x509_parser::extensions::GeneralName;
+    use x509_parser::prelude::{FromDer as _, X509Certificate};
+
+    use super::*;
+    use crate::identity::node_name_of;
+
+    fn dns_names(cert: &NodeCert) -> Vec<String> {
+        let der = CertificateDer::from_pem_slice(cert.cert_pem.as_bytes()).unwrap();
+        let (_, parsed) = X509Certificate::from_der(der.as_ref()).unwrap();
+        let san = parsed.subject_alternative_name().unwrap().unwrap();
+        let names = san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|name| match name {
+                GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+                _ => None,
+            });
+        names.collect()
+    }
+
+    /// What the cluster's signer issues, the dev CA issues: the node, then IMEX's
+    /// shared name, which gossip never takes for the node.
+    #[test]
+    fn a_node_certificate_carries_imex_s_shared_name_unless_told_not_to() {
+        let ca = DevCa::generate("test CA", Duration::days(1)).unwrap();
+        let node = NodeName::new("node-a").unwrap();
+        let mut request = NodeCertRequest::new(node.clone(), Duration::days(1));
+        let cert = ca.issue(&request).unwrap();
+        assert_eq!(dns_names(&cert), ["node-a", IMEX_SHARED_NAME]);
+        let der = CertificateDer::from_pem_slice(cert.cert_pem.as_bytes()).unwrap();
+        assert_eq!(node_name_of(&der).unwrap(), node);
+        assert!(cert.credentials(&node).is_ok());
+        request.imex_shared_name = false;
+        assert_eq!(dns_names(&ca.issue(&request).unwrap()), ["node-a"]);
+    }
 }

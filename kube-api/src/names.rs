@@ -70,6 +70,11 @@ pub const GOSSIP_CERT_USAGES: [&str; 3] = ["digital signature", "server auth", "
 /// token's pod runs on. A token not bound to a pod has none.
 pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
 
+/// The one DNS name every node certificate carries besides its node's, for IMEX in
+/// DNS-names mode: `domaind_gossip::identity::IMEX_SHARED_NAME`, which says why (the
+/// controller has no gossip; a test in the node crate ties the two).
+pub const IMEX_SHARED_NAME: &str = "imex.domaind.invalid";
+
 /// The ConfigMap the controller keeps equal to the gossip CA's certificate, and its key;
 /// the node daemons mount it. Never the key.
 pub const GOSSIP_CA_BUNDLE: &str = "domaind-gossip-ca-bundle";

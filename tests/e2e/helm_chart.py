@@ -237,8 +237,11 @@ def expect_ca_key_private(objects: dict[ObjectId, dict[str, Any]], namespace: st
     signer = ("certificates.k8s.io", "signers", "domaind.github.io/gossip-node", "")
     other_signer = ("certificates.k8s.io", "signers", "kubernetes.io/kube-apiserver-client", "")
     csrs = ("certificates.k8s.io", "certificatesigningrequests", "", "")
+    nodes = ("", "nodes", "", "")
     wanted = [
         (controller, "get", secret, True),
+        # A CSR naming an IP is signed only for its Node's own addresses.
+        (controller, "get", nodes, True),
         (controller, "approve", signer, True),
         (controller, "sign", signer, True),
         (controller, "approve", other_signer, False),
@@ -259,8 +262,9 @@ def expect_ca_key_private(objects: dict[ObjectId, dict[str, Any]], namespace: st
         raise E2EError(f"the gossip CA's RBAC is not as the chart means it: {wrong}")
     log(
         "tls.mode csr: the controller may read the gossip CA Secret and approve and sign "
-        "for domaind.github.io/gossip-node only; node daemons may not read Secrets, "
-        "approve or sign, only create CSRs (SubjectAccessReviews)"
+        "for domaind.github.io/gossip-node only, and get Nodes (the IPs a CSR names); node "
+        "daemons may not read Secrets, approve or sign, only create CSRs "
+        "(SubjectAccessReviews)"
     )
 
 

@@ -192,6 +192,11 @@ def checks(
         controller_may += [["list", "nodes"], ["watch", "nodes"], ["create", CD, *elsewhere]]
     else:
         controller_must_not += [["list", "nodes"], ["create", CD, *elsewhere]]
+    if values["tls"]["mode"] == "csr":
+        # signer/mod.rs: a CSR naming an IP is checked against its Node's addresses.
+        controller_may += [["get", "nodes"]]
+    elif not rack:
+        controller_must_not += [["get", "nodes"]]
     return {
         "node": (node_may, node_must_not),
         "controller": (controller_may, controller_must_not),

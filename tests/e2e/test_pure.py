@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import unittest
 
 import yaml
@@ -97,13 +98,14 @@ class Rbac(unittest.TestCase):
 
     def test_no_permission_is_both_needed_and_forbidden(self) -> None:
         values = yaml.safe_load((CHART / "values.yaml").read_text())
-        for rack in (False, True):
-            for election in (False, True):
-                values["controller"]["rackMode"]["enabled"] = rack
-                values["controller"]["leaderElection"]["enabled"] = election
-                for who, (may, must_not) in checks(values, "ns").items():
-                    both = {tuple(a) for a in may} & {tuple(a) for a in must_not}
-                    self.assertFalse(both, f"{who}: {both}")
+        modes = itertools.product((False, True), (False, True), ("csr", "sharedCA"))
+        for rack, election, tls in modes:
+            values["controller"]["rackMode"]["enabled"] = rack
+            values["controller"]["leaderElection"]["enabled"] = election
+            values["tls"]["mode"] = tls
+            for who, (may, must_not) in checks(values, "ns").items():
+                both = {tuple(a) for a in may} & {tuple(a) for a in must_not}
+                self.assertFalse(both, f"{who}: {both}")
 
     def test_the_service_account_is_the_workloads(self) -> None:
         def workload(kind: str, component: str, account: str | None) -> dict:

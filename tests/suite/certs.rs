@@ -131,7 +131,7 @@ async fn denial(
     node_for_name: &str,
 ) -> (String, String) {
     let key = KeyPair::generate().unwrap();
-    let pem = certs::request_for(name_in_csr, &[], &key).unwrap();
+    let pem = certs::request_for(name_in_csr, &certs::ImexNames::default(), &key).unwrap();
     let created = Api::<CertificateSigningRequest>::all(client.clone())
         .create(
             &PostParams::default(),

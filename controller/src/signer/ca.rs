@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use domaind_kube_api::names::IMEX_SHARED_NAME;
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateSigningRequestParams, DnType,
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
@@ -94,8 +95,9 @@ impl GossipCa {
         &self.key_pem
     }
 
-    /// Signs what `grant` allows, and only that: CN and the one DNS SAN are the node,
-    /// the IP SANs its own addresses it asked for, the usages gossip's. It ends with the grant's lifetime or the CA, if sooner.
+    /// Signs what `grant` allows, and only that: CN and the first DNS SAN are the node,
+    /// the second IMEX's shared name if granted, the IP SANs its own addresses it asked
+    /// for, the usages gossip's. It ends with the grant's lifetime or the CA, if sooner.
     pub fn sign(&self, grant: &Grant, now: OffsetDateTime) -> Result<String, CaError> {
         if self.not_after <= now {
             return Err(CaError::Expired(self.not_after));
@@ -108,9 +110,15 @@ impl GossipCa {
         params
             .distinguished_name
             .push(DnType::CommonName, grant.node.as_str());
+        let shared = grant
+            .imex_shared_name
+            .then(|| IMEX_SHARED_NAME.try_into().map(SanType::DnsName))
+            .transpose()
+            .map_err(generate)?;
         params.subject_alt_names = std::iter::once(SanType::DnsName(
             grant.node.as_str().try_into().map_err(generate)?,
         ))
+        .chain(shared)
         .chain(grant.ips.iter().copied().map(SanType::IpAddress))
         .collect();
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -155,6 +163,7 @@ mod tests {
         Grant {
             node: "node-a".into(),
             ips: vec![IpAddr::from([10, 0, 0, 1])],
+            imex_shared_name: true,
             lifetime,
             public_key: parsed.public_key,
         }
@@ -182,6 +191,7 @@ mod tests {
             sans.value.general_names,
             vec![
                 GeneralName::DNSName("node-a"),
+                GeneralName::DNSName(IMEX_SHARED_NAME),
                 GeneralName::IPAddress(&[10, 0, 0, 1])
             ]
         );

@@ -3,8 +3,8 @@
 //! which a client cannot choose) and what the request asks for.
 //!
 //! The certificate we issue is built from the grant alone (CN and DNS SAN = the node,
-//! the node's own IPs it asked for, fixed usages): nothing else the request carries
-//! reaches it.
+//! IMEX's shared name and the node's own IPs if asked for, fixed usages): nothing else
+//! the request carries reaches it.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -15,7 +15,7 @@ use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::oid_registry::{OID_EC_P256, OID_KEY_TYPE_EC_PUBLIC_KEY};
 use x509_parser::prelude::FromDer as _;
 
-use domaind_kube_api::names::{GOSSIP_CERT_USAGES, csr_reason};
+use domaind_kube_api::names::{GOSSIP_CERT_USAGES, IMEX_SHARED_NAME, csr_reason};
 
 /// What the signer accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +99,8 @@ pub struct Grant {
     pub node: String,
     /// IP SANs, each one of the node's own addresses.
     pub ips: Vec<IpAddr>,
+    /// A second DNS SAN, [`IMEX_SHARED_NAME`]: any node of ours may carry it.
+    pub imex_shared_name: bool,
     pub lifetime: Duration,
     pub public_key: PublicKey,
 }
@@ -158,7 +160,7 @@ pub fn decide(policy: &Policy, request: &Request<'_>) -> Result<Grant, Refusal> 
             "the request is not signed with ECDSA P-256 and SHA-256",
         ));
     }
-    let ips = check_names(&parsed, &der, &node, request.node_addresses)?;
+    let (ips, imex_shared_name) = check_names(&parsed, &der, &node, request.node_addresses)?;
     let lifetime = match request.expiration_seconds {
         Some(seconds) => {
             Duration::from_secs(u64::try_from(seconds).unwrap_or(0)).min(policy.lifetime)
@@ -168,6 +170,7 @@ pub fn decide(policy: &Policy, request: &Request<'_>) -> Result<Grant, Refusal> 
     Ok(Grant {
         node,
         ips,
+        imex_shared_name,
         lifetime,
         public_key: parsed.public_key,
     })
@@ -234,15 +237,16 @@ fn check_key(der: &[u8]) -> Result<(), Refusal> {
     }
 }
 
-/// The one DNS name must be the node; IP SANs are allowed, each one of the node's own
-/// addresses (for IMEX in IPs mode); anything else is refused. The IPs granted, in the
-/// order asked, without repeats.
+/// The one DNS name must be the node, besides at most [`IMEX_SHARED_NAME`] (for IMEX in
+/// DNS-names mode); IP SANs are allowed, each one of the node's own addresses (for IMEX
+/// in IPs mode); anything else is refused. The IPs granted, in the order asked, without
+/// repeats, and whether the shared name is.
 fn check_names(
     parsed: &CertificateSigningRequestParams,
     der: &[u8],
     node: &str,
     node_addresses: &[IpAddr],
-) -> Result<Vec<IpAddr>, Refusal> {
+) -> Result<(Vec<IpAddr>, bool), Refusal> {
     let sans = parsed.params.subject_alt_names.as_slice();
     let mut dns = Vec::new();
     let mut ips = Vec::new();
@@ -259,15 +263,21 @@ fn check_names(
                     Rule::NameMismatch,
                     format!(
                         "the request must name exactly one DNS name, {node:?}, and at most \
-                         the node's own IPs; it names {sans:?}"
+                         {IMEX_SHARED_NAME:?} and the node's own IPs; it names {sans:?}"
                     ),
                 ));
             }
         }
     }
-    match dns.as_slice() {
-        [name] if *name == node => {}
-        [name] => {
+    let shared = dns.iter().filter(|name| **name == IMEX_SHARED_NAME).count();
+    let own: Vec<&str> = dns
+        .iter()
+        .copied()
+        .filter(|name| *name != IMEX_SHARED_NAME)
+        .collect();
+    match (own.as_slice(), shared) {
+        ([name], 0 | 1) if *name == node => {}
+        ([name], 0 | 1) => {
             return Err(refuse(
                 Rule::NameMismatch,
                 format!("the request names {name:?} but the requester runs on node {node:?}"),
@@ -276,7 +286,10 @@ fn check_names(
         _ => {
             return Err(refuse(
                 Rule::NameMismatch,
-                format!("the request must name exactly one DNS name, {node:?}; it names {sans:?}"),
+                format!(
+                    "the request must name exactly one DNS name, {node:?}, besides at most \
+                     {IMEX_SHARED_NAME:?} once; it names {sans:?}"
+                ),
             ));
         }
     }
@@ -302,7 +315,7 @@ fn check_names(
             ));
         }
     }
-    Ok(ips)
+    Ok((ips, shared == 1))
 }
 
 #[cfg(test)]

@@ -300,6 +300,59 @@ fn names_other_than_exactly_the_requesters_node_are_refused() {
     );
 }
 
+/// IMEX's shared name, as every node asks for it in DNS-names mode: granted to any node
+/// of ours besides its own name, whatever its node; nothing else on the side.
+#[test]
+fn imex_s_shared_name_is_granted_to_any_node_besides_its_own() {
+    let shared = || SanType::DnsName(IMEX_SHARED_NAME.try_into().unwrap());
+    let key = KeyPair::generate().unwrap();
+    for node in ["node-a", "node-b"] {
+        let mut params = CertificateParams::new(vec![node.to_string()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, node);
+        params.subject_alt_names.push(shared());
+        let mut ask = Ask::good(params.serialize_request(&key).unwrap().pem().unwrap());
+        ask.bound = Some(vec![node.to_string()]);
+        let grant = ask.decide().unwrap();
+        assert!(grant.imex_shared_name, "{node}");
+        assert_eq!(grant.node, node);
+    }
+    let first = csr_with(&key, |p| p.subject_alt_names.insert(0, shared()));
+    assert!(Ask::good(first).decide().unwrap().imex_shared_name);
+    assert!(
+        !good().decide().unwrap().imex_shared_name,
+        "not asked, not given"
+    );
+}
+
+/// Any DNS name but the node's and the one shared name is refused as before, a
+/// look-alike of the shared name included; so is the shared name alone or twice.
+#[test]
+fn a_dns_name_other_than_the_shared_one_is_refused_beside_it() {
+    let key = KeyPair::generate().unwrap();
+    let with = |names: &[&str]| {
+        csr_with(&key, |p| {
+            for name in names {
+                p.subject_alt_names
+                    .push(SanType::DnsName((*name).try_into().unwrap()));
+            }
+        })
+    };
+    let look_alike = format!("x.{IMEX_SHARED_NAME}");
+    for pem in [
+        with(&["imex.other.invalid"]),
+        with(&[&look_alike]),
+        with(&[IMEX_SHARED_NAME, "node-b"]),
+        with(&[IMEX_SHARED_NAME, IMEX_SHARED_NAME]),
+        csr_with(&key, |p| {
+            p.subject_alt_names = vec![SanType::DnsName(IMEX_SHARED_NAME.try_into().unwrap())];
+        }),
+    ] {
+        let refusal = Ask::good(pem.clone()).decide().unwrap_err();
+        assert_eq!(refusal.rule, Rule::NameMismatch, "{pem}");
+        assert!(refusal.message.contains("node-a"), "{}", refusal.message);
+    }
+}
+
 #[test]
 fn the_nodes_own_ips_are_granted_and_in_the_certificate_once() {
     let key = KeyPair::generate().unwrap();

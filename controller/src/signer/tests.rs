@@ -14,6 +14,7 @@ use x509_parser::prelude::{FromDer as _, X509Certificate};
 
 use super::*;
 use crate::tests::api::{ApiServer, pair};
+use domaind_kube_api::names::IMEX_SHARED_NAME;
 
 const SA: &str = "system:serviceaccount:domaind:domaind-node";
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
@@ -71,8 +72,15 @@ fn csr(name: &str) -> CertificateSigningRequest {
 
 /// A CSR from node-a's daemon naming `name` and the IPs `ips`.
 fn csr_with_ips(name: &str, ips: &[[u8; 4]]) -> CertificateSigningRequest {
-    let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
-    params.distinguished_name.push(DnType::CommonName, name);
+    csr_naming(&[name], ips)
+}
+
+/// A CSR from node-a's daemon with the common name `names[0]`, the DNS names `names`
+/// and the IPs `ips`.
+fn csr_naming(names: &[&str], ips: &[[u8; 4]]) -> CertificateSigningRequest {
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, names[0]);
     for ip in ips {
         params
             .subject_alt_names
@@ -345,5 +353,58 @@ async fn a_request_for_the_nodes_own_ip_is_signed_with_it() {
     );
     let body = status.body.clone();
     status.ok(&body);
+    finish(task, ctx, server).await;
+}
+
+/// DNS-names mode: IMEX's shared name is signed beside the node's, without reading the
+/// Node (it is no address of anyone's).
+#[tokio::test]
+async fn a_request_for_imex_s_shared_name_is_signed_with_it() {
+    let (client, mut server) = pair();
+    let ctx = context(client);
+    let asked = csr_naming(&["node-a", IMEX_SHARED_NAME], &[]);
+    let task = looking_at(&ctx, &asked);
+    let approval = server
+        .expect(Method::PUT, &format!("{CSRS}/req-1/approval"))
+        .await;
+    let approved = approval.body.clone();
+    approval.ok(&approved);
+    let status = server
+        .expect(Method::PUT, &format!("{CSRS}/req-1/status"))
+        .await;
+    let issued: CertificateSigningRequest = serde_json::from_value(status.body.clone()).unwrap();
+    let pem = issued.status.unwrap().certificate.unwrap().0;
+    let (_, block) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+    let (_, cert) = X509Certificate::from_der(&block.contents).unwrap();
+    let sans = cert.subject_alternative_name().unwrap().unwrap();
+    assert_eq!(
+        sans.value.general_names,
+        [
+            x509_parser::extensions::GeneralName::DNSName("node-a"),
+            x509_parser::extensions::GeneralName::DNSName(IMEX_SHARED_NAME)
+        ]
+    );
+    let body = status.body.clone();
+    status.ok(&body);
+    finish(task, ctx, server).await;
+}
+
+#[tokio::test]
+async fn a_request_for_another_shared_name_is_denied_with_an_event() {
+    let (client, mut server) = pair();
+    let ctx = context(client);
+    let asked = csr_naming(&["node-a", "imex.other.invalid"], &[]);
+    let task = looking_at(&ctx, &asked);
+    let approval = server
+        .expect(Method::PUT, &format!("{CSRS}/req-1/approval"))
+        .await;
+    assert_eq!(
+        conditions(&approval.body),
+        [("Denied".into(), "NameMismatch".into())]
+    );
+    assert!(approval.body["status"].get("certificate").is_none());
+    let body = approval.body.clone();
+    approval.ok(&body);
+    assert_eq!(expect_event(&mut server).await, "NameMismatch");
     finish(task, ctx, server).await;
 }

@@ -389,6 +389,7 @@ mod tests {
         ca.issue(&NodeCertRequest {
             node: node.clone(),
             ips: Vec::new(),
+            imex_shared_name: true,
             not_before: now + valid.0,
             not_after: now + valid.1,
         })

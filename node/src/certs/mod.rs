@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use domaind_backoff::Backoff;
+use domaind_gossip::identity::IMEX_SHARED_NAME;
 use rcgen::{CertificateParams, DnType, KeyPair};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -89,8 +90,8 @@ impl Failure {
 /// Asks for, checks, writes and renews this node's certificate.
 pub struct CertClient {
     node: String,
-    /// IP SANs to ask for besides the node's name ([`CertClient::with_ips`]).
-    ips: Vec<IpAddr>,
+    /// What to ask for besides the node's name ([`CertClient::with_imex_names`]).
+    imex: ImexNames,
     dir: PathBuf,
     lifetime: Duration,
     signer: Arc<dyn Signer>,
@@ -125,7 +126,7 @@ impl CertClient {
         ));
         let client = Self {
             node: node.to_string(),
-            ips: Vec::new(),
+            imex: ImexNames::default(),
             dir: dir.to_path_buf(),
             lifetime,
             signer,
@@ -136,11 +137,11 @@ impl CertClient {
         (client, watching)
     }
 
-    /// Also asks for these IPs as IP SANs: what `nvidia-imex` in IPs mode checks a peer's
-    /// certificate against (docs/ARCHITECTURE.md, "IMEX over mutual TLS"). A certificate
-    /// left from a run that did not ask for them is not reused.
-    pub fn with_ips(mut self, ips: Vec<IpAddr>) -> Self {
-        self.ips = ips;
+    /// Also asks for what IMEX checks a peer's certificate against (docs/ARCHITECTURE.md,
+    /// "IMEX over mutual TLS"). A certificate left from a run that did not ask for
+    /// exactly these is not reused.
+    pub fn with_imex_names(mut self, imex: ImexNames) -> Self {
+        self.imex = imex;
         self
     }
 
@@ -156,7 +157,7 @@ impl CertClient {
     /// for renewal, else a new one. `None` if stopped first.
     pub async fn first(&mut self, stop: &CancellationToken) -> Option<Validity> {
         let now = (self.clock)();
-        if let Some(validity) = on_disk(&self.dir, &self.node, &self.ips, now)
+        if let Some(validity) = on_disk(&self.dir, &self.node, &self.imex, now)
             && schedule::renew_at(validity.not_before, validity.not_after) > now
         {
             info!(node = %self.node, dir = %self.dir.display(), "using the gossip certificate a previous run was issued");
@@ -239,7 +240,7 @@ impl CertClient {
     async fn attempt(&self) -> Result<Validity, Failure> {
         let key =
             KeyPair::generate().map_err(|e| Failure::Error(format!("cannot make a key: {e}")))?;
-        let csr = request_for(&self.node, &self.ips, &key).map_err(Failure::Error)?;
+        let csr = request_for(&self.node, &self.imex, &key).map_err(Failure::Error)?;
         let answer = self
             .signer
             .request(&self.node, &csr, self.lifetime)
@@ -252,7 +253,7 @@ impl CertClient {
         let validity = check(
             &pem,
             &self.node,
-            &self.ips,
+            &self.imex,
             key.public_key_raw(),
             (self.clock)(),
         )
@@ -273,27 +274,51 @@ impl CertClient {
     }
 }
 
-/// A CSR for `node`: its name as the common name and the one DNS name, and `ips` as IP
-/// SANs (the signer grants only the node's own).
-pub fn request_for(node: &str, ips: &[IpAddr], key: &KeyPair) -> Result<String, String> {
-    let mut params = CertificateParams::new(vec![node.to_string()])
+/// What a node certificate carries for IMEX besides the node's name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImexNames {
+    /// [`IMEX_SHARED_NAME`] as a second DNS name: what IMEX in DNS-names mode checks
+    /// through `IMEX_SECURITY_TARGET_OVERRIDE`.
+    pub shared_name: bool,
+    /// IP SANs: what IMEX in IPs mode checks (the signer grants only the node's own).
+    pub ips: Vec<IpAddr>,
+}
+
+impl ImexNames {
+    fn dns_names<'a>(&self, node: &'a str) -> Vec<&'a str> {
+        let mut names = vec![node];
+        if self.shared_name {
+            names.push(IMEX_SHARED_NAME);
+        }
+        names
+    }
+}
+
+/// A CSR for `node`: its name as the common name and the first DNS name, and `imex`.
+pub fn request_for(node: &str, imex: &ImexNames, key: &KeyPair) -> Result<String, String> {
+    let names: Vec<String> = imex
+        .dns_names(node)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let mut params = CertificateParams::new(names)
         .map_err(|e| format!("cannot name {node:?} in a request: {e}"))?;
     params.distinguished_name.push(DnType::CommonName, node);
     params
         .subject_alt_names
-        .extend(ips.iter().copied().map(rcgen::SanType::IpAddress));
+        .extend(imex.ips.iter().copied().map(rcgen::SanType::IpAddress));
     params
         .serialize_request(key)
         .and_then(|csr| csr.pem())
         .map_err(|e| format!("cannot make the request: {e}"))
 }
 
-/// Whether `pem` is a certificate for `node` and exactly `ips` of the key `public_key`,
-/// valid now.
+/// Whether `pem` is a certificate for `node` and exactly `imex` of the key
+/// `public_key`, valid now.
 fn check(
     pem: &str,
     node: &str,
-    ips: &[IpAddr],
+    imex: &ImexNames,
     public_key: &[u8],
     now: SystemTime,
 ) -> Result<Validity, String> {
@@ -305,20 +330,19 @@ fn check(
         .flatten()
         .map(|san| san.value.general_names.clone())
         .unwrap_or_default();
-    let octets: Vec<Vec<u8>> = ips
-        .iter()
-        .map(|ip| match ip {
-            IpAddr::V4(v4) => v4.octets().to_vec(),
-            IpAddr::V6(v6) => v6.octets().to_vec(),
-        })
-        .collect();
-    let wanted: Vec<GeneralName<'_>> = std::iter::once(GeneralName::DNSName(node))
+    let octets: Vec<Vec<u8>> = imex.ips.iter().copied().map(octets_of).collect();
+    let wanted: Vec<GeneralName<'_>> = imex
+        .dns_names(node)
+        .into_iter()
+        .map(GeneralName::DNSName)
         .chain(octets.iter().map(|o| GeneralName::IPAddress(o)))
         .collect();
     let same = names.len() == wanted.len() && wanted.iter().all(|w| names.contains(w));
     if !same {
         return Err(format!(
-            "it names {names:?}, not exactly {node:?} and the IPs {ips:?}"
+            "it names {names:?}, not exactly {:?} and the IPs {:?}",
+            imex.dns_names(node),
+            imex.ips
         ));
     }
     if cert.public_key().subject_public_key.data.as_ref() != public_key {
@@ -337,9 +361,26 @@ fn check(
     Ok(validity)
 }
 
+fn octets_of(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
+
 /// Whether the certificate at `path` carries `ip` as an IP SAN; an unreadable one
 /// does not.
 pub fn carries_ip(path: &Path, ip: IpAddr) -> bool {
+    carries(path, &GeneralName::IPAddress(&octets_of(ip)))
+}
+
+/// Whether the certificate at `path` carries [`IMEX_SHARED_NAME`]; an unreadable one
+/// does not.
+pub fn carries_imex_shared_name(path: &Path) -> bool {
+    carries(path, &GeneralName::DNSName(IMEX_SHARED_NAME))
+}
+
+fn carries(path: &Path, wanted: &GeneralName<'_>) -> bool {
     let Ok(pem) = std::fs::read(path) else {
         return false;
     };
@@ -349,26 +390,17 @@ pub fn carries_ip(path: &Path, ip: IpAddr) -> bool {
     let Ok((_, cert)) = X509Certificate::from_der(&block.contents) else {
         return false;
     };
-    let octets = match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
-        IpAddr::V6(v6) => v6.octets().to_vec(),
-    };
     cert.subject_alternative_name()
         .ok()
         .flatten()
-        .is_some_and(|san| {
-            san.value
-                .general_names
-                .iter()
-                .any(|name| *name == GeneralName::IPAddress(&octets))
-        })
+        .is_some_and(|san| san.value.general_names.iter().any(|name| name == wanted))
 }
 
-/// The certificate and key in `dir`, if they are a pair for `node` and `ips`.
-fn on_disk(dir: &Path, node: &str, ips: &[IpAddr], now: SystemTime) -> Option<Validity> {
+/// The certificate and key in `dir`, if they are a pair for `node` and `imex`.
+fn on_disk(dir: &Path, node: &str, imex: &ImexNames, now: SystemTime) -> Option<Validity> {
     let pem = std::fs::read_to_string(dir.join(CERT_FILE)).ok()?;
     let key = KeyPair::from_pem(&std::fs::read_to_string(dir.join(KEY_FILE)).ok()?).ok()?;
-    check(&pem, node, ips, key.public_key_raw(), now).ok()
+    check(&pem, node, imex, key.public_key_raw(), now).ok()
 }
 
 #[cfg(test)]

@@ -38,11 +38,13 @@ struct FakeSigner {
 impl FakeSigner {
     fn sign(&self, csr_pem: &str, node: &str) -> String {
         let mut csr = CertificateSigningRequestParams::from_pem(csr_pem).unwrap();
-        // Like the controller: the node's name, and the IPs asked for (the fake does not
-        // check whose they are).
-        csr.params
-            .subject_alt_names
-            .retain(|san| matches!(san, rcgen::SanType::IpAddress(_)));
+        // Like the controller: the node's name, then IMEX's shared name and the IPs if
+        // asked for (the fake does not check whose they are).
+        csr.params.subject_alt_names.retain(|san| match san {
+            rcgen::SanType::IpAddress(_) => true,
+            rcgen::SanType::DnsName(name) => name.as_str() == IMEX_SHARED_NAME,
+            _ => false,
+        });
         csr.params
             .subject_alt_names
             .insert(0, rcgen::SanType::DnsName(node.try_into().unwrap()));
@@ -247,9 +249,20 @@ async fn a_certificate_for_another_node_is_never_written() {
     );
     let (_, cert) = rig.files();
     assert_eq!(
-        check(&cert, "node-a", &[], &der_key(&rig), (rig.clock)()).unwrap(),
+        check(&cert, "node-a", &none(), &der_key(&rig), (rig.clock)()).unwrap(),
         validity
     );
+}
+
+fn none() -> ImexNames {
+    ImexNames::default()
+}
+
+fn ips(ips: &[IpAddr]) -> ImexNames {
+    ImexNames {
+        shared_name: false,
+        ips: ips.to_vec(),
+    }
 }
 
 fn der_key(rig: &Rig) -> Vec<u8> {
@@ -289,28 +302,34 @@ async fn a_certificate_a_previous_run_left_is_used_until_it_is_due() {
 fn only_a_live_certificate_for_this_node_and_key_passes() {
     let rig = rig(&[]);
     let key = KeyPair::generate().unwrap();
-    let csr = request_for("node-a", &[], &key).unwrap();
+    let csr = request_for("node-a", &none(), &key).unwrap();
     let now = (rig.clock)();
     let mine = rig.signer.sign(&csr, "node-a");
-    assert!(check(&mine, "node-a", &[], key.public_key_raw(), now).is_ok());
+    assert!(check(&mine, "node-a", &none(), key.public_key_raw(), now).is_ok());
     let other_node = rig.signer.sign(&csr, "node-b");
     assert!(
-        check(&other_node, "node-a", &[], key.public_key_raw(), now)
+        check(&other_node, "node-a", &none(), key.public_key_raw(), now)
             .unwrap_err()
             .contains("names")
     );
     let other_key = KeyPair::generate().unwrap();
     assert!(
-        check(&mine, "node-a", &[], other_key.public_key_raw(), now)
+        check(&mine, "node-a", &none(), other_key.public_key_raw(), now)
             .unwrap_err()
             .contains("key")
     );
     assert!(
-        check(&mine, "node-a", &[], key.public_key_raw(), now + LIFETIME)
-            .unwrap_err()
-            .contains("expired")
+        check(
+            &mine,
+            "node-a",
+            &none(),
+            key.public_key_raw(),
+            now + LIFETIME
+        )
+        .unwrap_err()
+        .contains("expired")
     );
-    assert!(check("garbage", "node-a", &[], key.public_key_raw(), now).is_err());
+    assert!(check("garbage", "node-a", &none(), key.public_key_raw(), now).is_err());
 }
 
 const NODE_IP: [u8; 4] = [10, 0, 0, 1];
@@ -322,7 +341,7 @@ fn the_request_and_the_certificate_carry_the_nodes_ip_when_asked() {
     let rig = rig(&[]);
     let key = KeyPair::generate().unwrap();
     let ip = IpAddr::from(NODE_IP);
-    let csr = request_for("node-a", &[ip], &key).unwrap();
+    let csr = request_for("node-a", &ips(&[ip]), &key).unwrap();
     let asked = CertificateSigningRequestParams::from_pem(&csr).unwrap();
     assert_eq!(
         asked.params.subject_alt_names,
@@ -333,13 +352,13 @@ fn the_request_and_the_certificate_carry_the_nodes_ip_when_asked() {
     );
     let now = (rig.clock)();
     let with_ip = rig.signer.sign(&csr, "node-a");
-    assert!(check(&with_ip, "node-a", &[ip], key.public_key_raw(), now).is_ok());
+    assert!(check(&with_ip, "node-a", &ips(&[ip]), key.public_key_raw(), now).is_ok());
     let without = rig
         .signer
-        .sign(&request_for("node-a", &[], &key).unwrap(), "node-a");
-    let error = check(&without, "node-a", &[ip], key.public_key_raw(), now).unwrap_err();
+        .sign(&request_for("node-a", &none(), &key).unwrap(), "node-a");
+    let error = check(&without, "node-a", &ips(&[ip]), key.public_key_raw(), now).unwrap_err();
     assert!(error.contains("10.0.0.1"), "{error}");
-    assert!(check(&with_ip, "node-a", &[], key.public_key_raw(), now).is_err());
+    assert!(check(&with_ip, "node-a", &none(), key.public_key_raw(), now).is_err());
 }
 
 /// A certificate a run without IPs left is asked for anew once IPs are wanted, so the
@@ -351,7 +370,7 @@ async fn a_certificate_left_without_the_ip_is_replaced_by_one_with_it() {
     plain.first(&CancellationToken::new()).await.unwrap();
     rig.asked.recv().await.unwrap();
     let (client, _) = rig.client();
-    let mut client = client.with_ips(vec![IpAddr::from(NODE_IP)]);
+    let mut client = client.with_imex_names(ips(&[IpAddr::from(NODE_IP)]));
     client.first(&CancellationToken::new()).await.unwrap();
     rig.asked.recv().await.unwrap();
     let (_, cert) = rig.files();
@@ -363,6 +382,73 @@ async fn a_certificate_left_without_the_ip_is_replaced_by_one_with_it() {
         [
             GeneralName::DNSName("node-a"),
             GeneralName::IPAddress(&NODE_IP)
+        ]
+    );
+}
+
+fn shared() -> ImexNames {
+    ImexNames {
+        shared_name: true,
+        ips: Vec::new(),
+    }
+}
+
+/// The controller has no gossip crate and keeps its own copy of the name.
+#[test]
+fn the_controller_signs_the_shared_name_gossip_and_imex_know() {
+    assert_eq!(domaind_kube_api::names::IMEX_SHARED_NAME, IMEX_SHARED_NAME);
+}
+
+/// DNS-names mode: the request carries the node's name, then IMEX's shared name, and
+/// only a certificate with exactly both is taken.
+#[test]
+fn the_request_and_the_certificate_carry_imex_s_shared_name_when_asked() {
+    let rig = rig(&[]);
+    let key = KeyPair::generate().unwrap();
+    let csr = request_for("node-a", &shared(), &key).unwrap();
+    let asked = CertificateSigningRequestParams::from_pem(&csr).unwrap();
+    assert_eq!(
+        asked.params.subject_alt_names,
+        [
+            rcgen::SanType::DnsName("node-a".try_into().unwrap()),
+            rcgen::SanType::DnsName(IMEX_SHARED_NAME.try_into().unwrap())
+        ]
+    );
+    let now = (rig.clock)();
+    let with_name = rig.signer.sign(&csr, "node-a");
+    assert!(check(&with_name, "node-a", &shared(), key.public_key_raw(), now).is_ok());
+    let without = rig
+        .signer
+        .sign(&request_for("node-a", &none(), &key).unwrap(), "node-a");
+    let error = check(&without, "node-a", &shared(), key.public_key_raw(), now).unwrap_err();
+    assert!(error.contains(IMEX_SHARED_NAME), "{error}");
+    assert!(check(&with_name, "node-a", &none(), key.public_key_raw(), now).is_err());
+}
+
+/// As for the IP: a certificate a run without the shared name left is replaced at
+/// start, so the first one IMEX uses carries it, and the files say so.
+#[tokio::test(start_paused = true)]
+async fn a_certificate_left_without_the_shared_name_is_replaced_by_one_with_it() {
+    let mut rig = rig(&[]);
+    let (mut plain, _) = rig.client();
+    plain.first(&CancellationToken::new()).await.unwrap();
+    rig.asked.recv().await.unwrap();
+    assert!(!carries_imex_shared_name(&plain.cert_path()));
+    let (client, _) = rig.client();
+    let mut client = client.with_imex_names(shared());
+    client.first(&CancellationToken::new()).await.unwrap();
+    rig.asked.recv().await.unwrap();
+    assert!(carries_imex_shared_name(&client.cert_path()));
+    assert!(!carries_ip(&client.cert_path(), IpAddr::from(NODE_IP)));
+    let (_, cert) = rig.files();
+    let (_, block) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).unwrap();
+    let (_, parsed) = X509Certificate::from_der(&block.contents).unwrap();
+    let names = parsed.subject_alternative_name().unwrap().unwrap();
+    assert_eq!(
+        names.value.general_names,
+        [
+            GeneralName::DNSName("node-a"),
+            GeneralName::DNSName(IMEX_SHARED_NAME)
         ]
     );
 }

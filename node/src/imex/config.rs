@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use domaind_actors::model::Slot;
+use domaind_gossip::identity::IMEX_SHARED_NAME;
 
 /// How peers are written into the nodes config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,8 +116,8 @@ pub mod tls_keys {
     pub const CLIENT_CERT: &str = "IMEX_CLIENT_CERT";
     pub const CLIENT_CERT_AUTH: &str = "IMEX_CLIENT_CERT_AUTH";
     /// The one name a dialler checks every server's certificate against, instead of the
-    /// address it dialled. We never set it: a name shared by every node would prove only
-    /// "some node of the cluster", which the chain already proves, where the dialled IP
+    /// address it dialled. Set in DNS-names mode only, to IMEX's shared name: the slot
+    /// names dialled move between nodes. In IPs mode the dialled IP is checked, which
     /// pins each address to its node. `imex-sim` honours it as IMEX does.
     pub const TARGET_OVERRIDE: &str = "IMEX_SECURITY_TARGET_OVERRIDE";
 }
@@ -182,7 +183,8 @@ impl ImexSettings {
 /// The daemon's config file. `DAEMONIZE=0` keeps IMEX in the foreground as our
 /// child; `IMEX_WAIT_FOR_QUORUM=RECOVERY` waits for former importers only after an
 /// unclean stop. With TLS the node's one certificate serves both ends of a link: it
-/// carries both the server and the client usage.
+/// carries both the server and the client usage, and in DNS-names mode IMEX's shared
+/// name, which the override makes the name checked.
 pub fn render_config(settings: &ImexSettings) -> String {
     let mut lines = vec![
         ("DAEMONIZE", "0".to_owned()),
@@ -217,6 +219,9 @@ pub fn render_config(settings: &ImexSettings) -> String {
             (tls_keys::CLIENT_CERT, path(settings.tls_cert_path())),
             (tls_keys::CLIENT_CERT_AUTH, path(settings.tls_ca_path())),
         ]);
+        if settings.mode == AddressingMode::DnsNames {
+            lines.push((tls_keys::TARGET_OVERRIDE, IMEX_SHARED_NAME.to_owned()));
+        }
     }
     let mut out = String::from("# Written by domaind. Changes are overwritten.\n");
     for (key, value) in lines {
@@ -297,6 +302,26 @@ mod tests {
         // Everything else is as without TLS.
         assert_eq!(parsed["SERVER_PORT"], "50000");
         assert_eq!(parsed["DAEMONIZE"], "0");
+    }
+
+    #[test]
+    fn with_tls_in_dns_names_mode_imex_checks_the_shared_name_and_in_ips_mode_the_ip() {
+        let mut settings = ImexSettings::new("/run/domaind/imex", "10.1.2.3".parse().unwrap());
+        settings.tls = true;
+        assert_eq!(settings.mode, AddressingMode::DnsNames);
+        let parsed = parse_config(&render_config(&settings));
+        assert_eq!(
+            parsed["IMEX_SECURITY_TARGET_OVERRIDE"],
+            "imex.domaind.invalid"
+        );
+        assert_eq!(parsed["IMEX_SECURITY_TARGET_OVERRIDE"], IMEX_SHARED_NAME);
+        settings.mode = AddressingMode::Ips;
+        let ips = render_config(&settings);
+        assert!(!ips.contains("IMEX_SECURITY_TARGET_OVERRIDE"), "{ips}");
+        settings.mode = AddressingMode::DnsNames;
+        settings.tls = false;
+        let clear = render_config(&settings);
+        assert!(!clear.contains("IMEX_SECURITY_TARGET_OVERRIDE"), "{clear}");
     }
 
     #[test]

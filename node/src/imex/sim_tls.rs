@@ -13,9 +13,9 @@
 //! - A dialler checks the server's certificate against what it dialled, as IMEX's gRPC
 //!   client does: `IMEX_SECURITY_TARGET_OVERRIDE` when set, else a peer the nodes config
 //!   lists by IP must present that IP as an IP SAN. So a certificate IMEX would refuse
-//!   fails here too. A peer listed by name (DNS-names mode) is checked for its chain
-//!   only: the simulator dials the IP it resolved and no longer knows the name, and the
-//!   real IMEX would check a slot name that no node certificate carries
+//!   fails here too. domaind sets the override in DNS-names mode, where the slot names
+//!   dialled fit no certificate. Without it a peer listed by name is checked for its
+//!   chain only: the simulator dials the IP it resolved and no longer knows the name
 //!   (docs/ARCHITECTURE.md, "IMEX over mutual TLS").
 //! - SIGUSR1 reloads the files (and re-reads which peers are listed by IP); new links
 //!   use them, established ones keep their session. A set that does not load is
@@ -427,8 +427,17 @@ mod tests {
         let ours = TlsOptions::from_config(&keys(&render_config(&settings)), Path::new("c"))
             .unwrap()
             .unwrap();
-        assert_eq!(ours.target_override, None);
+        assert_eq!(
+            ours.target_override.as_deref(),
+            Some(domaind_gossip::identity::IMEX_SHARED_NAME),
+            "DNS-names mode"
+        );
         assert_eq!(ours.nodes_config, Some(settings.nodes_config_path()));
+        settings.mode = crate::imex::AddressingMode::Ips;
+        let ips = TlsOptions::from_config(&keys(&render_config(&settings)), Path::new("c"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(ips.target_override, None);
         let text = format!(
             "{}IMEX_SECURITY_TARGET_OVERRIDE=imex.cluster\n",
             render_config(&settings)

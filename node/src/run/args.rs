@@ -12,6 +12,7 @@ use domaind_kube_api::args::{HttpArgs, KubeArgs, NodeHttp};
 
 use super::seeds::SeedDiscovery;
 use crate::cdi::DEFAULT_CDI_DIR;
+use crate::certs::ImexNames;
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -242,12 +243,12 @@ pub struct RunArgs {
     /// Whether IMEX's own links run over mutual TLS with this node's gossip certificate
     /// (key, certificate and CA written beside IMEX's config, only root may read them;
     /// reloaded with SIGUSR1 when the certificate rotates). IMEX checks each peer's
-    /// certificate against the address it dialled. `auto`: on with --imex-addressing ips
-    /// when the node's certificate carries --pod-ip as an IP SAN (with --tls-mode csr it
-    /// is asked for), and with the simulator in DNS-names mode; off with nvidia-imex in
-    /// DNS-names mode, where it dials slot names no certificate carries
-    /// (docs/ARCHITECTURE.md, "IMEX over mutual TLS"). `on`: always. `off`: for IMEX
-    /// versions without SSL/TLS.
+    /// certificate against the IP it dialled (--imex-addressing ips) or, in DNS-names
+    /// mode, against IMEX's shared name (`IMEX_SECURITY_TARGET_OVERRIDE`). `auto`: on
+    /// when the node's certificate carries that (with --tls-mode csr it is asked for;
+    /// `domaind certs issue` adds the shared name), with nvidia-imex and the simulator
+    /// alike (docs/ARCHITECTURE.md, "IMEX over mutual TLS"). `on`: always. `off`: for
+    /// IMEX versions without SSL/TLS.
     #[arg(long, env = "DOMAIND_IMEX_TLS", value_enum, default_value_t = ImexTls::Auto)]
     pub imex_tls: ImexTls,
 
@@ -371,38 +372,47 @@ pub enum ImexTls {
     Off,
 }
 
-/// What IMEX checks a peer's certificate against: the entry of its nodes config it
-/// dialled.
+/// What IMEX (and `imex-sim`, which checks as it does) holds a peer's certificate to,
+/// and whether this node's certificate carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DialledNames {
-    /// DNS-names mode: a slot name, which no node certificate carries (slots move
-    /// between nodes). `imex-sim` sees only the IP it resolved and checks the chain.
-    SlotNames,
-    /// IPs mode: the member's IP, which the node's certificate may carry as an IP SAN.
+    /// DNS-names mode: the slot names dialled move between nodes, so the config's
+    /// `IMEX_SECURITY_TARGET_OVERRIDE` names IMEX's shared name instead.
+    SharedName { in_certificate: bool },
+    /// IPs mode: the member's IP, as an IP SAN.
     Ips { in_certificate: bool },
 }
 
 impl ImexTls {
-    /// Whether IMEX's links use TLS, given whether the simulator stands in for IMEX and
-    /// what IMEX will check a peer's certificate against.
-    pub fn enabled(self, simulated: bool, dialled: DialledNames) -> bool {
+    /// Whether IMEX's links use TLS, given what IMEX will check a peer's certificate
+    /// against.
+    pub fn enabled(self, dialled: DialledNames) -> bool {
         match (self, dialled) {
             (Self::On, _) => true,
             (Self::Off, _) => false,
-            (Self::Auto, DialledNames::Ips { in_certificate }) => in_certificate,
-            (Self::Auto, DialledNames::SlotNames) => simulated,
+            (
+                Self::Auto,
+                DialledNames::SharedName { in_certificate } | DialledNames::Ips { in_certificate },
+            ) => in_certificate,
         }
     }
 }
 
 impl RunArgs {
-    /// The IP SANs this node's certificate needs: --pod-ip where IMEX dials IPs over TLS,
-    /// none otherwise (gossip names nodes by their DNS name alone).
-    pub fn cert_ips(&self) -> Vec<IpAddr> {
-        if self.imex_addressing == Addressing::Ips && self.imex_tls != ImexTls::Off {
-            vec![self.pod_ip]
-        } else {
-            Vec::new()
+    /// What this node's certificate carries for IMEX where its links may run over TLS:
+    /// --pod-ip in IPs mode, IMEX's shared name in DNS-names mode; nothing with TLS off
+    /// (gossip names nodes by their DNS name alone).
+    pub fn imex_names(&self) -> ImexNames {
+        match (self.imex_tls, self.imex_addressing) {
+            (ImexTls::Off, _) => ImexNames::default(),
+            (_, Addressing::Ips) => ImexNames {
+                shared_name: false,
+                ips: vec![self.pod_ip],
+            },
+            (_, Addressing::DnsNames) => ImexNames {
+                shared_name: true,
+                ips: Vec::new(),
+            },
         }
     }
 }
@@ -469,35 +479,52 @@ mod tests {
 
     #[test]
     fn imex_tls_auto_is_on_where_the_certificate_carries_what_imex_checks() {
-        let with_ip = DialledNames::Ips {
-            in_certificate: true,
-        };
-        let without_ip = DialledNames::Ips {
-            in_certificate: false,
-        };
+        let carried = [
+            DialledNames::Ips {
+                in_certificate: true,
+            },
+            DialledNames::SharedName {
+                in_certificate: true,
+            },
+        ];
+        let missing = [
+            DialledNames::Ips {
+                in_certificate: false,
+            },
+            DialledNames::SharedName {
+                in_certificate: false,
+            },
+        ];
         let auto = parse(&[]).unwrap().imex_tls;
         assert_eq!(auto, ImexTls::Auto);
-        for simulated in [true, false] {
-            assert!(auto.enabled(simulated, with_ip));
-            assert!(!auto.enabled(simulated, without_ip));
-        }
-        assert!(auto.enabled(true, DialledNames::SlotNames));
-        assert!(!auto.enabled(false, DialledNames::SlotNames));
         let on = parse(&["--imex-tls", "on"]).unwrap().imex_tls;
-        assert!(on.enabled(false, DialledNames::SlotNames) && on.enabled(false, without_ip));
         let off = parse(&["--imex-tls", "off"]).unwrap().imex_tls;
-        assert!(!off.enabled(true, DialledNames::SlotNames) && !off.enabled(true, with_ip));
+        for dialled in carried {
+            assert!(auto.enabled(dialled) && on.enabled(dialled) && !off.enabled(dialled));
+        }
+        for dialled in missing {
+            assert!(!auto.enabled(dialled) && on.enabled(dialled) && !off.enabled(dialled));
+        }
         let error = parse(&["--imex-tls", "yes"]).unwrap_err().to_string();
         assert!(error.contains("--imex-tls"), "{error}");
     }
 
     #[test]
-    fn the_certificate_asks_for_the_pod_ip_only_where_imex_dials_ips_over_tls() {
-        assert!(parse(&[]).unwrap().cert_ips().is_empty());
+    fn the_certificate_asks_for_the_shared_name_in_dns_names_mode_and_the_pod_ip_in_ips_mode() {
+        let dns = parse(&[]).unwrap().imex_names();
+        assert!(dns.shared_name && dns.ips.is_empty(), "{dns:?}");
         let ips = parse(&["--imex-addressing", "ips"]).unwrap();
-        assert_eq!(ips.cert_ips(), [ips.pod_ip]);
-        let off = parse(&["--imex-addressing", "ips", "--imex-tls", "off"]).unwrap();
-        assert!(off.cert_ips().is_empty());
+        assert_eq!(
+            ips.imex_names(),
+            ImexNames {
+                shared_name: false,
+                ips: vec![ips.pod_ip]
+            }
+        );
+        for mode in ["ips", "dns-names"] {
+            let off = parse(&["--imex-addressing", mode, "--imex-tls", "off"]).unwrap();
+            assert_eq!(off.imex_names(), ImexNames::default(), "{mode}");
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@ use anyhow::Context as _;
 use domaind_actors::model::CliqueId;
 use domaind_actors::ports::SystemClock;
 use domaind_actors::{Depart, NodeActor, NodeConfig, Ports};
+use domaind_gossip::identity::IMEX_SHARED_NAME;
 use domaind_gossip::pulse::PulseTiming;
 use domaind_gossip::tls::NodeTls;
 use domaind_gossip::transport::TransportLimits;
@@ -544,30 +545,59 @@ fn imex_settings(args: &RunArgs, gossip_cert: &Path) -> anyhow::Result<ImexSetti
         (None, false) => None,
     };
     let dialled = match settings.mode {
-        AddressingMode::DnsNames => DialledNames::SlotNames,
+        AddressingMode::DnsNames => DialledNames::SharedName {
+            in_certificate: crate::certs::carries_imex_shared_name(gossip_cert),
+        },
         AddressingMode::Ips => DialledNames::Ips {
             in_certificate: crate::certs::carries_ip(gossip_cert, args.pod_ip),
         },
     };
-    settings.tls = args.imex_tls.enabled(simulator.is_some(), dialled);
+    settings.tls = args.imex_tls.enabled(dialled);
     match (args.imex_tls, settings.tls, dialled) {
+        (ImexTls::Off, _, _) => info!("IMEX's links run in the clear (--imex-tls off)"),
+        (
+            _,
+            true,
+            DialledNames::SharedName {
+                in_certificate: false,
+            },
+        ) => warn!(
+            cert = %gossip_cert.display(),
+            name = IMEX_SHARED_NAME,
+            "IMEX's links run over mutual TLS (--imex-tls on), but IMEX checks each peer's \
+             certificate against IMEX's shared name, which this node's certificate does not \
+             carry: its peers will refuse it"
+        ),
+        (
+            _,
+            true,
+            DialledNames::Ips {
+                in_certificate: false,
+            },
+        ) => warn!(
+            cert = %gossip_cert.display(),
+            ip = %args.pod_ip,
+            "IMEX's links run over mutual TLS (--imex-tls on), but IMEX checks each peer's \
+             certificate against the IP it dialled, which this node's certificate does not \
+             carry: its peers will refuse it"
+        ),
         (_, true, _) => {
             info!("IMEX's links run over mutual TLS with this node's gossip certificate")
         }
-        (ImexTls::Auto, false, DialledNames::SlotNames) => info!(
-            "IMEX's links run in the clear: in DNS-names mode nvidia-imex checks each peer's \
-             certificate against a slot name, which node certificates do not carry \
-             (--imex-addressing ips with certificates that carry the node's IP, or \
-             --imex-tls on to turn TLS on anyway)"
+        (_, false, DialledNames::SharedName { .. }) => warn!(
+            cert = %gossip_cert.display(),
+            name = IMEX_SHARED_NAME,
+            "IMEX's links run in the clear: in DNS-names mode IMEX checks each peer's \
+             certificate against IMEX's shared name, which this node's certificate does not \
+             carry (--tls-mode csr asks for it; `domaind certs issue` adds it in files mode)"
         ),
-        (ImexTls::Auto, false, DialledNames::Ips { .. }) => warn!(
+        (_, false, DialledNames::Ips { .. }) => warn!(
             cert = %gossip_cert.display(),
             ip = %args.pod_ip,
             "IMEX's links run in the clear: IMEX checks each peer's certificate against the \
              IP it dialled, and this node's certificate does not carry --pod-ip as an IP SAN \
              (--tls-mode csr asks for it; `domaind certs issue --ip` in files mode)"
         ),
-        (_, false, _) => info!("IMEX's links run in the clear (--imex-tls off)"),
     }
     match simulator {
         Some(sim) => {

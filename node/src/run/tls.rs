@@ -62,7 +62,7 @@ pub async fn prepare(
         certs::system_clock(),
         certs::retry_backoff(),
     );
-    let mut certs = certs.with_ips(args.cert_ips());
+    let mut certs = certs.with_imex_names(args.imex_names());
     paths.cert = certs.cert_path();
     paths.key = certs.key_path();
 

@@ -1,8 +1,8 @@
 //! IMEX's links over mutual TLS, with real `imex-sim` processes on 127.0.0.x driven by
 //! the IMEX adapter: the files the adapter writes, links that come up only between
 //! certificates of one CA, a foreign certificate refused and counted, a certificate
-//! without the IP dialled refused in IPs mode, and a rotation reaching new links
-//! through SIGUSR1 without a restart.
+//! without the IP dialled refused in IPs mode and one without IMEX's shared name in
+//! DNS-names mode, and a rotation reaching new links through SIGUSR1 without a restart.
 
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt as _;
@@ -13,6 +13,7 @@ use std::time::Duration;
 use domaind_actors::ports::Imex;
 use domaind_actors::rules::peers::{Peer, PeerSet};
 use domaind_gossip::NodeName;
+use domaind_gossip::identity::IMEX_SHARED_NAME;
 use domaind_gossip::pki::{DevCa, NodeCert, NodeCertRequest};
 use domaind_gossip::tls::{TlsFiles, client_config};
 use domaind_node::imex::config::parse_config;
@@ -52,6 +53,14 @@ fn issue(ca: &DevCa, node: &str) -> NodeCert {
 fn issue_with_ips(ca: &DevCa, node: &str, ips: &[IpAddr]) -> NodeCert {
     let mut request = NodeCertRequest::new(NodeName::new(node).unwrap(), time::Duration::days(1));
     request.ips = ips.to_vec();
+    ca.issue(&request).unwrap()
+}
+
+/// A certificate of `ca` for `node` without IMEX's shared name, as a run before it
+/// was issued, or a certificate manager that does not know it, left one.
+fn issue_without_shared_name(ca: &DevCa, node: &str) -> NodeCert {
+    let mut request = NodeCertRequest::new(NodeName::new(node).unwrap(), time::Duration::days(1));
+    request.imex_shared_name = false;
     ca.issue(&request).unwrap()
 }
 
@@ -363,6 +372,60 @@ async fn in_ips_mode_a_certificate_without_the_dialled_ip_is_refused_and_one_wit
         .send_replace(files(&issue_with_ips(&ca, "node-c", &[ip(97)])));
     for node in [a, b] {
         until(node, "linked to c once it carries its IP", |l| {
+            l["ready"] == true && connected(l, c)
+        })
+        .await;
+    }
+    assert_eq!(c.daemon.pid().await, pid, "a rotation is a reload");
+    rack.stop().await;
+}
+
+/// DNS-names mode, IMEX's contract with the override: the slot name dialled is not
+/// checked, IMEX's shared name is. Certificates of our CA that carry it link; one of
+/// our CA without it is refused by those that dial it, and links once rotated to one
+/// with it, by a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_dns_names_mode_the_shared_name_is_checked_and_a_certificate_without_it_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ca();
+    let rack = rack(
+        dir.path(),
+        vec![
+            (98, files(&issue(&ca, "node-a"))),
+            (99, files(&issue(&ca, "node-b"))),
+            (100, files(&issue_without_shared_name(&ca, "node-c"))),
+        ],
+        true,
+    );
+    let config = parse_config(&domaind_node::imex::config::render_config(
+        rack.nodes[0].daemon.settings(),
+    ));
+    assert_eq!(config["IMEX_SECURITY_TARGET_OVERRIDE"], IMEX_SHARED_NAME);
+    rack.start().await;
+    let (a, b, c) = (&rack.nodes[0], &rack.nodes[1], &rack.nodes[2]);
+    for (node, other) in [(a, b), (b, a)] {
+        let listing = until(node, "linked to b and refused c", |l| {
+            connected(l, other) && link_of(l, c)["error"].is_string()
+        })
+        .await;
+        let refusal = link_of(&listing, c)["error"].as_str().unwrap();
+        assert!(
+            refusal.contains(&format!("not valid for name \"{IMEX_SHARED_NAME}\"")),
+            "{refusal}"
+        );
+        assert_eq!(link_of(&listing, c)["status"], "DISCONNECTED", "{listing}");
+        assert_eq!(listing["ready"], false, "{listing}");
+    }
+    let written =
+        parse_config(&std::fs::read_to_string(a.daemon.settings().config_path()).unwrap());
+    assert_eq!(written["IMEX_SECURITY_TARGET_OVERRIDE"], IMEX_SHARED_NAME);
+
+    until(c, "answering", |l| l["nodes"].is_array()).await;
+    c.daemon.status().await.unwrap();
+    let pid = c.daemon.pid().await;
+    c.credentials.send_replace(files(&issue(&ca, "node-c")));
+    for node in [a, b] {
+        until(node, "linked to c once it carries the shared name", |l| {
             l["ready"] == true && connected(l, c)
         })
         .await;
