@@ -61,8 +61,15 @@ pub struct NodeConfig {
     /// the backoff afresh. A start alone proves nothing: a daemon that cannot listen
     /// starts fine and exits a moment later.
     pub imex_healthy_after: Duration,
+    /// A restarted node daemon whose IMEX outlived it waits this long at most for IMEX
+    /// to answer before it advertises its domains again (`actors::domain`).
+    pub imex_adoption_wait: Duration,
     /// How long a member that died stays listed (NotReady) before it is forgotten.
     pub lost_retention: Duration,
+    /// A member whose daemon restarted has this long to advertise its domains again
+    /// (it reads its checkpoint first); one that does not has left
+    /// (`rules::roster`). Until then it is lost, not gone: held if its IMEX lives.
+    pub rejoin_grace: Duration,
     /// A node taking the reporter role writes nothing that drops a member the written
     /// status lists and it has not seen yet (its gossip view may still be filling
     /// up), for at most this long after it joined the domain; then such members are
@@ -94,7 +101,9 @@ impl NodeConfig {
             imex_restart_backoff_min: Duration::from_millis(200),
             imex_restart_backoff_max: Duration::from_secs(30),
             imex_healthy_after: Duration::from_secs(10),
+            imex_adoption_wait: Duration::from_secs(5),
             lost_retention: Duration::from_secs(600),
+            rejoin_grace: Duration::from_secs(30),
             status_takeover_grace: Duration::from_secs(10),
             last_out_watch: Duration::from_secs(10),
         }

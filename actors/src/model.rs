@@ -134,6 +134,11 @@ pub struct Advertisement {
     /// when false, so that a healthy node's advertisement reads as before the field.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub imex_failing: bool,
+    /// This node's IMEX keeps running when its daemon stops (an IMEX runner or a host
+    /// service keeps it): its peers hold it while their IMEX still reaches its IMEX
+    /// (`rules::peer_health`). Left out when false, as `imex_failing`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub imex_outlives_daemon: bool,
     /// When this node joined the domain (ms since the epoch, its own clock): seniority
     /// in slot conflicts. Only the order matters, never the value.
     pub joined_at_ms: u64,

@@ -239,12 +239,19 @@ pub struct DaemonState {
     pub peers: PeerSet,
     /// Why it stopped running, until a status query reports it.
     pub exited: Option<String>,
+    /// Which start of the fabric's daemons this is: a start that finds the daemon
+    /// running with the same peers adopts it, as the real adapter does, and keeps the
+    /// instance. A peer's imports of this node's memory survive only the same one.
+    pub instance: u64,
 }
 
 #[derive(Debug, Default)]
 struct FabricState {
     daemons: BTreeMap<NodeId, DaemonState>,
     cut: BTreeSet<(NodeId, NodeId)>,
+    /// Daemons are kept by a runner: they outlive the node daemon.
+    kept_by_runner: bool,
+    instances: u64,
 }
 
 /// The IMEX daemons of a simulated rack. Like real IMEX, a daemon is READY when it is
@@ -277,6 +284,11 @@ impl FakeImexFabric {
 
     pub fn state_of(&self, node: &str) -> Option<DaemonState> {
         lock(&self.state).daemons.get(node).cloned()
+    }
+
+    /// From now on the daemons outlive their node daemon, as under an IMEX runner.
+    pub fn keep_daemons(&self) {
+        lock(&self.state).kept_by_runner = true;
     }
 
     /// The daemon exits, as on a crash.
@@ -392,13 +404,27 @@ impl Imex for FakeImex {
     async fn start(&self, peers: &PeerSet) -> Result<(), PortError> {
         self.record(ImexCall::Start(peers.clone()));
         lock(&self.failure).take()?;
-        lock(&self.fabric.state).daemons.insert(
+        let mut state = lock(&self.fabric.state);
+        let adopted = state
+            .daemons
+            .get(&self.node)
+            .filter(|d| d.running && d.peers == *peers)
+            .map(|d| d.instance);
+        let instance = match adopted {
+            Some(instance) => instance,
+            None => {
+                state.instances += 1;
+                state.instances
+            }
+        };
+        state.daemons.insert(
             self.node.clone(),
             DaemonState {
                 running: true,
                 hung: false,
                 peers: peers.clone(),
                 exited: None,
+                instance,
             },
         );
         Ok(())
@@ -433,6 +459,10 @@ impl Imex for FakeImex {
             d.running = false;
         }
         Ok(())
+    }
+
+    fn outlives_node_daemon(&self) -> bool {
+        lock(&self.fabric.state).kept_by_runner
     }
 
     async fn exited(&self) {

@@ -796,3 +796,104 @@ fn a_member_that_left_and_rejoined_is_not_dropped_by_its_old_link_grace() {
         }
     });
 }
+
+/// Issue 28: a node daemon killed where a runner keeps IMEX. Its peers hold it (their
+/// IMEX still reaches its IMEX), so the domain stays Ready and no survivor's IMEX is
+/// reconfigured; the restarted daemon adopts the same IMEX instance. A node kill (the
+/// daemon and IMEX together) is still dropped within the dead grace.
+#[test]
+fn a_daemon_killed_under_a_runner_leaves_the_domain_ready_and_no_imex_reconfigured() {
+    run(|| async {
+        let mut rack = Rack::default();
+        rack.fabric.keep_daemons();
+        for node in NODES {
+            rack.start(node);
+        }
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        prepare_all(&rack, "c", &NODES).await;
+        rack.wait_until(LIMIT, "Ready is written", &NODES, |_| {
+            rack.status
+                .latest("cd1")
+                .is_some_and(|w| w.status.status == Phase::Ready)
+        })
+        .await;
+        let survivors = ["node-a", "node-b"];
+        let reconfigurations = |rack: &Rack| -> Vec<usize> {
+            survivors
+                .iter()
+                .map(|n| {
+                    rack.nodes[*n]
+                        .imex
+                        .count(|c| matches!(c, ImexCall::Start(_) | ImexCall::Apply(_)))
+                })
+                .collect()
+        };
+        let before = reconfigurations(&rack);
+        let instance = rack.fabric.state_of("node-c").unwrap().instance;
+        let writes = rack.status.writes().len();
+
+        // Ready throughout: checked at every step of paused time, not just at the end.
+        let steady = |snapshots: &[domaind_actors::actors::node::NodeSnapshot]| {
+            for s in snapshots {
+                let d = &s.domains[0];
+                assert_eq!(d.phase, Phase::Ready, "{s:#?}");
+                assert!(d.peer_set.contains("node-c"), "{s:#?}");
+            }
+        };
+        rack.kill_daemon("node-c");
+        for _ in 0..200 {
+            steady(&rack.snapshots(&survivors).await);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let held = rack.snapshot("node-a").await;
+        assert_eq!(held.domains[0].lost, vec!["node-c".to_string()]);
+        assert!(held.domains[0].dropped.is_empty());
+
+        rack.start("node-c");
+        let deadline = tokio::time::Instant::now() + LIMIT;
+        loop {
+            steady(&rack.snapshots(&survivors).await);
+            let back = rack.snapshot("node-c").await;
+            if back
+                .domains
+                .first()
+                .is_some_and(|d| d.phase == Phase::Ready)
+                && rack.snapshot("node-a").await.domains[0].lost.is_empty()
+            {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{back:#?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            reconfigurations(&rack),
+            before,
+            "no survivor's IMEX changed: {:#?}",
+            rack.nodes["node-a"].imex.calls()
+        );
+        assert_eq!(
+            rack.fabric.state_of("node-c").unwrap().instance,
+            instance,
+            "the restarted daemon adopted the same IMEX instance"
+        );
+        let since = &rack.status.writes()[writes..];
+        assert!(
+            since.iter().all(|w| w.status.status == Phase::Ready),
+            "{since:#?}"
+        );
+
+        // The node itself dies: its IMEX with its daemon.
+        rack.kill("node-c");
+        let killed = tokio::time::Instant::now();
+        rack.wait_until(LIMIT, "survivors drop node-c", &survivors, |s| {
+            s.iter().all(|n| !n.domains[0].peer_set.contains("node-c"))
+        })
+        .await;
+        let dropped_after = killed.elapsed();
+        assert!(
+            dropped_after <= PeerHealthConfig::default().dead_grace + Duration::from_millis(200),
+            "a dead node is dropped within the dead grace: {dropped_after:?}"
+        );
+    });
+}

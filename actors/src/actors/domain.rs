@@ -18,7 +18,9 @@ use tracing::{debug, info, warn};
 
 use crate::actors::channel::{ChannelActor, Progress, WaitReady};
 use crate::actors::imex_peer::{ImexPeerActor, PeerSignal, PeerVerdict};
-use crate::actors::imex_process::{ApplyPeers, ImexProcessActor, ImexReport, ReleaseImex};
+use crate::actors::imex_process::{
+    ApplyPeers, ImexProcessActor, ImexReport, QueryNow, ReleaseImex,
+};
 use crate::actors::last_out::LastOut;
 use crate::actors::sharing::{
     ChannelState, HeldChannels, Role, SharedFault, SharedImexProgress, new_faults,
@@ -35,10 +37,11 @@ use crate::rules::local_imex::{DaemonReport, Reconfigure, desired_peers, imex_re
 use crate::rules::membership::{
     decode_advertisement, domain_key, domain_members, encode_advertisement, status_key,
 };
+use crate::rules::peer_health::{Advertised, LinkAnswer};
 use crate::rules::peers::PeerSet;
 use crate::rules::readiness::{Readiness, node_ready};
 use crate::rules::reporter::{Announced, announcements, reporter, reporter_from};
-use crate::rules::roster::{Change, Roster, Tenure, VerdictOutcome, slot_candidates};
+use crate::rules::roster::{Change, Graces, Roster, Tenure, VerdictOutcome, slot_candidates};
 use crate::rules::slots::{SlotAssignment, assign_slots};
 use crate::rules::status::DomainStatus;
 use crate::rules::status_writes::{StatusWrites, next_term};
@@ -156,6 +159,11 @@ pub struct DomainActor {
     // Everything below is rebuilt on (re)start.
     claims: BTreeMap<String, (ClaimRecord, Addr<ChannelActor>)>,
     my_ad: Option<Advertisement>,
+    /// A restarted daemon whose IMEX outlived it says nothing of this domain until its
+    /// IMEX has answered (adopted, or started anew), or `imex_adoption_wait` has passed:
+    /// its first advertisement then says what is true (ready), not "not ready yet",
+    /// which would make the domain NotReady for a restart no job felt.
+    awaiting_adoption: bool,
     published: Option<String>,
     publishing: bool,
     /// Members, lost members, dropped and adopted ones (the rules of `rules::roster`).
@@ -241,6 +249,7 @@ impl DomainActor {
             held_here: BTreeMap::new(),
             claims: BTreeMap::new(),
             my_ad: None,
+            awaiting_adoption: false,
             published: None,
             publishing: false,
             roster: Roster::default(),
@@ -321,6 +330,23 @@ impl DomainActor {
                     })
                 }
             };
+            // A slot in the checkpoint but none in gossip: this process restarted
+            // after the domain had formed here, so an IMEX may be running to adopt.
+            let restarted_here =
+                previous.is_none() && checkpoint.slots.contains_key(&act.domain.uid);
+            if restarted_here
+                && act.has_fabric()
+                && act.role != Role::Sharing
+                && act.ports.imex.outlives_node_daemon()
+            {
+                act.awaiting_adoption = true;
+                ctx.run_later(act.config.imex_adoption_wait, |act, ctx| {
+                    if std::mem::take(&mut act.awaiting_adoption) {
+                        warn!(domain = %act.domain, wait = ?act.config.imex_adoption_wait, "IMEX did not answer in time after the restart; advertising without it");
+                        act.schedule_recompute(ctx);
+                    }
+                });
+            }
             act.my_ad = Some(Advertisement {
                 namespace: act.domain.namespace.clone(),
                 name: act.domain.name.clone(),
@@ -330,6 +356,7 @@ impl DomainActor {
                 slot: preferred,
                 imex_ready: !act.has_fabric(),
                 imex_failing: false,
+                imex_outlives_daemon: act.ports.imex.outlives_node_daemon(),
                 joined_at_ms: previous
                     .map(|ad| ad.joined_at_ms)
                     .unwrap_or_else(|| act.ports.clock.now_ms()),
@@ -371,6 +398,9 @@ impl DomainActor {
     }
 
     fn publish(&mut self, ctx: &mut Context<Self>) {
+        if self.awaiting_adoption {
+            return;
+        }
         let Some(ad) = &self.my_ad else { return };
         let encoded = encode_advertisement(ad);
         if self.publishing || self.published.as_deref() == Some(encoded.as_str()) || self.leaving {
@@ -429,13 +459,16 @@ impl DomainActor {
             generation: live.get(self.me()).map_or(0, |m| m.generation),
             ad: my_ad.clone(),
         };
-        let retention = self.config.lost_retention;
+        let graces = Graces {
+            retention: self.config.lost_retention,
+            rejoin: self.config.rejoin_grace,
+        };
         let observation = self.roster.observe(
             own,
             view.members,
-            |node: &str| live.contains_key(node),
+            |node: &str| live.get(node).map(|member| member.generation),
             now,
-            retention,
+            graces,
         );
         for change in observation.changes {
             match change {
@@ -445,15 +478,19 @@ impl DomainActor {
                     self.links.remove(&node);
                 }
                 Change::Lost { node, .. } => {
-                    info!(domain = %self.domain, %node, "member lost: gossip declared it dead");
+                    info!(domain = %self.domain, %node, "member lost: its daemon is silent in gossip");
                     self.peer(&node, ctx)
                         .do_send(PeerSignal::Gossip { alive: false });
+                    // Whether its IMEX still runs decides if it stays: ask ours now.
+                    if self.role != Role::Sharing {
+                        self.imex.do_send(QueryNow);
+                    }
                 }
                 Change::Back(node) => {
                     info!(domain = %self.domain, %node, "lost member is back");
                 }
                 Change::Forgotten(node) => {
-                    info!(domain = %self.domain, %node, "lost member forgotten after {:?}", retention);
+                    info!(domain = %self.domain, %node, "lost member forgotten after {:?}", graces.retention);
                     self.peers.remove(&node);
                 }
                 Change::AdoptionEnded(node) => {
@@ -461,7 +498,7 @@ impl DomainActor {
                 }
             }
         }
-        let remote: Vec<(NodeId, u64, bool, bool)> = self
+        let remote: Vec<(NodeId, Advertised)> = self
             .roster
             .members()
             .values()
@@ -469,25 +506,24 @@ impl DomainActor {
             .map(|member| {
                 (
                     member.node.clone(),
-                    member.generation,
-                    member.ad.imex_ready,
-                    member.ad.imex_failing,
+                    Advertised {
+                        generation: member.generation,
+                        imex_ready: member.ad.imex_ready,
+                        imex_failing: member.ad.imex_failing,
+                        imex_outlives_daemon: member.ad.imex_outlives_daemon,
+                    },
                 )
             })
             .collect();
-        for (node, generation, imex_ready, imex_failing) in remote {
+        for (node, advertised) in remote {
             let peer = self.peer(&node, ctx);
             peer.do_send(PeerSignal::Gossip { alive: true });
-            peer.do_send(PeerSignal::Advertised {
-                generation,
-                imex_ready,
-                imex_failing,
-            });
+            peer.do_send(PeerSignal::Advertised(advertised));
         }
         if let Some(timer) = self.retention_timer.take() {
             ctx.cancel_future(timer);
         }
-        if let Some(first) = self.roster.next_expiry(retention) {
+        if let Some(first) = self.roster.next_expiry(graces) {
             self.retention_timer = Some(ctx.run_later(
                 first.saturating_duration_since(now),
                 |act, ctx| {
@@ -821,6 +857,7 @@ impl DomainActor {
     fn reset(&mut self) {
         self.claims.clear();
         self.my_ad = None;
+        self.awaiting_adoption = false;
         self.published = None;
         self.publishing = false;
         self.roster.clear();
@@ -1077,19 +1114,12 @@ impl Handler<GossipChanged> for DomainActor {
 impl Handler<ImexReport> for DomainActor {
     type Result = ();
     fn handle(&mut self, report: ImexReport, ctx: &mut Self::Context) {
-        for (slot, up) in &report.links {
-            let Some(peer) = self.peer_set.peers.get(slot) else {
-                continue;
-            };
-            if peer.node == self.me() {
-                continue;
-            }
-            let node = peer.node.clone();
-            if self.links.get(&node) != Some(up) {
-                self.links.insert(node.clone(), *up);
-                self.peer(&node, ctx)
-                    .do_send(PeerSignal::ImexLink { up: *up });
-            }
+        if let Some(asked_at) = report.asked_at {
+            self.tell_links(&report.links, asked_at, ctx);
+        }
+        if std::mem::take(&mut self.awaiting_adoption) {
+            info!(domain = %self.domain, ready = report.ready, "IMEX answered after the restart; advertising again");
+            self.schedule_recompute(ctx);
         }
         if let Some(failure) = &report.failure
             && failure.episode > self.imex_episode_told
@@ -1106,6 +1136,37 @@ impl Handler<ImexReport> for DomainActor {
 }
 
 impl DomainActor {
+    /// Tells each peer's ImexPeer what our IMEX found of its link. A live peer hears
+    /// of changes only. A silent one (lost) hears every answer, a link missing from it
+    /// as down: whether it stays depends on our IMEX reaching its IMEX now.
+    fn tell_links(
+        &mut self,
+        links: &BTreeMap<Slot, bool>,
+        asked_at: Instant,
+        ctx: &mut Context<Self>,
+    ) {
+        let peers: Vec<(Slot, NodeId)> = self
+            .peer_set
+            .peers
+            .iter()
+            .filter(|(_, peer)| peer.node != self.me())
+            .map(|(slot, peer)| (*slot, peer.node.clone()))
+            .collect();
+        for (slot, node) in peers {
+            let silent = self.roster.lost().contains_key(&node);
+            let up = match links.get(&slot) {
+                Some(up) => *up,
+                None if silent => false,
+                None => continue,
+            };
+            if silent || self.links.get(&node) != Some(&up) {
+                self.links.insert(node.clone(), up);
+                self.peer(&node, ctx)
+                    .do_send(PeerSignal::ImexLink(LinkAnswer { up, asked_at }));
+            }
+        }
+    }
+
     /// A Warning event on the domain: this node's IMEX daemon is failing, and why.
     fn tell_imex_failing(&self, reason: String) {
         warn!(domain = %self.domain, %reason, "this node's IMEX daemon is failing; the domain is told");

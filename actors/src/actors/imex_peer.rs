@@ -7,8 +7,14 @@ use tokio::time::Instant;
 use tracing::info;
 
 use crate::model::NodeId;
-use crate::rules::peer_health::{PeerHealth, PeerHealthConfig, Verdict};
+use crate::rules::peer_health::{
+    Advertised, LinkAnswer, PeerHealth, PeerHealthConfig, PeerState, Verdict,
+};
 use crate::rules::roster::Tenure;
+
+/// Peers kept in their domain while their daemon was silent, because our IMEX still
+/// reached theirs (`rules::peer_health`): each is a restart that no job felt.
+pub const PEERS_HELD: &str = "domaind_imex_peers_held_total";
 
 /// A decision about one peer, for its domain.
 #[derive(Debug, Clone, Message)]
@@ -29,13 +35,9 @@ pub enum PeerSignal {
     /// The failure detector's view.
     Gossip { alive: bool },
     /// Our IMEX daemon's link to this peer.
-    ImexLink { up: bool },
+    ImexLink(LinkAnswer),
     /// The peer's advertisement, as last seen.
-    Advertised {
-        generation: u64,
-        imex_ready: bool,
-        imex_failing: bool,
-    },
+    Advertised(Advertised),
 }
 
 pub struct ImexPeerActor {
@@ -105,17 +107,22 @@ impl Handler<PeerSignal> for ImexPeerActor {
 
     fn handle(&mut self, signal: PeerSignal, ctx: &mut Self::Context) {
         let now = Instant::now();
+        let was_held = matches!(self.health.state(), PeerState::Held { .. });
         let verdict = match signal {
             PeerSignal::Gossip { alive } => self.health.gossip(alive, now),
-            PeerSignal::ImexLink { up } => self.health.imex_link(up, now),
-            PeerSignal::Advertised {
-                generation,
-                imex_ready,
-                imex_failing,
-            } => self
-                .health
-                .advertisement(generation, imex_ready, imex_failing, now),
+            PeerSignal::ImexLink(answer) => self.health.imex_link(answer, now),
+            PeerSignal::Advertised(ad) => self.health.advertisement(ad, now),
         };
+        match (was_held, self.health.state()) {
+            (false, PeerState::Held { .. }) => {
+                metrics::counter!(PEERS_HELD).increment(1);
+                info!(peer = %self.node, "peer's daemon is silent but our IMEX reaches its IMEX: kept in the domain");
+            }
+            (true, PeerState::Admitted) => {
+                info!(peer = %self.node, "held peer's daemon speaks again");
+            }
+            _ => {}
+        }
         self.report(verdict, ctx);
     }
 }

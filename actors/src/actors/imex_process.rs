@@ -69,9 +69,19 @@ pub struct ImexReport {
     pub running: bool,
     pub ready: bool,
     pub links: BTreeMap<Slot, bool>,
+    /// When the status question this report answers was asked (none when no question
+    /// was: a start that failed). Whether a silent peer's IMEX still answers is judged
+    /// only on questions asked after the silence began (`rules::peer_health`).
+    pub asked_at: Option<Instant>,
     /// The failure episode under way, if the daemon is failing.
     pub failure: Option<ImexFailure>,
 }
+
+/// Ask the daemon now, whatever the schedule says: a peer's gossip went silent, and
+/// whether our IMEX still reaches its IMEX decides if it stays.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct QueryNow;
 
 /// Run the daemon with this peer set.
 #[derive(Debug, Message)]
@@ -253,7 +263,7 @@ impl ImexProcessActor {
                         if starting {
                             act.schedule_restart("start_failed", error.to_string());
                             // No poll follows a start that failed: tell the domain now.
-                            act.report(false, BTreeMap::new());
+                            act.report(false, BTreeMap::new(), None);
                         } else {
                             let delay = act.backoff.fail();
                             act.not_before = Some(Instant::now() + delay);
@@ -348,8 +358,9 @@ impl ImexProcessActor {
         self.polling = true;
         metrics::counter!(IMEX_STATUS_QUERIES).increment(1);
         let imex = self.imex.clone();
+        let asked_at = Instant::now();
         ctx.spawn(async move { imex.status().await }.into_actor(self).map(
-            |result: Result<ImexStatus, PortError>, act, ctx| {
+            move |result: Result<ImexStatus, PortError>, act, ctx| {
                 act.polling = false;
                 let status = match result {
                     Ok(status) => status,
@@ -394,19 +405,20 @@ impl ImexProcessActor {
                 } else {
                     act.poll_in(delay, ctx);
                 }
-                act.report(ready, status.links);
+                act.report(ready, status.links, Some(asked_at));
             },
         ));
     }
 
     /// Tells the domain what the daemon last reported.
-    fn report(&self, ready: bool, links: BTreeMap<Slot, bool>) {
+    fn report(&self, ready: bool, links: BTreeMap<Slot, bool>, asked_at: Option<Instant>) {
         if let Some(owner) = self.owner.as_ref().and_then(WeakRecipient::upgrade) {
             owner.do_send(ImexReport {
                 version: self.applied,
                 running: self.running,
                 ready,
                 links,
+                asked_at,
                 failure: self.lifecycle.failing.clone(),
             });
         }
@@ -517,6 +529,16 @@ impl Handler<ApplyPeers> for ImexProcessActor {
         self.owner = Some(msg.owner);
         self.desired = Some((msg.version, msg.peers));
         self.drive(ctx);
+    }
+}
+
+impl Handler<QueryNow> for ImexProcessActor {
+    type Result = ();
+
+    fn handle(&mut self, _: QueryNow, ctx: &mut Self::Context) {
+        // A question already out may predate what prompted this one: `poll` asks
+        // again once it is answered.
+        self.poll(ctx);
     }
 }
 

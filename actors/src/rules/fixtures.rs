@@ -14,6 +14,7 @@ pub fn advertisement() -> Advertisement {
         slot: None,
         imex_ready: false,
         imex_failing: false,
+        imex_outlives_daemon: false,
         joined_at_ms: 0,
         sharing: None,
     }

@@ -1,13 +1,22 @@
 //! When a remote member leaves the IMEX peer set, and when it comes back.
 //!
-//! Two signals: gossip's failure detector (is the node alive?) and IMEX itself (is
-//! our daemon connected to the peer's?). Either going bad makes the peer *suspect*;
+//! Two signals: gossip's failure detector (is the node's daemon alive?) and IMEX itself
+//! (is our daemon connected to the peer's?). Either going bad makes the peer *suspect*;
 //! a suspect that does not recover within its grace period is *dropped* from the peer
 //! set. A peer dropped because gossip declared it dead is re-admitted when gossip sees
 //! it alive again. A peer dropped because its IMEX link stayed down while gossip still
 //! saw it alive is re-admitted when its advertisement changes (it restarted, or its
 //! IMEX became ready again): leaving it in would keep our domain waiting on a peer
 //! that cannot serve, and only the peer itself can say it recovered.
+//!
+//! **Held.** A peer whose IMEX outlives its daemon (it advertises so: an IMEX runner or
+//! a host service keeps IMEX) is not gone when its gossip goes silent: a crash or an
+//! upgrade of the daemon leaves its IMEX, and the job's imports, running. Dropping it
+//! would reconfigure every survivor's IMEX for nothing. So silence alone is no
+//! evidence: the peer is dropped only if our IMEX, asked *after* the silence began,
+//! finds its link down too (the node itself is gone). While that answer says the link
+//! is up the peer is *held*: admitted, a member as it last advertised. No answer within
+//! the dead grace is no evidence of life either, and the peer is dropped as before.
 
 use std::time::Duration;
 
@@ -15,7 +24,8 @@ use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerHealthConfig {
-    /// Grace after the failure detector's verdict before the peer is dropped.
+    /// Grace after the failure detector's verdict before the peer is dropped (for a
+    /// peer whose IMEX outlives its daemon: the time our IMEX has to vouch for it).
     pub dead_grace: Duration,
     /// Grace for an IMEX link that is down while gossip sees the peer alive.
     pub link_grace: Duration,
@@ -39,8 +49,17 @@ pub enum Cause {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerState {
     Admitted,
-    Suspect { since: Instant, cause: Cause },
-    Dropped { cause: Cause },
+    /// Gossip is silent, but our IMEX, asked since, is connected to the peer's.
+    Held {
+        since: Instant,
+    },
+    Suspect {
+        since: Instant,
+        cause: Cause,
+    },
+    Dropped {
+        cause: Cause,
+    },
 }
 
 /// A decision that changes the peer set.
@@ -50,14 +69,38 @@ pub enum Verdict {
     Readmit,
 }
 
+/// What a peer last advertised, as far as its health goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advertised {
+    pub generation: u64,
+    pub imex_ready: bool,
+    pub imex_failing: bool,
+    /// Its IMEX keeps running when its daemon stops.
+    pub imex_outlives_daemon: bool,
+}
+
+/// One answer of our IMEX about its link to the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkAnswer {
+    pub up: bool,
+    /// When the status question was asked: an answer vouches for a silent peer only
+    /// if it was asked after the silence began.
+    pub asked_at: Instant,
+}
+
 #[derive(Debug, Clone)]
 pub struct PeerHealth {
     config: PeerHealthConfig,
     state: PeerState,
     gossip_alive: bool,
+    /// When gossip last went silent about the peer.
+    silent_since: Option<Instant>,
     link_up: bool,
+    /// When the newest link answer was asked.
+    link_asked_at: Option<Instant>,
     /// (generation, imex_ready, imex_failing) as last advertised.
     last_ad: Option<(u64, bool, bool)>,
+    outlives_daemon: bool,
 }
 
 impl PeerHealth {
@@ -66,8 +109,11 @@ impl PeerHealth {
             config,
             state: PeerState::Admitted,
             gossip_alive: true,
+            silent_since: None,
             link_up: true,
+            link_asked_at: None,
             last_ad: None,
+            outlives_daemon: false,
         }
     }
 
@@ -81,29 +127,34 @@ impl PeerHealth {
 
     /// The failure detector's view changed.
     pub fn gossip(&mut self, alive: bool, now: Instant) -> Option<Verdict> {
+        if alive {
+            self.silent_since = None;
+        } else if self.gossip_alive || self.silent_since.is_none() {
+            self.silent_since = Some(now);
+        }
         self.gossip_alive = alive;
         self.reevaluate(now)
     }
 
     /// Our IMEX daemon reported its link to this peer.
-    pub fn imex_link(&mut self, up: bool, now: Instant) -> Option<Verdict> {
-        self.link_up = up;
+    pub fn imex_link(&mut self, answer: LinkAnswer, now: Instant) -> Option<Verdict> {
+        if self.link_asked_at.is_some_and(|at| at > answer.asked_at) {
+            // Overtaken by a newer answer.
+            return None;
+        }
+        self.link_up = answer.up;
+        self.link_asked_at = Some(answer.asked_at);
         self.reevaluate(now)
     }
 
     /// The peer advertised (again). `imex_failing` counts as a change too: a peer whose
     /// daemon was down past the link grace, and then runs again, is not ready until it
     /// is back in our peer set, so its readiness alone would never change.
-    pub fn advertisement(
-        &mut self,
-        generation: u64,
-        imex_ready: bool,
-        imex_failing: bool,
-        now: Instant,
-    ) -> Option<Verdict> {
-        let ad = (generation, imex_ready, imex_failing);
-        let changed = self.last_ad.is_some_and(|last| last != ad);
-        self.last_ad = Some(ad);
+    pub fn advertisement(&mut self, ad: Advertised, now: Instant) -> Option<Verdict> {
+        self.outlives_daemon = ad.imex_outlives_daemon;
+        let seen = (ad.generation, ad.imex_ready, ad.imex_failing);
+        let changed = self.last_ad.is_some_and(|last| last != seen);
+        self.last_ad = Some(seen);
         if changed
             && self.state
                 == (PeerState::Dropped {
@@ -138,9 +189,20 @@ impl PeerHealth {
         }
     }
 
+    /// Our IMEX, asked since the peer went silent, is connected to the peer's, and
+    /// the peer's IMEX does not depend on its daemon.
+    fn vouched_for(&self) -> bool {
+        self.outlives_daemon
+            && self.link_up
+            && self
+                .silent_since
+                .zip(self.link_asked_at)
+                .is_some_and(|(silent, asked)| asked >= silent)
+    }
+
     fn current_trouble(&self) -> Option<Cause> {
         if !self.gossip_alive {
-            Some(Cause::GossipDead)
+            (!self.vouched_for()).then_some(Cause::GossipDead)
         } else if !self.link_up {
             Some(Cause::ImexLinkDown)
         } else {
@@ -148,17 +210,25 @@ impl PeerHealth {
         }
     }
 
+    /// Admitted, or held while gossip is silent: where a peer without trouble is.
+    fn untroubled(&self, now: Instant) -> PeerState {
+        match (self.gossip_alive, self.state) {
+            (true, _) => PeerState::Admitted,
+            (false, PeerState::Held { since }) => PeerState::Held { since },
+            (false, _) => PeerState::Held { since: now },
+        }
+    }
+
     fn reevaluate(&mut self, now: Instant) -> Option<Verdict> {
         let trouble = self.current_trouble();
         match (self.state, trouble) {
-            (PeerState::Admitted, None) => None,
-            (PeerState::Admitted, Some(cause)) => {
+            (PeerState::Admitted | PeerState::Held { .. } | PeerState::Suspect { .. }, None) => {
+                self.state = self.untroubled(now);
+                None
+            }
+            (PeerState::Admitted | PeerState::Held { .. }, Some(cause)) => {
                 self.state = PeerState::Suspect { since: now, cause };
                 self.expire(now)
-            }
-            (PeerState::Suspect { .. }, None) => {
-                self.state = PeerState::Admitted;
-                None
             }
             (PeerState::Suspect { since, cause }, Some(now_cause)) => {
                 if cause != now_cause {
@@ -177,7 +247,7 @@ impl PeerHealth {
                     cause: Cause::GossipDead,
                 },
                 None,
-            ) => {
+            ) if self.gossip_alive => {
                 self.state = PeerState::Admitted;
                 Some(Verdict::Readmit)
             }
@@ -217,6 +287,27 @@ mod tests {
         (PeerHealth::new(PeerHealthConfig::default()), Instant::now())
     }
 
+    fn ad(generation: u64, imex_ready: bool, imex_failing: bool) -> Advertised {
+        Advertised {
+            generation,
+            imex_ready,
+            imex_failing,
+            imex_outlives_daemon: false,
+        }
+    }
+
+    /// A peer whose IMEX is kept by a runner.
+    fn outliving(generation: u64) -> Advertised {
+        Advertised {
+            imex_outlives_daemon: true,
+            ..ad(generation, true, false)
+        }
+    }
+
+    fn link(up: bool, asked_at: Instant) -> LinkAnswer {
+        LinkAnswer { up, asked_at }
+    }
+
     #[test]
     fn dead_peer_is_dropped_after_grace_and_readmitted_when_alive() {
         let (mut h, t0) = health();
@@ -248,8 +339,8 @@ mod tests {
     #[test]
     fn a_long_imex_link_outage_drops_until_the_peer_changes() {
         let (mut h, t0) = health();
-        h.advertisement(1, true, false, t0);
-        h.imex_link(false, t0);
+        h.advertisement(ad(1, true, false), t0);
+        h.imex_link(link(false, t0), t0);
         assert_eq!(h.tick(t0 + Duration::from_secs(29)), None);
         assert_eq!(
             h.tick(t0 + Duration::from_secs(30)),
@@ -257,13 +348,13 @@ mod tests {
         );
         // The same advertisement again is no news.
         assert_eq!(
-            h.advertisement(1, true, false, t0 + Duration::from_secs(31)),
+            h.advertisement(ad(1, true, false), t0 + Duration::from_secs(31)),
             None
         );
         assert!(!h.admitted());
         // Its IMEX restarted: not ready, then ready.
         assert_eq!(
-            h.advertisement(1, false, false, t0 + Duration::from_secs(40)),
+            h.advertisement(ad(1, false, false), t0 + Duration::from_secs(40)),
             Some(Verdict::Readmit)
         );
         assert!(h.admitted());
@@ -274,20 +365,20 @@ mod tests {
     #[test]
     fn a_peer_whose_daemon_runs_again_after_a_long_failure_is_readmitted() {
         let (mut h, t0) = health();
-        h.advertisement(1, true, false, t0);
-        h.imex_link(false, t0);
-        h.advertisement(1, false, true, t0 + Duration::from_millis(100));
+        h.advertisement(ad(1, true, false), t0);
+        h.imex_link(link(false, t0), t0);
+        h.advertisement(ad(1, false, true), t0 + Duration::from_millis(100));
         assert_eq!(
             h.tick(t0 + Duration::from_secs(30)),
             Some(Verdict::Drop(Cause::ImexLinkDown))
         );
         assert_eq!(
-            h.advertisement(1, false, true, t0 + Duration::from_secs(45)),
+            h.advertisement(ad(1, false, true), t0 + Duration::from_secs(45)),
             None,
             "still failing"
         );
         assert_eq!(
-            h.advertisement(1, false, false, t0 + Duration::from_secs(50)),
+            h.advertisement(ad(1, false, false), t0 + Duration::from_secs(50)),
             Some(Verdict::Readmit)
         );
     }
@@ -295,7 +386,7 @@ mod tests {
     #[test]
     fn death_during_a_link_outage_uses_the_shorter_grace() {
         let (mut h, t0) = health();
-        h.imex_link(false, t0);
+        h.imex_link(link(false, t0), t0);
         h.gossip(false, t0 + Duration::from_secs(10));
         assert_eq!(
             h.tick(t0 + Duration::from_secs(11)),
@@ -307,5 +398,101 @@ mod tests {
             Some(Verdict::Readmit)
         );
         assert_eq!(h.deadline(), Some(t0 + Duration::from_secs(50)));
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A daemon crash on a node whose IMEX a runner keeps: our IMEX, asked after the
+    /// silence, still reaches the peer's, so it is held, never dropped, and never
+    /// re-admitted either (it was never out) when its daemon speaks again.
+    #[test]
+    fn a_silent_peer_whose_imex_answers_is_held_not_dropped() {
+        let (mut h, t0) = health();
+        h.advertisement(outliving(1), t0);
+        assert_eq!(h.gossip(false, t0), None);
+        assert!(matches!(h.state(), PeerState::Suspect { .. }));
+        assert_eq!(h.imex_link(link(true, t0 + MS), t0 + 2 * MS), None);
+        assert_eq!(h.state(), PeerState::Held { since: t0 + 2 * MS });
+        assert!(h.admitted());
+        assert_eq!(h.deadline(), None, "held as long as IMEX says so");
+        assert_eq!(h.tick(t0 + Duration::from_secs(600)), None);
+        assert_eq!(h.gossip(true, t0 + Duration::from_secs(601)), None);
+        assert_eq!(h.state(), PeerState::Admitted);
+    }
+
+    /// An answer asked before the silence began says nothing about the node since: a
+    /// node that died whole in the meantime must not be held on it.
+    #[test]
+    fn an_answer_asked_before_the_silence_does_not_vouch() {
+        let (mut h, t0) = health();
+        h.advertisement(outliving(1), t0);
+        h.gossip(false, t0 + 10 * MS);
+        assert_eq!(h.imex_link(link(true, t0), t0 + 11 * MS), None);
+        assert!(matches!(
+            h.state(),
+            PeerState::Suspect {
+                cause: Cause::GossipDead,
+                ..
+            }
+        ));
+        assert_eq!(
+            h.tick(t0 + 10 * MS + Duration::from_secs(1)),
+            Some(Verdict::Drop(Cause::GossipDead)),
+            "no fresh answer within the dead grace"
+        );
+    }
+
+    /// The node itself died: its gossip and its IMEX link go together.
+    #[test]
+    fn a_silent_peer_whose_link_is_down_is_dropped_after_the_dead_grace() {
+        let (mut h, t0) = health();
+        h.advertisement(outliving(1), t0);
+        h.gossip(false, t0);
+        assert_eq!(h.imex_link(link(false, t0 + MS), t0 + 2 * MS), None);
+        assert_eq!(h.deadline(), Some(t0 + Duration::from_secs(1)));
+        assert_eq!(
+            h.tick(t0 + Duration::from_secs(1)),
+            Some(Verdict::Drop(Cause::GossipDead))
+        );
+    }
+
+    /// Held, then the node dies: its link goes down and it is dropped a dead grace
+    /// later; its link coming back does not re-admit it while gossip is silent.
+    #[test]
+    fn a_held_peer_whose_link_goes_down_is_dropped() {
+        let (mut h, t0) = health();
+        h.advertisement(outliving(1), t0);
+        h.gossip(false, t0);
+        h.imex_link(link(true, t0 + MS), t0 + MS);
+        let t1 = t0 + Duration::from_secs(60);
+        assert_eq!(h.imex_link(link(false, t1), t1), None);
+        assert_eq!(h.deadline(), Some(t1 + Duration::from_secs(1)));
+        // A late answer, asked before the one that saw the link down, changes nothing.
+        assert_eq!(h.imex_link(link(true, t1 - MS), t1 + MS), None);
+        assert_eq!(
+            h.tick(t1 + Duration::from_secs(1)),
+            Some(Verdict::Drop(Cause::GossipDead))
+        );
+        let t2 = t1 + Duration::from_secs(2);
+        assert_eq!(h.imex_link(link(true, t2), t2), None);
+        assert!(
+            !h.admitted(),
+            "only gossip re-admits a node dropped as dead"
+        );
+        assert_eq!(h.gossip(true, t2), Some(Verdict::Readmit));
+    }
+
+    /// A peer whose IMEX dies with its daemon is dropped on silence, whatever a link
+    /// answer says: a restart of that daemon starts a new IMEX instance anyway.
+    #[test]
+    fn a_silent_peer_whose_imex_dies_with_its_daemon_is_dropped_as_before() {
+        let (mut h, t0) = health();
+        h.advertisement(ad(1, true, false), t0);
+        h.gossip(false, t0);
+        h.imex_link(link(true, t0 + MS), t0 + MS);
+        assert_eq!(
+            h.tick(t0 + Duration::from_secs(1)),
+            Some(Verdict::Drop(Cause::GossipDead))
+        );
     }
 }

@@ -6,11 +6,19 @@
 //! Each recompute hands the roster the gossip view, and the roster says what changed:
 //! - a member gone from the view but alive in gossip **left** (its last claim went): it
 //!   is forgotten at once, no grace, never listed lost;
-//! - a member gone from gossip altogether is **lost**: it stays listed (NotReady), and
-//!   keeps its slot and, until its ImexPeer drops it, its place in IMEX;
-//! - a lost member advertising again is **back**;
-//! - a lost member that is not back within the retention is **forgotten**; an adopted
-//!   one likewise, or as soon as it shows up.
+//! - a member gone from gossip altogether is **lost**: it stays listed, and keeps its
+//!   slot and, until its ImexPeer drops it, its place in IMEX. So is a member whose
+//!   daemon restarted (a newer gossip generation) and has not advertised again yet:
+//!   the restart is no departure;
+//! - a lost member whose IMEX outlives its daemon is **held** until its ImexPeer drops
+//!   it: it counts as a member as it last advertised (Ready if it was), since the job's
+//!   imports through it still work (`rules::peer_health`). Other lost members are
+//!   listed NotReady and degrade the domain;
+//! - a lost member advertising again is **back**; one alive in gossip without
+//!   advertising for the rejoin grace has **left** (its restarted daemon has no claim
+//!   of the domain any more);
+//! - a lost member that is not back within the retention, and is not held, is
+//!   **forgotten**; an adopted one likewise, or as soon as it shows up.
 //!
 //! **Tenures.** A remote member's ImexPeer has a tenure: opened when the member is first
 //! seen, closed when it leaves or is forgotten. A lost member that comes back keeps its
@@ -40,6 +48,18 @@ pub struct LostMember {
     /// As last advertised: the status lists it, and it keeps its slot, from this.
     pub member: DomainMember,
     pub since: Instant,
+    /// Since when gossip knows it alive again without its advertisement.
+    pub alive_since: Option<Instant>,
+}
+
+/// How long the roster waits on members that went missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Graces {
+    /// A lost member not back (and not held) this long is forgotten.
+    pub retention: Duration,
+    /// A lost member alive in gossip without advertising this long has left: a
+    /// restarted daemon advertises its domains once it has read its checkpoint.
+    pub rejoin: Duration,
 }
 
 /// A node the written status listed that nobody here saw leave.
@@ -136,15 +156,15 @@ impl Roster {
     }
 
     /// Takes the domain's members in gossip (`view`, this node's own entry replaced by
-    /// `own`, which is always a member) and says what changed. `alive`: whether gossip
-    /// knows a node alive, with or without the domain's key.
+    /// `own`, which is always a member) and says what changed. `generation`: the
+    /// generation gossip knows a node alive with, with or without the domain's key.
     pub fn observe(
         &mut self,
         own: DomainMember,
         mut view: BTreeMap<NodeId, DomainMember>,
-        alive: impl Fn(&str) -> bool,
+        generation: impl Fn(&str) -> Option<u64>,
         now: Instant,
-        retention: Duration,
+        graces: Graces,
     ) -> Observation {
         let me = own.node.clone();
         view.insert(me.clone(), own);
@@ -157,15 +177,25 @@ impl Roster {
             .map(|(node, member)| (node.clone(), member.clone()))
             .collect();
         for (node, member) in departed {
-            if alive(&node) {
-                self.tenures.remove(&node);
-                self.dropped.remove(&node);
-                changes.push(Change::Left(node));
-            } else {
-                let tenure = self.peer(&node);
-                self.lost
-                    .insert(node.clone(), LostMember { member, since: now });
-                changes.push(Change::Lost { node, tenure });
+            match generation(&node) {
+                Some(alive) if alive == member.generation => {
+                    self.tenures.remove(&node);
+                    self.dropped.remove(&node);
+                    changes.push(Change::Left(node));
+                }
+                restarted => {
+                    let tenure = self.peer(&node);
+                    let alive_since = restarted.map(|_| now);
+                    self.lost.insert(
+                        node.clone(),
+                        LostMember {
+                            member,
+                            since: now,
+                            alive_since,
+                        },
+                    );
+                    changes.push(Change::Lost { node, tenure });
+                }
             }
         }
         for node in view.keys().filter(|node| **node != me) {
@@ -174,10 +204,33 @@ impl Roster {
             }
             self.peer(node);
         }
+        for (node, lost) in &mut self.lost {
+            lost.alive_since = match generation(node) {
+                Some(_) => Some(lost.alive_since.unwrap_or(now)),
+                None => None,
+            };
+        }
+        let rejoined_elsewhere: Vec<NodeId> = self
+            .lost
+            .iter()
+            .filter(|(_, lost)| {
+                lost.alive_since
+                    .is_some_and(|since| now.duration_since(since) >= graces.rejoin)
+            })
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in rejoined_elsewhere {
+            self.lost.remove(&node);
+            self.tenures.remove(&node);
+            self.dropped.remove(&node);
+            changes.push(Change::Left(node));
+        }
         let forgotten: Vec<NodeId> = self
             .lost
             .iter()
-            .filter(|(_, lost)| now.duration_since(lost.since) >= retention)
+            .filter(|(node, lost)| {
+                now.duration_since(lost.since) >= graces.retention && !self.is_held(node, lost)
+            })
             .map(|(node, _)| node.clone())
             .collect();
         for node in forgotten {
@@ -188,7 +241,8 @@ impl Roster {
         }
         self.witnessed.extend(view.keys().cloned());
         self.adopted.retain(|node, adopted| {
-            let keep = !view.contains_key(node) && now.duration_since(adopted.since) < retention;
+            let keep =
+                !view.contains_key(node) && now.duration_since(adopted.since) < graces.retention;
             if !keep {
                 changes.push(Change::AdoptionEnded(node.clone()));
             }
@@ -201,6 +255,39 @@ impl Roster {
             changes,
             members_changed,
         }
+    }
+
+    fn is_held(&self, node: &str, lost: &LostMember) -> bool {
+        lost.member.ad.imex_outlives_daemon && !self.dropped.contains(node)
+    }
+
+    /// Lost members held: their IMEX outlives their daemon, and their ImexPeer has
+    /// not dropped them.
+    pub fn held(&self) -> impl Iterator<Item = &LostMember> {
+        self.lost
+            .iter()
+            .filter(|(node, lost)| self.is_held(node, lost))
+            .map(|(_, lost)| lost)
+    }
+
+    /// The members as readiness and the status count them: the live ones and the
+    /// held ones; and the lost ones that are not held.
+    fn counted(
+        &self,
+    ) -> (
+        BTreeMap<NodeId, DomainMember>,
+        BTreeMap<NodeId, Advertisement>,
+    ) {
+        let mut members = self.members.clone();
+        let mut lost = BTreeMap::new();
+        for (node, missing) in &self.lost {
+            if self.is_held(node, missing) {
+                members.insert(node.clone(), missing.member.clone());
+            } else {
+                lost.insert(node.clone(), missing.member.ad.clone());
+            }
+        }
+        (members, lost)
     }
 
     /// This node's advertisement changed after the observation (its slot, its IMEX
@@ -237,13 +324,21 @@ impl Roster {
         }
     }
 
-    /// When the next lost or adopted node is due to be forgotten.
-    pub fn next_expiry(&self, retention: Duration) -> Option<Instant> {
-        self.lost
+    /// When the next lost or adopted node is due to be forgotten, or a lost one alive
+    /// again without advertising is due to have left.
+    pub fn next_expiry(&self, graces: Graces) -> Option<Instant> {
+        let rejoins = self
+            .lost
             .values()
-            .map(|lost| lost.since)
+            .filter_map(|lost| lost.alive_since)
+            .map(|since| since + graces.rejoin);
+        self.lost
+            .iter()
+            .filter(|(node, lost)| !self.is_held(node, lost))
+            .map(|(_, lost)| lost.since)
             .chain(self.adopted.values().map(|adopted| adopted.since))
-            .map(|since| since + retention)
+            .map(|since| since + graces.retention)
+            .chain(rejoins)
             .min()
     }
 
@@ -262,9 +357,10 @@ impl Roster {
     /// The domain's readiness, as prepares wait on it: adopted nodes are not counted,
     /// as nothing says they were ever part of this IMEX domain.
     pub fn readiness(&self, assignment: &SlotAssignment, num_nodes: u32) -> Readiness {
-        let lost: BTreeSet<NodeId> = self.lost.keys().cloned().collect();
+        let (members, lost) = self.counted();
+        let lost: BTreeSet<NodeId> = lost.into_keys().collect();
         domain_readiness(
-            &self.members,
+            &members,
             assignment,
             |node: &str| self.admitted(node),
             &lost,
@@ -280,22 +376,17 @@ impl Roster {
         readiness: &Readiness,
         num_nodes: u32,
     ) -> DomainStatus {
-        let lost_ads: BTreeMap<NodeId, Advertisement> = self
-            .lost
-            .iter()
-            .map(|(node, lost)| (node.clone(), lost.member.ad.clone()))
-            .collect();
+        let (members, lost_ads) = self.counted();
         if self.adopted.is_empty() {
-            return status_document(&self.members, &lost_ads, assignment, readiness);
+            return status_document(&members, &lost_ads, assignment, readiness);
         }
-        let lost_names: BTreeSet<NodeId> = self
-            .lost
+        let lost_names: BTreeSet<NodeId> = lost_ads
             .keys()
             .chain(self.adopted.keys())
             .cloned()
             .collect();
         let with_lost = domain_readiness(
-            &self.members,
+            &members,
             assignment,
             |node: &str| self.admitted(node),
             &lost_names,
@@ -303,7 +394,7 @@ impl Roster {
         );
         let rows: Vec<NodeStatus> = self.adopted.values().map(|a| a.row.clone()).collect();
         with_adopted(
-            status_document(&self.members, &lost_ads, assignment, &with_lost),
+            status_document(&members, &lost_ads, assignment, &with_lost),
             &rows,
         )
     }
@@ -339,6 +430,11 @@ mod tests {
     use proptest::prelude::*;
 
     const RETENTION: Duration = Duration::from_secs(600);
+    const REJOIN: Duration = Duration::from_secs(10);
+    const GRACES: Graces = Graces {
+        retention: RETENTION,
+        rejoin: REJOIN,
+    };
     const ME: &str = "me";
 
     fn member(node: &str, slot: Option<Slot>, generation: u64) -> DomainMember {
@@ -366,9 +462,9 @@ mod tests {
         roster.observe(
             member(ME, Some(0), 1),
             view(nodes),
-            |n: &str| n == ME || alive.contains(n),
+            |n: &str| (n == ME || alive.contains(n)).then_some(1),
             now,
-            RETENTION,
+            GRACES,
         )
     }
 
@@ -416,7 +512,7 @@ mod tests {
         let mut roster = Roster::default();
         observe(&mut roster, &["a", "b"], &["a", "b"], t0);
         observe(&mut roster, &["a"], &["a"], t0);
-        assert_eq!(roster.next_expiry(RETENTION), Some(t0 + RETENTION));
+        assert_eq!(roster.next_expiry(GRACES), Some(t0 + RETENTION));
         let imex = roster.imex_members();
         assert_eq!(imex.keys().collect::<Vec<_>>(), vec!["a", "b", ME]);
         assert_eq!(imex["b"].ad.slot, Some(2), "b keeps the slot it advertised");
@@ -448,7 +544,127 @@ mod tests {
         assert_eq!(changes, vec![Change::Forgotten("b".into())]);
         assert!(roster.lost().is_empty() && roster.dropped().is_empty());
         assert_eq!(roster.tenure("b"), None);
-        assert_eq!(roster.next_expiry(RETENTION), None);
+        assert_eq!(roster.next_expiry(GRACES), None);
+    }
+
+    /// A daemon restarted (a newer generation) and has not advertised yet: lost, not
+    /// left, so that nothing is reconfigured for a restart; if it does not advertise
+    /// within the rejoin grace, its claims are gone and it left.
+    #[test]
+    fn a_restarted_member_is_lost_until_it_advertises_or_the_rejoin_grace_ends() {
+        let t0 = Instant::now();
+        let mut roster = Roster::default();
+        observe(&mut roster, &["a", "b"], &["a", "b"], t0);
+        let b = roster.tenure("b").unwrap();
+        let restarted = |n: &str| match n {
+            "b" => Some(2),
+            _ => Some(1),
+        };
+        let changes = roster
+            .observe(member(ME, Some(0), 1), view(&["a"]), restarted, t0, GRACES)
+            .changes;
+        assert_eq!(changes, vec![lost("b", b)]);
+        assert_eq!(roster.lost()["b"].alive_since, Some(t0));
+        assert_eq!(roster.next_expiry(GRACES), Some(t0 + REJOIN));
+        // Back, advertising with its new generation: the same tenure.
+        let mut back = view(&["a", "b"]);
+        back.get_mut("b").unwrap().generation = 2;
+        let changes = roster
+            .observe(
+                member(ME, Some(0), 1),
+                back,
+                restarted,
+                t0 + REJOIN / 2,
+                GRACES,
+            )
+            .changes;
+        assert_eq!(changes, vec![Change::Back("b".into())]);
+        assert_eq!(roster.tenure("b"), Some(b));
+
+        // Restarted again, and never advertises: it left once the grace is over.
+        let restarted_again = |n: &str| match n {
+            "b" => Some(3),
+            _ => Some(1),
+        };
+        let t1 = t0 + REJOIN;
+        roster.observe(
+            member(ME, Some(0), 1),
+            view(&["a"]),
+            restarted_again,
+            t1,
+            GRACES,
+        );
+        let almost = t1 + REJOIN - Duration::from_millis(1);
+        let changes = roster
+            .observe(
+                member(ME, Some(0), 1),
+                view(&["a"]),
+                restarted_again,
+                almost,
+                GRACES,
+            )
+            .changes;
+        assert!(changes.is_empty(), "{changes:?}");
+        let changes = roster
+            .observe(
+                member(ME, Some(0), 1),
+                view(&["a"]),
+                restarted_again,
+                t1 + REJOIN,
+                GRACES,
+            )
+            .changes;
+        assert_eq!(changes, vec![Change::Left("b".into())]);
+        assert!(roster.lost().is_empty());
+        assert_eq!(roster.tenure("b"), None);
+    }
+
+    /// A lost member whose IMEX outlives its daemon counts as a member, as it last
+    /// advertised, until its ImexPeer drops it; it is not forgotten while held.
+    #[test]
+    fn a_held_member_keeps_the_domain_ready_until_it_is_dropped() {
+        let t0 = Instant::now();
+        let mut roster = Roster::default();
+        let mut nodes = view(&["a", "b"]);
+        for member in nodes.values_mut() {
+            member.ad.imex_outlives_daemon = true;
+        }
+        let alive = |n: &str| (n != "b").then_some(1);
+        roster.observe(member(ME, Some(0), 1), nodes.clone(), alive, t0, GRACES);
+        nodes.remove("b");
+        roster.observe(member(ME, Some(0), 1), nodes.clone(), alive, t0, GRACES);
+        assert!(roster.lost().contains_key("b"));
+        assert_eq!(roster.held().count(), 1);
+        let assignment =
+            crate::rules::slots::assign_slots(&slot_candidates(&roster.imex_members()), 18);
+        let readiness = roster.readiness(&assignment, 0);
+        assert!(readiness.is_ready(), "{readiness}");
+        assert_eq!(readiness.total, 3);
+        let document = roster.status_document(&assignment, &readiness, 0);
+        let b = document.nodes.iter().find(|n| n.name == "b").unwrap();
+        assert_eq!((b.index, b.status), (Some(2), Phase::Ready));
+        assert_eq!(roster.next_expiry(GRACES), None, "held: never forgotten");
+        let later = t0 + RETENTION * 2;
+        let changes = roster
+            .observe(member(ME, Some(0), 1), nodes.clone(), alive, later, GRACES)
+            .changes;
+        assert!(changes.is_empty(), "{changes:?}");
+
+        // Its IMEX stopped answering: dropped, then the domain is degraded.
+        let tenure = roster.tenure("b").unwrap();
+        roster.verdict("b", tenure, Verdict::Drop(Cause::GossipDead));
+        assert_eq!(roster.held().count(), 0);
+        let readiness = roster.readiness(&assignment, 0);
+        assert_eq!(
+            readiness.reason,
+            Some(NotReadyReason::Degraded {
+                lost: vec!["b".into()]
+            })
+        );
+        let changes = roster
+            .observe(member(ME, Some(0), 1), nodes, alive, later, GRACES)
+            .changes;
+        assert_eq!(changes, vec![Change::Forgotten("b".into())]);
     }
 
     /// The bug the chaos harness found: a member that left and rejoined was dropped
@@ -510,7 +726,7 @@ mod tests {
         let mut roster = Roster::default();
         observe(&mut roster, &["a"], &["a"], t0);
         roster.adopt(vec![row("c"), row("d")], t0);
-        assert_eq!(roster.next_expiry(RETENTION), Some(t0 + RETENTION));
+        assert_eq!(roster.next_expiry(GRACES), Some(t0 + RETENTION));
 
         let assignment =
             crate::rules::slots::assign_slots(&slot_candidates(&roster.imex_members()), 18);
@@ -556,6 +772,10 @@ mod tests {
     const NODES: [&str; 5] = ["a", "b", "c", "d", "e"];
     /// Short, so that ops reach it.
     const SHORT_RETENTION: Duration = Duration::from_secs(10);
+    const SHORT: Graces = Graces {
+        retention: SHORT_RETENTION,
+        rejoin: Duration::from_secs(3),
+    };
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
@@ -613,9 +833,17 @@ mod tests {
                         let observation = roster.observe(
                             member(ME, Some(0), 1),
                             fresh.clone(),
-                            |n: &str| n == ME || alive.contains(n),
+                            // Alive nodes keep the generation they had: none restarts.
+                            |n: &str| {
+                                let had = before
+                                    .members()
+                                    .get(n)
+                                    .or(before.lost().get(n).map(|lost| &lost.member))
+                                    .map_or(generation, |m| m.generation);
+                                (n == ME || alive.contains(n)).then_some(had)
+                            },
                             now,
-                            SHORT_RETENTION,
+                            SHORT,
                         );
 
                         // (a)
@@ -651,15 +879,22 @@ mod tests {
                                 prop_assert!(observation.changes.contains(&lost(node, tenure)));
                             }
                         }
-                        // Kept for exactly the retention, from when it was lost.
+                        // Kept for exactly the retention, from when it was lost, unless
+                        // alive again without advertising for the rejoin grace.
                         for (node, was) in before.lost() {
                             let expired = now.duration_since(was.since) >= SHORT_RETENTION;
+                            let left = alive.contains(node)
+                                && was.alive_since.is_some_and(|at| now.duration_since(at) >= SHORT.rejoin);
                             match roster.lost().get(node) {
                                 Some(is) => {
-                                    prop_assert!(!expired);
-                                    prop_assert_eq!(is, was);
+                                    prop_assert!(!expired && !left);
+                                    prop_assert_eq!(&is.member, &was.member);
+                                    prop_assert_eq!(is.since, was.since);
+                                    prop_assert_eq!(is.alive_since.is_some(), alive.contains(node));
                                 }
-                                None => prop_assert!(expired || fresh.contains_key(node)),
+                                None => prop_assert!(
+                                    expired || fresh.contains_key(node) || alive.contains(node)
+                                ),
                             }
                         }
                         for (node, is) in roster.lost() {
@@ -670,7 +905,7 @@ mod tests {
                                 roster.admitted(node).then_some(is.member.ad.slot)
                             );
                         }
-                        if let Some(expiry) = roster.next_expiry(SHORT_RETENTION) {
+                        if let Some(expiry) = roster.next_expiry(SHORT) {
                             prop_assert!(expiry > now);
                         }
                     }

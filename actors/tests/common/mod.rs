@@ -11,7 +11,7 @@ use actix::prelude::*;
 use domaind_actors::model::{
     AllocationMode, ClaimInfo, ClaimRef, CliqueId, DomainRef, DomainUid, ReadinessPolicy,
 };
-use domaind_actors::ports::ClaimError;
+use domaind_actors::ports::{ClaimError, Imex};
 use domaind_actors::testing::{
     FakeCheckpointStore, FakeClaimSource, FakeClock, FakeEventSink, FakeGossip, FakeGossipNet,
     FakeImex, FakeImexFabric, FakeStatusSink,
@@ -37,6 +37,8 @@ pub struct TestNode {
     pub checkpoint: FakeCheckpointStore,
     pub events: FakeEventSink,
     pub generation: u64,
+    /// Its address is `127.0.1.<index>`, the same across restarts.
+    pub index: u8,
 }
 
 pub struct Rack {
@@ -81,10 +83,13 @@ impl Default for Rack {
 impl Rack {
     /// Starts (or restarts, keeping its checkpoint) a node.
     pub fn start(&mut self, node: &str) {
-        let index = self.nodes.len() as u8 + 1;
-        let (checkpoint, generation) = match self.nodes.get(node) {
-            Some(old) => (old.checkpoint.clone(), old.generation + 1),
-            None => (FakeCheckpointStore::default(), 1),
+        let (checkpoint, generation, index) = match self.nodes.get(node) {
+            Some(old) => (old.checkpoint.clone(), old.generation + 1, old.index),
+            None => (
+                FakeCheckpointStore::default(),
+                1,
+                self.nodes.len() as u8 + 1,
+            ),
         };
         let gossip = self.net.join(node, generation);
         let imex = self.fabric.daemon(node);
@@ -114,6 +119,7 @@ impl Rack {
                 checkpoint,
                 events,
                 generation,
+                index,
             },
         );
     }
@@ -124,6 +130,17 @@ impl Rack {
         n.addr.do_send(Shutdown { stop_imex: false });
         self.net.kill(node);
         self.fabric.crash(node);
+    }
+
+    /// Only the node daemon dies (a crash, an OOM kill): its gossip goes silent, and
+    /// its IMEX daemon lives on if the fabric keeps daemons
+    /// ([`FakeImexFabric::keep_daemons`]), as under an IMEX runner.
+    pub fn kill_daemon(&mut self, node: &str) {
+        self.nodes[node].addr.do_send(Shutdown { stop_imex: false });
+        self.net.kill(node);
+        if !self.nodes[node].imex.outlives_node_daemon() {
+            self.fabric.crash(node);
+        }
     }
 
     pub fn claim(&self, uid: &str, domain: &DomainRef, policy: Option<ReadinessPolicy>) {
