@@ -847,8 +847,16 @@ fn a_daemon_killed_under_a_runner_leaves_the_domain_ready_and_no_imex_reconfigur
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let held = rack.snapshot("node-a").await;
-        assert_eq!(held.domains[0].lost, vec!["node-c".to_string()]);
-        assert!(held.domains[0].dropped.is_empty());
+        assert_eq!(held.domains[0].held, vec!["node-c".to_string()]);
+        assert!(held.domains[0].lost.is_empty() && held.domains[0].dropped.is_empty());
+        assert!(
+            !rack.nodes["node-a"]
+                .events
+                .events()
+                .iter()
+                .any(|(_, e)| matches!(e, DomainEvent::NodeLost { .. })),
+            "a held node is not told lost"
+        );
 
         rack.start("node-c");
         let deadline = tokio::time::Instant::now() + LIMIT;
@@ -859,7 +867,7 @@ fn a_daemon_killed_under_a_runner_leaves_the_domain_ready_and_no_imex_reconfigur
                 .domains
                 .first()
                 .is_some_and(|d| d.phase == Phase::Ready)
-                && rack.snapshot("node-a").await.domains[0].lost.is_empty()
+                && rack.snapshot("node-a").await.domains[0].held.is_empty()
             {
                 break;
             }

@@ -210,6 +210,7 @@ mod tests {
             local_ready: true,
             members: Vec::new(),
             lost: Vec::new(),
+            held: Vec::new(),
             peers: BTreeMap::new(),
             reporter: None,
             isolation: Isolation::Channel,

@@ -80,6 +80,7 @@ fn view(i: usize, members: &[usize]) -> NodeView {
             local_ready: true,
             members: members.iter().map(|m| NAMES[*m].to_owned()).collect(),
             lost: Vec::new(),
+            held: Vec::new(),
             peers: members
                 .iter()
                 .map(|m| (*m as u16, NAMES[*m].to_owned()))

@@ -506,8 +506,10 @@ async fn forged_gossip_leaves_a_formed_domain_ready_and_its_slots_and_peers_unch
 
 /// IMEX kept by a runner (issue 28, `RackSpec::imex_runner`): a daemon SIGKILLed, or
 /// stopped with SIGTERM, leaves its node's IMEX daemon running, and the daemon started
-/// after it adopts that one: the same process, never a new instance. A node kill (the
-/// daemon and its runner) takes IMEX with it.
+/// after it adopts that one: the same process, never a new instance. What the job
+/// sees: its imports hold, the domain's Ready condition never changes, no event is
+/// told, and the survivor's IMEX is never reconfigured. A node kill (the daemon and
+/// its runner) takes IMEX with it, and the survivor's import of its memory breaks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
     let tmp = short_temp_dir("dmr").unwrap();
@@ -537,6 +539,32 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
     let imex = rack.imex_daemons().unwrap();
     assert!(imex.iter().all(|pids| pids.len() == 1), "{imex:?}");
     let kept = imex[1][0];
+    let held = vec![rack.import(0).await.unwrap(), rack.import(1).await.unwrap()];
+    // The Ready condition, transition time included: a status that left Ready and came
+    // back would have a newer one.
+    let ready_condition = |rack: &LocalRack| {
+        let status = rack.local().read_status(CD_UID).unwrap().unwrap();
+        let status = serde_json::to_value(status).unwrap();
+        let ready = status["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
+        (status["status"].clone(), ready)
+    };
+    let (phase, ready) = ready_condition(&rack);
+    assert_eq!((phase.as_str(), ready.is_some()), (Some("Ready"), true));
+    let events = rack.local().read_events(CD_UID).unwrap().len();
+    // What the survivor did to its IMEX: the starts and reloads it counted.
+    let survivor_imex = async |rack: &LocalRack| {
+        let (_, metrics) = get(rack, 0, "/metrics").await;
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("domaind_imex_starts_total") || l.starts_with("domaind_imex_reloads")
+            })
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let survivor = survivor_imex(&rack).await;
 
     // The adoption, and whether IMEX was started or reconfigured (a reload) since.
     let adoptions = async |rack: &LocalRack| {
@@ -582,6 +610,15 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
             vec![kept],
             "the same process after {how}"
         );
+        assert_eq!(rack.broken_imports(&held).await, vec![], "after {how}");
+        assert_eq!(
+            ready_condition(&rack),
+            (phase.clone(), ready.clone()),
+            "after {how}"
+        );
+        let told = rack.local().read_events(CD_UID).unwrap();
+        assert_eq!(told.len(), events, "after {how}: {:?}", &told[events..]);
+        assert_eq!(survivor_imex(&rack).await, survivor, "after {how}");
     }
 
     // The guard ends the runner's daemons with it.
@@ -601,6 +638,12 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(rack.imex_daemons().unwrap()[1].is_empty());
+    // The survivor drops the dead node from its IMEX, which cleans its import up.
+    wait_until("the survivor's import of the dead node breaks", || async {
+        let broken = rack.broken_imports(&held[..1]).await;
+        (broken.len() == 1, broken)
+    })
+    .await;
     rack.stop_all(LIMIT);
     assert_eq!(rack.unexpected_exits(), Vec::<String>::new());
 }

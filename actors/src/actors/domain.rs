@@ -110,7 +110,11 @@ pub struct GetDomainSnapshot;
 pub struct DomainSnapshot {
     pub domain: DomainRef,
     pub members: Vec<NodeId>,
+    /// Members whose daemon went silent, listed NotReady.
     pub lost: Vec<NodeId>,
+    /// Members whose daemon went silent while their IMEX lives on: counted as they
+    /// last advertised (`rules::roster`).
+    pub held: Vec<NodeId>,
     pub dropped: Vec<NodeId>,
     pub slots: BTreeMap<NodeId, Slot>,
     pub my_slot: Option<Slot>,
@@ -796,9 +800,10 @@ impl DomainActor {
             self.announce_shared_faults();
         }
 
+        // A held member is not announced lost: no job of it felt anything.
         let now = Announced {
             members: self.roster.members().keys().cloned().collect(),
-            lost: self.roster.lost().keys().cloned().collect(),
+            lost: self.roster.unheld_lost().cloned().collect(),
         };
         let events = announcements(self.announced.as_ref(), &now);
         self.announced = Some(now);
@@ -820,7 +825,8 @@ impl DomainActor {
         DomainSnapshot {
             domain: self.domain.clone(),
             members: self.roster.members().keys().cloned().collect(),
-            lost: self.roster.lost().keys().cloned().collect(),
+            lost: self.roster.unheld_lost().cloned().collect(),
+            held: self.roster.held().cloned().collect(),
             dropped: self.roster.dropped().iter().cloned().collect(),
             slots: self.assignment.slots.clone(),
             my_slot: self.assignment.slot_of(self.me()),

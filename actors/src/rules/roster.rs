@@ -14,7 +14,8 @@
 //!   it: it counts as a member as it last advertised (Ready if it was), since the job's
 //!   imports through it still work (`rules::peer_health`). Other lost members are
 //!   listed NotReady and degrade the domain;
-//! - a lost member advertising again is **back**; one alive in gossip without
+//! - a lost member advertising again is **back** (a held one once it says it is ready,
+//!   or the rejoin grace is over: its new daemon catches up first); one alive in gossip without
 //!   advertising for the rejoin grace has **left** (its restarted daemon has no claim
 //!   of the domain any more);
 //! - a lost member that is not back within the retention, and is not held, is
@@ -198,6 +199,25 @@ impl Roster {
                 }
             }
         }
+        // A held member whose daemon restarted advertises again before its new daemon
+        // has caught up (its gossip view fills in, its IMEX is adopted): not ready yet,
+        // though its IMEX never stopped. Taken back only once it says ready, or the
+        // rejoin grace is over: a restart of a daemon shows in no readiness.
+        let catching_up: Vec<NodeId> = view
+            .iter()
+            .filter(|(node, member)| {
+                self.lost.get(*node).is_some_and(|lost| {
+                    self.is_held(node, lost)
+                        && member.generation != lost.member.generation
+                        && !member.ad.imex_ready
+                        && now.duration_since(lost.alive_since.unwrap_or(now)) < graces.rejoin
+                })
+            })
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in &catching_up {
+            view.remove(node);
+        }
         for node in view.keys().filter(|node| **node != me) {
             if self.lost.remove(node).is_some() {
                 changes.push(Change::Back(node.clone()));
@@ -263,11 +283,19 @@ impl Roster {
 
     /// Lost members held: their IMEX outlives their daemon, and their ImexPeer has
     /// not dropped them.
-    pub fn held(&self) -> impl Iterator<Item = &LostMember> {
+    pub fn held(&self) -> impl Iterator<Item = &NodeId> {
         self.lost
             .iter()
             .filter(|(node, lost)| self.is_held(node, lost))
-            .map(|(_, lost)| lost)
+            .map(|(node, _)| node)
+    }
+
+    /// The lost members listed NotReady: all but the held ones.
+    pub fn unheld_lost(&self) -> impl Iterator<Item = &NodeId> {
+        self.lost
+            .iter()
+            .filter(|(node, lost)| !self.is_held(node, lost))
+            .map(|(node, _)| node)
     }
 
     /// The members as readiness and the status count them: the live ones and the
@@ -665,6 +693,90 @@ mod tests {
             .observe(member(ME, Some(0), 1), nodes, alive, later, GRACES)
             .changes;
         assert_eq!(changes, vec![Change::Forgotten("b".into())]);
+    }
+
+    /// A held member's restarted daemon advertises not-ready while it catches up: it
+    /// stays held (Ready as it last advertised) until it says ready, or until the
+    /// rejoin grace is over, when it is back as it is.
+    #[test]
+    fn a_held_member_catching_up_after_a_restart_stays_held_until_it_says_ready() {
+        let t0 = Instant::now();
+        let mut roster = Roster::default();
+        let mut nodes = view(&["a", "b"]);
+        for member in nodes.values_mut() {
+            member.ad.imex_outlives_daemon = true;
+        }
+        let alive = |generation: u64| move |n: &str| Some(if n == "b" { generation } else { 1 });
+        roster.observe(member(ME, Some(0), 1), nodes.clone(), alive(1), t0, GRACES);
+        let mut without_b = nodes.clone();
+        without_b.remove("b");
+        roster.observe(
+            member(ME, Some(0), 1),
+            without_b,
+            |n: &str| (n != "b").then_some(1),
+            t0,
+            GRACES,
+        );
+        assert_eq!(roster.held().count(), 1);
+
+        let mut catching_up = nodes.clone();
+        let b = catching_up.get_mut("b").unwrap();
+        b.generation = 2;
+        b.ad.imex_ready = false;
+        let t1 = t0 + Duration::from_secs(3);
+        let changes = roster
+            .observe(
+                member(ME, Some(0), 1),
+                catching_up.clone(),
+                alive(2),
+                t1,
+                GRACES,
+            )
+            .changes;
+        assert!(changes.is_empty(), "{changes:?}");
+        assert_eq!(roster.held().collect::<Vec<_>>(), vec!["b"]);
+        assert!(!roster.members().contains_key("b"));
+        let assignment =
+            crate::rules::slots::assign_slots(&slot_candidates(&roster.imex_members()), 18);
+        assert!(roster.readiness(&assignment, 0).is_ready());
+
+        let mut ready = catching_up.clone();
+        ready.get_mut("b").unwrap().ad.imex_ready = true;
+        let changes = roster
+            .observe(
+                member(ME, Some(0), 1),
+                ready,
+                alive(2),
+                t1 + Duration::from_millis(300),
+                GRACES,
+            )
+            .changes;
+        assert_eq!(changes, vec![Change::Back("b".into())]);
+        assert_eq!(roster.members()["b"].generation, 2);
+
+        // Another restart that never gets ready: back as it is once the grace is over.
+        let mut without_b = nodes.clone();
+        without_b.remove("b");
+        let t2 = t1 + Duration::from_secs(1);
+        roster.observe(
+            member(ME, Some(0), 1),
+            without_b,
+            |n: &str| (n != "b").then_some(1),
+            t2,
+            GRACES,
+        );
+        let mut stuck = catching_up;
+        stuck.get_mut("b").unwrap().generation = 3;
+        let changes = roster
+            .observe(member(ME, Some(0), 1), stuck.clone(), alive(3), t2, GRACES)
+            .changes;
+        assert!(changes.is_empty(), "{changes:?}");
+        assert_eq!(roster.next_expiry(GRACES), Some(t2 + REJOIN));
+        let changes = roster
+            .observe(member(ME, Some(0), 1), stuck, alive(3), t2 + REJOIN, GRACES)
+            .changes;
+        assert_eq!(changes, vec![Change::Back("b".into())]);
+        assert!(!roster.readiness(&assignment, 0).is_ready());
     }
 
     /// The bug the chaos harness found: a member that left and rejoined was dropped

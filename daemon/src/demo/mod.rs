@@ -22,7 +22,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use domaind_node::dra::DraVersion;
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
-use domaind_node::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
+use domaind_node::rack::{HeldImport, LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
 use table::{Observer, Snapshot};
 
 /// How long any one step may take before the demo gives up.
@@ -98,6 +98,13 @@ pub struct Summary {
     /// with every node.
     pub formed_ms: u64,
     pub killed: String,
+    /// The node's daemon alone killed and restarted, its IMEX left running.
+    pub daemon_kill: DaemonKill,
+    /// After the node kill (daemon and IMEX): imports broken, of all the nodes' jobs
+    /// (every one of the clique's, once every survivor's IMEX dropped the node)...
+    pub imports_broken_by_node_kill: usize,
+    /// ...and when the last of them was seen broken (SIGKILL → then).
+    pub imports_broken_ms: u64,
     /// SIGKILL → every survivor dropped the node from its IMEX peers.
     pub heal_ms: u64,
     /// SIGKILL → the status lists the node NotReady. Later than `heal_ms`: a Ready
@@ -114,6 +121,25 @@ pub struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle: Option<idle::IdleCost>,
     pub ok: bool,
+}
+
+/// A daemon killed where a runner keeps IMEX, as a crash or an upgrade would: what
+/// the domain's jobs saw of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DaemonKill {
+    /// The status and every survivor's view stayed Ready in every look, and the Ready
+    /// condition never changed.
+    pub ready_throughout: bool,
+    /// Otherwise, the first look that was not, or the condition before and after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_ready_seen: Option<String>,
+    /// Imports held by the jobs (one per node, from every peer), and how many broke.
+    pub imports: usize,
+    pub imports_broken: usize,
+    /// The node's IMEX is the same process afterwards.
+    pub same_imex: bool,
+    /// Restart → the restarted node's view and the status Ready with every node.
+    pub back_ms: u64,
 }
 
 /// What `--json` prints at the end with `--cliques` above 1.
@@ -180,6 +206,9 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     spec.subnet = args.subnet;
     spec.gossip_interval = args.gossip_interval;
     spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
+    // As the chart installs it: IMEX under a runner, so that a daemon restart leaves
+    // it, and the jobs' imports, running.
+    spec.imex_runner = true;
     if let Some(steady) = args.imex_poll_steady {
         spec.extra_args.push("--imex-poll-steady".into());
         spec.extra_args
@@ -354,12 +383,39 @@ async fn scenario(
         .iter()
         .map(|v| rack.node(*v).name().to_owned())
         .collect();
+
+    // The jobs: on every node, an import of memory from every peer.
+    let mut imports = Vec::new();
+    for node in 0..total {
+        imports.push(rack.import(node).await?);
+    }
+    let daemon_kills =
+        daemon_kill(rack, &mut observer, domains, &cliques, &victims, &imports).await?;
+    for (c, kill) in daemon_kills.iter().enumerate() {
+        observer.say(&format!(
+            "{}{}'s daemon killed (IMEX keeps running): {} {n}/{n} throughout, {} of {} \
+             imports broken, {} IMEX, daemon back in {} ms",
+            prefix(fleet, c),
+            killed[c],
+            if kill.ready_throughout {
+                "Ready"
+            } else {
+                "NOT Ready"
+            },
+            kill.imports_broken,
+            kill.imports,
+            if kill.same_imex { "the same" } else { "a NEW" },
+            kill.back_ms,
+            n = size(c)
+        ));
+    }
+
     observer.say(&format!(
-        "Killing {} with SIGKILL (no goodbye)",
+        "Killing {} (daemon and IMEX) with SIGKILL: the node itself dies",
         killed.join(", ")
     ));
     let started = Instant::now();
-    tokio::task::block_in_place(|| victims.iter().try_for_each(|v| rack.kill(*v)))?;
+    tokio::task::block_in_place(|| victims.iter().try_for_each(|v| rack.kill_node(*v)))?;
     let (_, healed_at, _) = observer
         .watch_each(
             rack,
@@ -377,6 +433,7 @@ async fn scenario(
             heal_ms[c]
         ));
     }
+
     let (_, listed_at, _) = observer
         .watch_each(
             rack,
@@ -386,6 +443,24 @@ async fn scenario(
         )
         .await?;
     let status_ms = since(started, &listed_at);
+    // Every import of the victims' cliques breaks: the victim's with its IMEX, the
+    // survivors' once their IMEX no longer lists it. How long the last one takes is
+    // how long a survivor's IMEX kept a dead node configured.
+    let expected = imports
+        .iter()
+        .filter(|i| {
+            victims
+                .iter()
+                .any(|v| rack.clique_of(*v) == rack.clique_of(i.node))
+        })
+        .count();
+    let mut imports_broken_by_node_kill = rack.broken_imports(&imports).await.len();
+    let deadline = Instant::now() + IMPORTS_BREAK_LIMIT;
+    while imports_broken_by_node_kill < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        imports_broken_by_node_kill = rack.broken_imports(&imports).await.len();
+    }
+    let imports_broken_ms = started.elapsed().as_millis() as u64;
     for c in 0..cliques.len() {
         observer.say(&format!(
             "{}Status NotReady with {} lost after {} ms (one write for the whole loss)",
@@ -453,6 +528,9 @@ async fn scenario(
             compute_domain: domain.clone(),
             formed_ms: formed_ms[c],
             killed: killed[c].clone(),
+            daemon_kill: daemon_kills[c].clone(),
+            imports_broken_by_node_kill,
+            imports_broken_ms,
             heal_ms: heal_ms[c],
             status_ms: status_ms[c],
             rejoin_ms: rejoin_ms[c],
@@ -477,6 +555,111 @@ async fn scenario(
         crossings,
         ok: true,
     })
+}
+
+/// How long the demo waits for the node kill to break every import of its clique.
+const IMPORTS_BREAK_LIMIT: Duration = Duration::from_secs(15);
+
+/// How long a killed daemon stays down before it is started again: past gossip's
+/// verdict (its pulse silent 2 s) and the survivors' dead grace (1 s), so that the
+/// demo shows them keeping the node.
+const DAEMON_DOWN: Duration = Duration::from_secs(4);
+
+/// Kills each victim's daemon alone, leaves it down for [`DAEMON_DOWN`], starts it
+/// again, and says what the jobs saw, per clique.
+async fn daemon_kill(
+    rack: &mut LocalRack,
+    observer: &mut Observer,
+    domains: &[DemoDomain],
+    cliques: &[Vec<usize>],
+    victims: &[usize],
+    imports: &[HeldImport],
+) -> anyhow::Result<Vec<DaemonKill>> {
+    let names: Vec<String> = victims
+        .iter()
+        .map(|v| rack.node(*v).name().to_owned())
+        .collect();
+    observer.say(&format!(
+        "Killing the daemon of {} with SIGKILL: its IMEX runner keeps IMEX running",
+        names.join(", ")
+    ));
+    let ready_condition = |rack: &LocalRack| -> Vec<Option<String>> {
+        domains
+            .iter()
+            .map(|domain| {
+                let status = rack.local().read_status(&domain.uid).ok().flatten()?;
+                let status = serde_json::to_value(status).ok()?;
+                let ready = status["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "Ready")?
+                    .clone();
+                Some(format!("{} {ready}", status["status"]))
+            })
+            .collect()
+    };
+    let condition = ready_condition(rack);
+    let imex = tokio::task::block_in_place(|| rack.imex_daemons())?;
+    tokio::task::block_in_place(|| victims.iter().try_for_each(|v| rack.kill(*v)))?;
+    let stays_ready =
+        |snapshot: &Snapshot, c: usize| snapshot.stays_ready(c, &cliques[c], victims[c]);
+    let down = observer
+        .watch_keeping(
+            rack,
+            tokio::time::sleep(DAEMON_DOWN),
+            cliques.len(),
+            |_, _| true,
+            stays_ready,
+        )
+        .await?;
+    let started = Instant::now();
+    tokio::task::block_in_place(|| -> anyhow::Result<()> {
+        for victim in victims {
+            rack.start(*victim)?;
+        }
+        for victim in victims {
+            rack.wait_ready(*victim, STEP_LIMIT)?;
+        }
+        Ok(())
+    })?;
+    let back = observer
+        .watch_keeping(
+            rack,
+            std::future::ready(()),
+            cliques.len(),
+            |snapshot, c| snapshot.ready(c, &cliques[c]),
+            stays_ready,
+        )
+        .await?;
+    let after_condition = ready_condition(rack);
+    let changed: Vec<Option<String>> = after_condition
+        .iter()
+        .zip(&condition)
+        .map(|(now, before)| {
+            (now.is_none() || now != before)
+                .then(|| format!("the Ready condition was {before:?}, then {now:?}"))
+        })
+        .collect();
+    let after = tokio::task::block_in_place(|| rack.imex_daemons())?;
+    let broken = rack.broken_imports(imports).await;
+    let back_ms = since(started, &back.done_at);
+    Ok((0..cliques.len())
+        .map(|c| {
+            let in_clique = |node: usize| cliques[c].contains(&node);
+            let not_ready_seen = down.broken[c]
+                .clone()
+                .or_else(|| back.broken[c].clone())
+                .or_else(|| changed[c].clone());
+            DaemonKill {
+                ready_throughout: not_ready_seen.is_none(),
+                not_ready_seen,
+                imports: imports.iter().filter(|i| in_clique(i.node)).count(),
+                imports_broken: broken.iter().filter(|(i, _)| in_clique(i.node)).count(),
+                same_imex: !imex[victims[c]].is_empty() && after[victims[c]] == imex[victims[c]],
+                back_ms: back_ms[c],
+            }
+        })
+        .collect())
 }
 
 /// Milliseconds from `started` to each of `at`.
@@ -652,6 +835,43 @@ impl Snapshot {
             })
         });
         status_ready && views_agree
+    }
+
+    /// Clique `clique`'s status Ready with all of `members`, and every one of them but
+    /// `restarting` sees it Ready with all of them; or what was not. The restarting
+    /// node's own view is its daemon catching up (gossip filling in), not what its jobs
+    /// see: their IMEX and the status are.
+    fn stays_ready(
+        &self,
+        clique: usize,
+        members: &[usize],
+        restarting: usize,
+    ) -> Result<(), String> {
+        let nodes = members.len();
+        match self.statuses.get(clique).and_then(Option::as_ref) {
+            Some(s) if s.status == crd::Phase::Ready && s.ready_nodes as usize == nodes => {}
+            Some(s) => {
+                return Err(format!(
+                    "the status says {:?} with {} of {nodes} ready",
+                    s.status, s.ready_nodes
+                ));
+            }
+            None => return Err("no status".into()),
+        }
+        for i in members.iter().filter(|i| **i != restarting) {
+            let (name, view) = &self.views[*i];
+            match view.as_ref().and_then(|v| v.domains.first()) {
+                Some(d) if d.phase == Phase::Ready && d.ready == nodes => {}
+                Some(d) => {
+                    return Err(format!(
+                        "{name} sees the domain {:?} with {} of {} ready (held: {:?}, lost: {:?})",
+                        d.phase, d.ready, d.total, d.held, d.lost
+                    ));
+                }
+                None => return Err(format!("{name} did not answer /state, or has no domain")),
+            }
+        }
+        Ok(())
     }
 
     /// Every survivor among `members` dropped `node` from its IMEX peers.

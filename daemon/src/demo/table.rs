@@ -45,6 +45,18 @@ impl Snapshot {
     }
 }
 
+/// What [`Observer::watch_keeping`] saw.
+#[derive(Debug)]
+pub struct Watched<T> {
+    pub output: T,
+    /// When `done` first held, for each clique.
+    pub done_at: Vec<Instant>,
+    /// For each clique, the first look in which `keep` did not hold, as the table
+    /// showed it; none if it held in every look.
+    pub broken: Vec<Option<String>>,
+    pub last: Snapshot,
+}
+
 pub struct Observer {
     /// Redraw the table in place (a terminal).
     live: bool,
@@ -99,6 +111,23 @@ impl Observer {
         count: usize,
         done: impl Fn(&Snapshot, usize) -> bool,
     ) -> anyhow::Result<(F::Output, Vec<Instant>, Snapshot)> {
+        let watched = self
+            .watch_keeping(rack, work, count, done, |_, _| Ok(()))
+            .await?;
+        Ok((watched.output, watched.done_at, watched.last))
+    }
+
+    /// [`Self::watch_each`], and whether `keep(_, i)` held in every look, from the
+    /// first, for each `i`.
+    pub async fn watch_keeping<F: Future>(
+        &mut self,
+        rack: &LocalRack,
+        work: F,
+        count: usize,
+        done: impl Fn(&Snapshot, usize) -> bool,
+        keep: impl Fn(&Snapshot, usize) -> Result<(), String>,
+    ) -> anyhow::Result<Watched<F::Output>> {
+        let mut broken: Vec<Option<String>> = vec![None; count];
         let deadline = Instant::now() + STEP_LIMIT;
         let mut work = std::pin::pin!(work);
         let mut output = None;
@@ -114,6 +143,13 @@ impl Observer {
             }
             let snapshot = Snapshot::take(rack, &self.domains).await;
             let seen_at = Instant::now();
+            for (i, broken) in broken.iter_mut().enumerate() {
+                if broken.is_none()
+                    && let Err(why) = keep(&snapshot, i)
+                {
+                    *broken = Some(format!("{why}:\n{}", self.render(&snapshot)));
+                }
+            }
             self.note_crossings(&snapshot);
             if self.live {
                 self.draw(&snapshot);
@@ -131,7 +167,12 @@ impl Observer {
                 if !self.live && !self.quiet {
                     print!("{}", self.render(&snapshot));
                 }
-                return Ok((output, first.into_iter().flatten().collect(), snapshot));
+                return Ok(Watched {
+                    output,
+                    done_at: first.into_iter().flatten().collect(),
+                    broken,
+                    last: snapshot,
+                });
             }
             if Instant::now() > deadline {
                 self.erase();
@@ -271,15 +312,25 @@ impl Observer {
 
 /// One clique's run in a sentence.
 fn summary_line(summary: &Summary) -> String {
+    let restart = &summary.daemon_kill;
     format!(
-        "{} nodes formed ComputeDomain {}/{} in {} ms; after a SIGKILL the survivors \
-         dropped {} in {} ms and the status said so after {} ms; it rejoined in {} ms. {} \
-         events recorded.",
+        "{} nodes formed ComputeDomain {}/{} in {} ms; {}'s daemon was killed and back in \
+         {} ms with the domain {} and {} of {} imports broken; after a SIGKILL of the whole \
+         node the survivors dropped it in {} ms and the status said so after {} ms; it \
+         rejoined in {} ms. {} events recorded.",
         summary.nodes,
         summary.compute_domain.namespace,
         summary.compute_domain.name,
         summary.formed_ms,
         summary.killed,
+        restart.back_ms,
+        if restart.ready_throughout {
+            "Ready throughout"
+        } else {
+            "NOT Ready throughout"
+        },
+        restart.imports_broken,
+        restart.imports,
         summary.heal_ms,
         summary.status_ms,
         summary.rejoin_ms,

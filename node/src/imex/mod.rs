@@ -13,6 +13,7 @@ pub mod processes;
 pub mod runner;
 pub mod sim;
 pub mod sim_cli;
+pub mod sim_imports;
 pub mod sim_tls;
 pub(crate) mod spawner;
 

@@ -14,6 +14,11 @@
 //! once, uncleanly) and `hang` (stop answering and ignore SIGTERM). Names the hosts
 //! file marks as unused slots count as unresolvable.
 //!
+//! Like IMEX, each daemon is an *instance* (an id made at start, exchanged on every
+//! link), and it models the memory imports of the jobs on its node
+//! ([`super::sim_imports`]): the command `import ADDRESS,...` makes one from those
+//! peers, `imports` lists them and says which broke and why.
+//!
 //! A config that turns IMEX's SSL/TLS on makes its links mutual TLS with the files it
 //! names, refusing peers whose certificates chain to another CA ([`super::sim_tls`]);
 //! SIGUSR1 then reloads those files first.
@@ -26,7 +31,7 @@ use std::time::Duration;
 
 use rustls_pki_types::ServerName;
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinSet;
@@ -34,6 +39,7 @@ use tokio::time::timeout;
 
 use super::config::{parse_config, read};
 use super::hosts::{self, Resolution};
+use super::sim_imports::Imports;
 use super::sim_tls::{ACCEPTED, HANDSHAKE_TIMEOUT, LinkTls, TlsOptions, TlsStats};
 
 pub const HOSTS_ENV: &str = "IMEX_SIM_HOSTS";
@@ -101,6 +107,9 @@ pub struct PeerEntry {
     /// Why the link is down, when a handshake was refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The peer's IMEX instance, as its side of the link last said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -141,6 +150,7 @@ pub fn resolve(nodes_config: &str, hosts_file: &str, me: IpAddr) -> Vec<PeerEntr
                 address,
                 status,
                 error: None,
+                instance: None,
             }
         })
         .collect()
@@ -156,6 +166,9 @@ pub fn ready(peers: &[PeerEntry]) -> bool {
 }
 
 struct Shared {
+    /// This daemon's instance: a new one at every start.
+    instance: u64,
+    imports: Mutex<Imports>,
     config: SimConfig,
     hosts_path: PathBuf,
     peers: Mutex<Vec<PeerEntry>>,
@@ -175,6 +188,51 @@ impl Shared {
         }
     }
 
+    fn imports(&self) -> std::sync::MutexGuard<'_, Imports> {
+        self.imports.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The link to peer `index` came up, to the daemon instance `instance`.
+    fn linked(&self, index: usize, instance: u64) {
+        let address = {
+            let mut peers = self.peers();
+            let Some(peer) = peers.get_mut(index) else {
+                return;
+            };
+            peer.status = PeerStatus::Connected;
+            peer.error = None;
+            peer.instance = Some(instance);
+            peer.address
+        };
+        if let Some(address) = address {
+            self.imports().linked(&address.to_string(), instance);
+        }
+    }
+
+    /// `import ADDRESS,...`: a job imports from each of these peers, all of which
+    /// must be linked. Named, not "every peer": a daemon whose config resolves none of
+    /// its peers yet is READY too, and imports from nobody.
+    fn import(&self, wanted: &str) -> Result<u64, String> {
+        let peers = self.peers().clone();
+        let mut from = BTreeMap::new();
+        for address in wanted.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+            let linked = peers.iter().find(|p| {
+                p.address.is_some_and(|ip| ip.to_string() == address)
+                    && p.status == PeerStatus::Connected
+            });
+            match linked.and_then(|p| p.instance) {
+                Some(instance) => {
+                    from.insert(address.to_owned(), instance);
+                }
+                None => return Err(format!("not linked to {address}")),
+            }
+        }
+        if from.is_empty() {
+            return Err("import from whom? name the peers: import ADDRESS,...".into());
+        }
+        Ok(self.imports().import(from))
+    }
+
     /// The per-node listing (`ctl -N`, SIGHUP): readiness, each peer, and TLS.
     fn listing(&self) -> serde_json::Value {
         let peers = self.peers().clone();
@@ -182,7 +240,12 @@ impl Shared {
             .tls
             .as_ref()
             .map_or_else(TlsStats::default, |t| t.stats());
-        serde_json::json!({ "ready": ready(&peers), "nodes": peers, "tls": tls })
+        serde_json::json!({
+            "ready": ready(&peers),
+            "instance": self.instance,
+            "nodes": peers,
+            "tls": tls,
+        })
     }
 }
 
@@ -266,6 +329,8 @@ pub async fn run_daemon(config_path: &Path) -> Result<(), String> {
     };
     let (server, cmd) = listen(&signals, &config).await?;
     let shared = Arc::new(Shared {
+        instance: rand::random(),
+        imports: Mutex::default(),
         config,
         hosts_path,
         peers: Mutex::new(Vec::new()),
@@ -283,7 +348,7 @@ pub async fn run_daemon(config_path: &Path) -> Result<(), String> {
         }
     );
 
-    tokio::spawn(accept_peers(server, shared.tls.clone()));
+    tokio::spawn(accept_peers(server, shared.clone()));
     tokio::spawn(serve_commands(cmd, shared.clone()));
     let mut dialers = connect_all(&shared);
     loop {
@@ -326,6 +391,12 @@ fn connect_all(shared: &Arc<Shared>) -> JoinSet<()> {
     let nodes = std::fs::read_to_string(&shared.config.nodes_config).unwrap_or_default();
     let hosts_file = std::fs::read_to_string(&shared.hosts_path).unwrap_or_default();
     let peers = resolve(&nodes, &hosts_file, shared.config.bind_ip);
+    let listed = peers
+        .iter()
+        .filter_map(|p| p.address)
+        .map(|ip| ip.to_string())
+        .collect();
+    shared.imports().configured(&listed);
     let mut dialers = JoinSet::new();
     for peer in &peers {
         if peer.status == PeerStatus::Disconnected
@@ -343,8 +414,8 @@ fn connect_all(shared: &Arc<Shared>) -> JoinSet<()> {
 async fn dial(shared: Arc<Shared>, index: usize, target: SocketAddr) {
     loop {
         let wait = match link(&shared, target).await {
-            Ok(mut stream) => {
-                shared.set_status(index, PeerStatus::Connected, None);
+            Ok((mut stream, instance)) => {
+                shared.linked(index, instance);
                 let mut buf = [0u8; 64];
                 // The peer never writes; a read returns when it goes away.
                 while let Ok(n) = stream.read(&mut buf).await {
@@ -376,11 +447,42 @@ enum Link {
     Refused(String),
 }
 
-type PeerStream = Box<dyn AsyncRead + Unpin + Send>;
+trait PeerIo: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> PeerIo for T {}
+type PeerStream = Box<dyn PeerIo>;
 
-/// A connection to `target` from our own IP: in the clear, or over TLS once both ends
-/// accepted the other's certificate.
-async fn link(shared: &Shared, target: SocketAddr) -> Result<PeerStream, Link> {
+/// How long each end waits for the other's instance once linked.
+const INSTANCE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The dialler says its instance first, then hears the peer's.
+async fn exchange_instances(stream: &mut PeerStream, mine: u64, first: bool) -> Option<u64> {
+    let mut theirs = [0u8; 8];
+    let exchange = async {
+        if first {
+            stream.write_all(&mine.to_be_bytes()).await?;
+            stream.flush().await?;
+            stream.read_exact(&mut theirs).await?;
+        } else {
+            stream.read_exact(&mut theirs).await?;
+            stream.write_all(&mine.to_be_bytes()).await?;
+            stream.flush().await?;
+        }
+        Ok::<_, std::io::Error>(u64::from_be_bytes(theirs))
+    };
+    timeout(INSTANCE_TIMEOUT, exchange).await.ok()?.ok()
+}
+
+/// A connection to `target` from our own IP (in the clear, or over TLS once both ends
+/// accepted the other's certificate), and the instance of the daemon there.
+async fn link(shared: &Shared, target: SocketAddr) -> Result<(PeerStream, u64), Link> {
+    let mut stream = secure(shared, target).await?;
+    let instance = exchange_instances(&mut stream, shared.instance, true)
+        .await
+        .ok_or(Link::Unreachable)?;
+    Ok((stream, instance))
+}
+
+async fn secure(shared: &Shared, target: SocketAddr) -> Result<PeerStream, Link> {
     let socket = tokio::net::TcpSocket::new_v4()
         .and_then(|s| {
             s.bind(SocketAddr::new(shared.config.bind_ip, 0))?;
@@ -427,13 +529,13 @@ fn is_refusal(error: &std::io::Error) -> bool {
 }
 
 /// Accepts peers' connections and holds them until they close.
-async fn accept_peers(listener: TcpListener, tls: Option<Arc<LinkTls>>) {
+async fn accept_peers(listener: TcpListener, shared: Arc<Shared>) {
     let mut held = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((stream, from)) = accepted {
-                    held.spawn(hold_peer(stream, from, tls.clone()));
+                    held.spawn(hold_peer(stream, from, shared.clone()));
                 }
             }
             Some(_) = held.join_next(), if !held.is_empty() => {}
@@ -442,8 +544,8 @@ async fn accept_peers(listener: TcpListener, tls: Option<Arc<LinkTls>>) {
 }
 
 /// One accepted peer: over TLS only once its certificate chains to our CA.
-async fn hold_peer(stream: TcpStream, from: SocketAddr, tls: Option<Arc<LinkTls>>) {
-    let mut stream: PeerStream = match tls {
+async fn hold_peer(stream: TcpStream, from: SocketAddr, shared: Arc<Shared>) {
+    let mut stream: PeerStream = match shared.tls.clone() {
         None => Box::new(stream),
         Some(tls) => {
             // A peer dials from its own IP and a port of the moment: the IP is who it is.
@@ -466,6 +568,12 @@ async fn hold_peer(stream: TcpStream, from: SocketAddr, tls: Option<Arc<LinkTls>
             }
         }
     };
+    if exchange_instances(&mut stream, shared.instance, false)
+        .await
+        .is_none()
+    {
+        return;
+    }
     let mut buf = [0u8; 64];
     while let Ok(n) = stream.read(&mut buf).await {
         if n == 0 {
@@ -499,6 +607,16 @@ async fn answer(stream: TcpStream, shared: Arc<Shared>) {
             }
         }
         "N" => format!("{}\n", shared.listing()),
+        import if import.starts_with("import ") => {
+            match shared.import(&import["import ".len()..]) {
+                Ok(id) => format!("IMPORT {id}\n"),
+                Err(error) => format!("ERROR {error}\n"),
+            }
+        }
+        "imports" => format!(
+            "{}\n",
+            serde_json::to_string(shared.imports().report()).unwrap_or_default()
+        ),
         "crash" => {
             eprintln!("imex-sim: crashing on request");
             std::process::exit(134);

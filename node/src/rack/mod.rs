@@ -14,6 +14,8 @@
 //! ports outside the OS's ephemeral range ([`imex_ports`]).
 
 mod control;
+mod imports;
+pub use imports::HeldImport;
 pub mod cpu;
 pub mod imex_ports;
 mod node;

@@ -146,6 +146,10 @@ pub struct DomainView {
     pub members: Vec<NodeId>,
     /// Members that died and are listed NotReady.
     pub lost: Vec<NodeId>,
+    /// Members whose daemon is silent while their IMEX lives on: counted as they last
+    /// advertised. Absent from daemons older than the field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<NodeId>,
     /// The IMEX peer set this node applied: slot to node (empty for a domain with
     /// `isolation: Channel`: the shared IMEX domain has it).
     pub peers: BTreeMap<Slot, NodeId>,
@@ -188,6 +192,7 @@ impl From<NodeSnapshot> for NodeView {
                     local_ready: d.local_ready,
                     members: d.members,
                     lost: d.lost,
+                    held: d.held,
                     peers: peers(d.peer_set),
                     reporter: d.reporter,
                     isolation: d.isolation,
