@@ -339,3 +339,77 @@ fn the_simulator_handles_sigusr1_before_it_listens() {
         );
     }
 }
+
+/// What a job on A sees of its import from B and C (issue 28): a reload and a link
+/// that drops and comes back to the same daemon break nothing; a new instance of B
+/// breaks it; dropping C from A's config breaks an import of C.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_breaks_on_a_new_instance_or_a_dropped_peer_and_nothing_else() {
+    use domaind_node::imex::sim::run_ctl;
+    use domaind_node::imex::sim_imports::Import;
+    use std::collections::BTreeMap;
+
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = rack(dir.path(), &[101, 102, 103], AddressingMode::DnsNames);
+    let all: Vec<&Node> = nodes.iter().collect();
+    let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+    for node in &nodes {
+        node.daemon.start(&peer_set(&all)).await.unwrap();
+    }
+    wait_ready(&all, true).await;
+    let ask = async |node: &Node, command: &str| {
+        run_ctl(&node.daemon.settings().config_path(), command, LIMIT)
+            .await
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let import = async |from: &[&Node]| {
+        let peers: Vec<String> = from.iter().map(|n| n.ip.to_string()).collect();
+        let reply = ask(a, &format!("import {}", peers.join(","))).await;
+        reply
+            .strip_prefix("IMPORT ")
+            .unwrap_or_else(|| panic!("{reply}"))
+            .parse::<u64>()
+            .unwrap()
+    };
+    let imports = async || -> BTreeMap<u64, Import> {
+        serde_json::from_str(&ask(a, "imports").await).unwrap()
+    };
+    let of_b = import(&[b]).await;
+    let of_c = import(&[c]).await;
+    assert!(
+        ask(a, "import 127.0.0.104").await.starts_with("ERROR not linked"),
+        "an import from a peer it is not linked to is refused"
+    );
+
+    // A reload drops every link and dials again: to the same instances.
+    a.daemon.reload().await.unwrap();
+    wait_ready(&all, true).await;
+    assert!(imports().await.values().all(|i| i.broken.is_none()));
+
+    // B restarts: a new instance.
+    crash(b).await;
+    wait_ready(&[a, c], false).await;
+    b.daemon.start(&peer_set(&all)).await.unwrap();
+    wait_ready(&all, true).await;
+    let now = imports().await;
+    let why = now[&of_b].broken.clone().expect("B's memory was cleaned up");
+    assert!(why.contains("new IMEX instance"), "{why}");
+    assert_eq!(now[&of_c].broken, None, "C did not restart");
+
+    // C dropped from A's config.
+    let of_c_again = of_c;
+    a.daemon.apply(&peer_set(&[a, b])).await.unwrap();
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let now = imports().await;
+        if let Some(why) = &now[&of_c_again].broken {
+            assert!(why.contains("dropped from the IMEX config"), "{why}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_all(&nodes).await;
+}
