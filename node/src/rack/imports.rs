@@ -39,11 +39,20 @@ impl LocalRack {
     /// Node `index`'s job imports from every other node of its clique, as soon as its
     /// IMEX is linked to each (within [`IMPORT_LIMIT`]).
     pub async fn import(&self, index: usize) -> anyhow::Result<HeldImport> {
-        let peers: Vec<String> = self
+        let peers: Vec<usize> = self
             .clique_members(self.clique_of(index))
             .into_iter()
             .filter(|peer| *peer != index)
-            .map(|peer| self.nodes[peer].ip().to_string())
+            .collect();
+        self.import_from(index, &peers).await
+    }
+
+    /// Node `index`'s job imports from the nodes `peers` (its domain's other members),
+    /// as soon as its IMEX is linked to each (within [`IMPORT_LIMIT`]).
+    pub async fn import_from(&self, index: usize, peers: &[usize]) -> anyhow::Result<HeldImport> {
+        let peers: Vec<String> = peers
+            .iter()
+            .map(|peer| self.nodes[*peer].ip().to_string())
             .collect();
         let command = format!("import {}", peers.join(","));
         let deadline = Instant::now() + IMPORT_LIMIT;

@@ -379,7 +379,9 @@ async fn an_import_breaks_on_a_new_instance_or_a_dropped_peer_and_nothing_else()
     let of_b = import(&[b]).await;
     let of_c = import(&[c]).await;
     assert!(
-        ask(a, "import 127.0.0.104").await.starts_with("ERROR not linked"),
+        ask(a, "import 127.0.0.104")
+            .await
+            .starts_with("ERROR not linked"),
         "an import from a peer it is not linked to is refused"
     );
 
@@ -394,7 +396,10 @@ async fn an_import_breaks_on_a_new_instance_or_a_dropped_peer_and_nothing_else()
     b.daemon.start(&peer_set(&all)).await.unwrap();
     wait_ready(&all, true).await;
     let now = imports().await;
-    let why = now[&of_b].broken.clone().expect("B's memory was cleaned up");
+    let why = now[&of_b]
+        .broken
+        .clone()
+        .expect("B's memory was cleaned up");
     assert!(why.contains("new IMEX instance"), "{why}");
     assert_eq!(now[&of_c].broken, None, "C did not restart");
 
