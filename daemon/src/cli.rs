@@ -225,7 +225,7 @@ pub enum CertsCommand {
         /// Directory holding ca.crt and ca.key, as written by `certs init`.
         #[arg(long)]
         ca: PathBuf,
-        /// The Kubernetes node name. It becomes the certificate's only DNS name and the
+        /// The Kubernetes node name. It becomes the certificate's DNS name and the
         /// node's gossip identity.
         #[arg(long)]
         node: NodeName,
@@ -236,6 +236,12 @@ pub enum CertsCommand {
         /// Extra IP address to name in the certificate (repeatable). Not an identity.
         #[arg(long = "ip")]
         ips: Vec<IpAddr>,
+        /// Also name IMEX's shared name, imex.domaind.invalid, which `domaind run
+        /// --imex-tls auto` needs in DNS-names mode. Daemons of the previous release
+        /// refuse gossip from a certificate with a second DNS name: issue it once every
+        /// node runs this release.
+        #[arg(long)]
+        imex_shared_name: bool,
         /// How long the certificate is valid, in days.
         #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=36500))]
         valid_days: u32,

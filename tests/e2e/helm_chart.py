@@ -53,6 +53,7 @@ UPGRADE_VALUES = merge(
             "channelDevices": 4,
             "admissionPolicy": {"enabled": False},
             "seeds": {"mode": "static"},
+            "imex": {"sharedName": True},
         },
         "controller": {"rackMode": {"enabled": True}, "leaderElection": {"enabled": False}},
         "monitoring": {
@@ -461,6 +462,8 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         live1 = live(objects1)
         ds = one(live1, "DaemonSet", "-node")
         ds_uid = ds["metadata"]["uid"]
+        # Off until every node runs a release whose gossip takes the shared name.
+        expect_args(ds, "domaind", [], ["--imex-shared-name"])
         runner = one(live1, "DaemonSet", "-imex-runner")
         if runner["spec"]["updateStrategy"]["type"] != "OnDelete":
             raise E2EError("the IMEX runner's DaemonSet must update only on delete")
@@ -483,7 +486,12 @@ def run(release: Release, keep: bool) -> dict[str, float]:
         expect_args(
             ds,
             "domaind",
-            ["--log=debug", "--channel-devices=4", "--seed-discovery=static"],
+            [
+                "--log=debug",
+                "--channel-devices=4",
+                "--seed-discovery=static",
+                "--imex-shared-name",
+            ],
             ["--log=info", "--channel-devices=8", "--seed-discovery=api-server"],
         )
         # Static seeds with no list: the headless Service over every daemon, which the

@@ -26,6 +26,7 @@ pub fn run(command: CertsCommand) -> anyhow::Result<()> {
             node,
             out,
             ips,
+            imex_shared_name,
             valid_days,
         } => {
             let ca = DevCa::load(&ca).with_context(|| {
@@ -37,6 +38,7 @@ pub fn run(command: CertsCommand) -> anyhow::Result<()> {
             })?;
             let mut request = NodeCertRequest::new(node.clone(), Duration::days(valid_days.into()));
             request.ips = ips;
+            request.imex_shared_name = imex_shared_name;
             let paths = ca.issue(&request)?.write(&out)?;
             println!(
                 "certificate for node {node} written to {} ({}, {}, {})",

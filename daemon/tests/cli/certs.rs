@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 
 use domaind_gossip::NodeName;
 use domaind_gossip::tls::{NodeTls, TlsPaths};
+use domaind_node::certs::carries_imex_shared_name;
 
 fn domaind(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_domaind"))
@@ -62,6 +63,8 @@ fn init_then_issue_gives_loadable_node_material() {
         NodeName::new("gb200-node-1").unwrap(),
     );
     assert!(tls.is_ok(), "{:?}", tls.err());
+    let cert = TlsPaths::in_dir(&node).cert;
+    assert!(!carries_imex_shared_name(&cert), "only when asked for");
 
     // Issuing again rotates in place.
     let out = domaind(&[
@@ -73,9 +76,11 @@ fn init_then_issue_gives_loadable_node_material() {
         "gb200-node-1",
         "--out",
         path(&node),
+        "--imex-shared-name",
     ]);
     assert!(out.status.success());
     assert!(tls.unwrap().reload_if_changed().unwrap());
+    assert!(carries_imex_shared_name(&cert));
 }
 
 #[test]

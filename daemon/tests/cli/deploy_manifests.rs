@@ -285,6 +285,27 @@ fn the_charts_command_lines_use_flags_the_binary_has() {
     }
 }
 
+/// `node.imex.sharedName`, off by default, reaches both places that issue a node's
+/// certificate: `domaind run` (tls.mode csr) and the init container's `certs issue`
+/// (sharedCA).
+#[test]
+fn the_shared_name_value_reaches_the_daemon_and_the_init_containers_certificate() {
+    assert_eq!(values()["node"]["imex"]["sharedName"], Value::Bool(false));
+    let daemonset = read(&chart().join("templates/daemonset.yaml"));
+    let gated = "{{- if .Values.node.imex.sharedName }}\n            - --imex-shared-name\n            {{- end }}";
+    let init = block(&daemonset, "- name: issue-certificate", "env:");
+    let daemon = block(&daemonset, "- name: domaind\n", "env:");
+    for (who, args) in [("the init container", init), ("the node daemon", daemon)] {
+        assert!(
+            args.contains(gated),
+            "{who} does not pass node.imex.sharedName"
+        );
+    }
+    for command in [&["run", "--help"][..], &["certs", "issue", "--help"]] {
+        assert!(help(command).contains("--imex-shared-name"), "{command:?}");
+    }
+}
+
 /// The lines of `text` from the first line containing `from` up to the next line, after
 /// it, that contains `to`.
 fn block<'a>(text: &'a str, from: &str, to: &str) -> &'a str {

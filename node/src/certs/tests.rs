@@ -452,3 +452,58 @@ async fn a_certificate_left_without_the_shared_name_is_replaced_by_one_with_it()
         ]
     );
 }
+
+/// The previous release's `domaind_gossip::identity::node_name_of` (commit 73e7f0c),
+/// which every gossip frame and signed value of a peer passes: exactly one DNS name, IP
+/// SANs ignored.
+fn previous_release_node_name(pem: &str) -> Result<String, String> {
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+    let (_, cert) = X509Certificate::from_der(&block.contents).unwrap();
+    let dns: Vec<&str> = cert
+        .subject_alternative_name()
+        .unwrap()
+        .map(|san| {
+            san.value
+                .general_names
+                .iter()
+                .filter_map(|name| match name {
+                    GeneralName::DNSName(dns) => Some(*dns),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    match dns.as_slice() {
+        [one] => Ok((*one).to_owned()),
+        many => Err(format!("ambiguous: {}", many.join(", "))),
+    }
+}
+
+/// Why IMEX's shared name is asked for only with --imex-shared-name: during a rolling
+/// upgrade a node of the previous release would refuse gossip from a certificate that
+/// carries it, and drop the upgraded node from IMEX. What a node asks for by default
+/// (nothing in DNS-names mode, its IP in IPs mode) it still takes; this release takes
+/// all three.
+#[test]
+fn the_previous_release_takes_what_is_asked_for_by_default_but_not_the_shared_name() {
+    let rig = rig(&[]);
+    let key = KeyPair::generate().unwrap();
+    let issued = |imex: &ImexNames| {
+        rig.signer
+            .sign(&request_for("node-a", imex, &key).unwrap(), "node-a")
+    };
+    for imex in [none(), ips(&[IpAddr::from(NODE_IP)]), shared()] {
+        let pem = issued(&imex);
+        let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+        let der = rustls_pki_types::CertificateDer::from(block.contents);
+        let ours = domaind_gossip::identity::node_name_of(&der).unwrap();
+        assert_eq!(ours.as_str(), "node-a", "{imex:?}");
+        let previous = previous_release_node_name(&pem);
+        if imex.shared_name {
+            let refusal = previous.unwrap_err();
+            assert!(refusal.contains(IMEX_SHARED_NAME), "{refusal}");
+        } else {
+            assert_eq!(previous.unwrap(), "node-a", "{imex:?}");
+        }
+    }
+}

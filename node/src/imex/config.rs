@@ -93,6 +93,11 @@ pub struct ImexSettings {
     /// turns IMEX's SSL/TLS on and names the files the adapter writes from the
     /// credentials it is given ([`super::ImexDaemon::with_credentials`]).
     pub tls: bool,
+    /// With TLS in DNS-names mode: the node's certificate carries IMEX's shared name, so
+    /// the config makes it the name IMEX checks (`IMEX_SECURITY_TARGET_OVERRIDE`).
+    /// Without it no override is written, and the config stays what the previous
+    /// release wrote, so a daemon restarted across the upgrade can adopt its IMEX.
+    pub shared_name: bool,
 }
 
 /// The config keys of IMEX's SSL/TLS mode, as NVIDIA's IMEX guide names them. Shared by
@@ -116,8 +121,9 @@ pub mod tls_keys {
     pub const CLIENT_CERT: &str = "IMEX_CLIENT_CERT";
     pub const CLIENT_CERT_AUTH: &str = "IMEX_CLIENT_CERT_AUTH";
     /// The one name a dialler checks every server's certificate against, instead of the
-    /// address it dialled. Set in DNS-names mode only, to IMEX's shared name: the slot
-    /// names dialled move between nodes. In IPs mode the dialled IP is checked, which
+    /// address it dialled. Set in DNS-names mode only, to IMEX's shared name where the
+    /// certificate carries it: the slot names dialled move between nodes. In IPs mode
+    /// the dialled IP is checked, which
     /// pins each address to its node. `imex-sim` honours it as IMEX does.
     pub const TARGET_OVERRIDE: &str = "IMEX_SECURITY_TARGET_OVERRIDE";
 }
@@ -152,6 +158,7 @@ impl ImexSettings {
             query_timeout: Duration::from_secs(3),
             adoption_hold: Duration::from_secs(10),
             tls: false,
+            shared_name: false,
         }
     }
 
@@ -183,8 +190,8 @@ impl ImexSettings {
 /// The daemon's config file. `DAEMONIZE=0` keeps IMEX in the foreground as our
 /// child; `IMEX_WAIT_FOR_QUORUM=RECOVERY` waits for former importers only after an
 /// unclean stop. With TLS the node's one certificate serves both ends of a link: it
-/// carries both the server and the client usage, and in DNS-names mode IMEX's shared
-/// name, which the override makes the name checked.
+/// carries both the server and the client usage, and in DNS-names mode, where it
+/// carries IMEX's shared name, the override makes that the name checked.
 pub fn render_config(settings: &ImexSettings) -> String {
     let mut lines = vec![
         ("DAEMONIZE", "0".to_owned()),
@@ -219,7 +226,7 @@ pub fn render_config(settings: &ImexSettings) -> String {
             (tls_keys::CLIENT_CERT, path(settings.tls_cert_path())),
             (tls_keys::CLIENT_CERT_AUTH, path(settings.tls_ca_path())),
         ]);
-        if settings.mode == AddressingMode::DnsNames {
+        if settings.mode == AddressingMode::DnsNames && settings.shared_name {
             lines.push((tls_keys::TARGET_OVERRIDE, IMEX_SHARED_NAME.to_owned()));
         }
     }
@@ -305,10 +312,16 @@ mod tests {
     }
 
     #[test]
-    fn with_tls_in_dns_names_mode_imex_checks_the_shared_name_and_in_ips_mode_the_ip() {
+    fn the_override_names_the_shared_name_in_dns_names_mode_where_the_certificate_carries_it() {
         let mut settings = ImexSettings::new("/run/domaind/imex", "10.1.2.3".parse().unwrap());
         settings.tls = true;
         assert_eq!(settings.mode, AddressingMode::DnsNames);
+        let without = render_config(&settings);
+        assert!(
+            !without.contains("IMEX_SECURITY_TARGET_OVERRIDE"),
+            "{without}"
+        );
+        settings.shared_name = true;
         let parsed = parse_config(&render_config(&settings));
         assert_eq!(
             parsed["IMEX_SECURITY_TARGET_OVERRIDE"],

@@ -14,7 +14,8 @@
 //!   client does: `IMEX_SECURITY_TARGET_OVERRIDE` when set, else a peer the nodes config
 //!   lists by IP must present that IP as an IP SAN. So a certificate IMEX would refuse
 //!   fails here too. domaind sets the override in DNS-names mode, where the slot names
-//!   dialled fit no certificate. Without it a peer listed by name is checked for its
+//!   dialled fit no certificate, if its certificate carries IMEX's shared name (as
+//!   `auto` turns TLS on only then). Without it a peer listed by name is checked for its
 //!   chain only: the simulator dials the IP it resolved and no longer knows the name
 //!   (docs/ARCHITECTURE.md, "IMEX over mutual TLS").
 //! - SIGUSR1 reloads the files (and re-reads which peers are listed by IP); new links
@@ -424,6 +425,11 @@ mod tests {
         assert!(ip_entries(Some(&dir.path().join("missing"))).is_empty());
         let mut settings = ImexSettings::new("/run/imex", "127.0.0.1".parse().unwrap());
         settings.tls = true;
+        let unnamed = TlsOptions::from_config(&keys(&render_config(&settings)), Path::new("c"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(unnamed.target_override, None, "no shared name");
+        settings.shared_name = true;
         let ours = TlsOptions::from_config(&keys(&render_config(&settings)), Path::new("c"))
             .unwrap()
             .unwrap();

@@ -2,7 +2,7 @@
 //! can pass the node name and pod IP through the downward API.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -245,12 +245,20 @@ pub struct RunArgs {
     /// reloaded with SIGUSR1 when the certificate rotates). IMEX checks each peer's
     /// certificate against the IP it dialled (--imex-addressing ips) or, in DNS-names
     /// mode, against IMEX's shared name (`IMEX_SECURITY_TARGET_OVERRIDE`). `auto`: on
-    /// when the node's certificate carries that (with --tls-mode csr it is asked for;
-    /// `domaind certs issue` adds the shared name), with nvidia-imex and the simulator
-    /// alike (docs/ARCHITECTURE.md, "IMEX over mutual TLS"). `on`: always. `off`: for
-    /// IMEX versions without SSL/TLS.
+    /// when the node's certificate carries that (with --tls-mode csr the IP is asked
+    /// for, and the shared name with --imex-shared-name), with nvidia-imex and the
+    /// simulator alike (docs/ARCHITECTURE.md, "IMEX over mutual TLS"). `on`: always.
+    /// `off`: for IMEX versions without SSL/TLS.
     #[arg(long, env = "DOMAIND_IMEX_TLS", value_enum, default_value_t = ImexTls::Auto)]
     pub imex_tls: ImexTls,
+
+    /// Ask for IMEX's shared name in this node's certificate (--tls-mode csr, DNS-names
+    /// mode), which --imex-tls auto needs there. Off by default for one release: daemons
+    /// of the previous release refuse gossip from a certificate with a second DNS name,
+    /// so a rolling upgrade would split the rack. Turn it on once every node runs this
+    /// release; a later release turns it on by default.
+    #[arg(long, env = "DOMAIND_IMEX_SHARED_NAME")]
+    pub imex_shared_name: bool,
 
     /// Whether domaind makes the channel device nodes (/dev/nvidia-caps-imex-channels)
     /// its claims hand out, or leaves them to the driver or an administrator.
@@ -377,7 +385,8 @@ pub enum ImexTls {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DialledNames {
     /// DNS-names mode: the slot names dialled move between nodes, so the config's
-    /// `IMEX_SECURITY_TARGET_OVERRIDE` names IMEX's shared name instead.
+    /// `IMEX_SECURITY_TARGET_OVERRIDE` names IMEX's shared name instead, where the
+    /// certificate carries it.
     SharedName { in_certificate: bool },
     /// IPs mode: the member's IP, as an IP SAN.
     Ips { in_certificate: bool },
@@ -399,9 +408,23 @@ impl ImexTls {
 }
 
 impl RunArgs {
+    /// What IMEX will hold a peer's certificate to, and whether the node's certificate
+    /// at `cert` carries it.
+    pub fn imex_dialled(&self, cert: &Path) -> DialledNames {
+        match self.imex_addressing {
+            Addressing::DnsNames => DialledNames::SharedName {
+                in_certificate: crate::certs::carries_imex_shared_name(cert),
+            },
+            Addressing::Ips => DialledNames::Ips {
+                in_certificate: crate::certs::carries_ip(cert, self.pod_ip),
+            },
+        }
+    }
+
     /// What this node's certificate carries for IMEX where its links may run over TLS:
-    /// --pod-ip in IPs mode, IMEX's shared name in DNS-names mode; nothing with TLS off
-    /// (gossip names nodes by their DNS name alone).
+    /// --pod-ip in IPs mode, IMEX's shared name in DNS-names mode with
+    /// --imex-shared-name; nothing with TLS off (gossip names nodes by their DNS name
+    /// alone). The previous release's gossip takes an IP SAN, but not a second DNS name.
     pub fn imex_names(&self) -> ImexNames {
         match (self.imex_tls, self.imex_addressing) {
             (ImexTls::Off, _) => ImexNames::default(),
@@ -410,7 +433,7 @@ impl RunArgs {
                 ips: vec![self.pod_ip],
             },
             (_, Addressing::DnsNames) => ImexNames {
-                shared_name: true,
+                shared_name: self.imex_shared_name,
                 ips: Vec::new(),
             },
         }
@@ -510,20 +533,66 @@ mod tests {
     }
 
     #[test]
-    fn the_certificate_asks_for_the_shared_name_in_dns_names_mode_and_the_pod_ip_in_ips_mode() {
-        let dns = parse(&[]).unwrap().imex_names();
-        assert!(dns.shared_name && dns.ips.is_empty(), "{dns:?}");
-        let ips = parse(&["--imex-addressing", "ips"]).unwrap();
-        assert_eq!(
-            ips.imex_names(),
-            ImexNames {
-                shared_name: false,
-                ips: vec![ips.pod_ip]
-            }
-        );
+    fn the_certificate_asks_for_the_pod_ip_in_ips_mode_and_the_shared_name_only_when_told() {
+        let dns = parse(&[]).unwrap();
+        assert!(!dns.imex_shared_name);
+        assert_eq!(dns.imex_names(), ImexNames::default());
+        let shared = parse(&["--imex-shared-name"]).unwrap().imex_names();
+        assert!(shared.shared_name && shared.ips.is_empty(), "{shared:?}");
+        for extra in [&[][..], &["--imex-shared-name"]] {
+            let ips = parse(&[&["--imex-addressing", "ips"], extra].concat()).unwrap();
+            assert_eq!(
+                ips.imex_names(),
+                ImexNames {
+                    shared_name: false,
+                    ips: vec![ips.pod_ip]
+                },
+                "{extra:?}"
+            );
+        }
         for mode in ["ips", "dns-names"] {
-            let off = parse(&["--imex-addressing", mode, "--imex-tls", "off"]).unwrap();
+            let off = parse(&[
+                "--imex-addressing",
+                mode,
+                "--imex-tls",
+                "off",
+                "--imex-shared-name",
+            ])
+            .unwrap();
             assert_eq!(off.imex_names(), ImexNames::default(), "{mode}");
+        }
+    }
+
+    /// From flags to IMEX's TLS: the certificate a signer issues for what the flags ask
+    /// for, then `auto`'s decision on it. Without --imex-shared-name DNS-names mode stays
+    /// in the clear, as the previous release did with nvidia-imex.
+    #[test]
+    fn imex_tls_auto_in_each_mode_follows_what_the_flags_ask_the_certificate_to_carry() {
+        use domaind_gossip::pki::{DevCa, NodeCertRequest};
+
+        let ca = DevCa::generate("test", time::Duration::days(1)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cases: [(&[&str], bool); 5] = [
+            (&[], false),
+            (&["--imex-shared-name"], true),
+            (&["--imex-addressing", "ips"], true),
+            (&["--imex-addressing", "ips", "--imex-shared-name"], true),
+            (&["--imex-shared-name", "--imex-tls", "off"], false),
+        ];
+        for (i, (flags, tls)) in cases.into_iter().enumerate() {
+            let args = parse(flags).unwrap();
+            let names = args.imex_names();
+            let mut request = NodeCertRequest::new(args.node_name.clone(), time::Duration::days(1));
+            request.imex_shared_name = names.shared_name;
+            request.ips = names.ips;
+            let out = dir.path().join(i.to_string());
+            let cert = ca.issue(&request).unwrap().write(&out).unwrap().cert;
+            let dialled = args.imex_dialled(&cert);
+            assert_eq!(
+                args.imex_tls.enabled(dialled),
+                tls,
+                "{flags:?}: {dialled:?}"
+            );
         }
     }
 

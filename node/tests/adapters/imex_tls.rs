@@ -112,6 +112,9 @@ fn rack_in(dir: &Path, members: Vec<(u8, Arc<TlsFiles>)>, tls: bool, mode: Addre
             s.stop_timeout = Duration::from_millis(500);
             s.reload_min_interval = Duration::from_millis(300);
             s.tls = tls;
+            // As `domaind run` has it for certificates that carry IMEX's shared name, as
+            // `issue`'s do: the override is set in DNS-names mode.
+            s.shared_name = true;
             s.mode = mode;
             let (sender, receiver) = watch::channel(credentials);
             Node {
