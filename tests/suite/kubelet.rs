@@ -11,7 +11,11 @@
 //!    plugin directories; `domaind controller`.
 //! 2. NVIDIA's blog ComputeDomain and Deployment (`fixtures/nvidia-blog-workload.yaml`):
 //!    three pods Running, one per node; `kubectl get computedomains` Ready 3/3.
-//! 3. One daemon SIGKILLed: NotReady, and a NodeLost event; restarted: Ready 3/3.
+//! 3. One daemon SIGKILLed while its IMEX runner keeps IMEX (issue 28): the survivors
+//!    hold it, and once it is back its IMEX has the same pid, no job's import broke,
+//!    the ComputeDomain's Ready condition never changed, no NodeLost was told and no
+//!    survivor's IMEX was started or reloaded. Then the whole node (daemon and IMEX)
+//!    SIGKILLed: NotReady, and a NodeLost event; restarted: Ready 3/3.
 //! 4. Two pods per node (six pods of one ComputeDomain on three nodes): Running, Ready.
 //! 5. Teardown: the pods go, the kubelets unprepare every claim, no CDI spec is left;
 //!    the ComputeDomain is deleted, its template goes and its finalizer is released.
@@ -248,6 +252,101 @@ pub(crate) async fn create_from_yaml(client: &Client, namespace: &str, document:
     }
 }
 
+/// Issue 28's "done when", on real kubelets: SIGKILL node `victim`'s daemon (its IMEX
+/// runner keeps IMEX), wait until every survivor holds it, start it again, wait until
+/// the survivors take it back; meanwhile nothing a job depends on changed.
+async fn daemon_kill_is_felt_by_no_job(
+    client: &Client,
+    namespace: &str,
+    cds: &Api<ComputeDomain>,
+    rack: &mut LocalRack,
+    cd_uid: &str,
+    victim: usize,
+) {
+    use domaind_node::rack::{http_get, node_view};
+
+    let nodes = rack.nodes().len();
+    let survivors: Vec<usize> = (0..nodes).filter(|i| *i != victim).collect();
+    let mut imports = Vec::new();
+    for node in 0..nodes {
+        imports.push(rack.import(node).await.unwrap());
+    }
+    let imex = tokio::task::block_in_place(|| rack.imex_daemons()).unwrap();
+    let ready_condition = async || {
+        let cd = cds.get(CD_NAME).await.unwrap();
+        let status = serde_json::to_value(cd.status).unwrap();
+        let ready = status["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
+        (status["status"].clone(), ready)
+    };
+    let condition = ready_condition().await;
+    assert_eq!(condition.0, "Ready", "{condition:?}");
+    let survivor_imex = async |rack: &LocalRack| -> Vec<String> {
+        let mut lines = Vec::new();
+        for i in &survivors {
+            let addr = rack.node(*i).info().unwrap().http_addr;
+            let (_, metrics) = http_get(addr, "/metrics").await.unwrap();
+            lines.extend(
+                metrics
+                    .lines()
+                    .filter(|l| {
+                        l.starts_with("domaind_imex_starts_total")
+                            || l.starts_with("domaind_imex_reloads")
+                    })
+                    .map(|l| format!("{i}: {l}")),
+            );
+        }
+        lines
+    };
+    let before = survivor_imex(rack).await;
+    let held_by_all = async |rack: &LocalRack, want: bool| {
+        let mut seen = Vec::new();
+        for i in &survivors {
+            let view = node_view(rack.node(*i).info().unwrap()).await.unwrap();
+            let domain = view.domains.first();
+            seen.push((
+                domain.map(|d| d.held.clone()).unwrap_or_default(),
+                domain.map(|d| format!("{:?} {}/{}", d.phase, d.ready, d.total)),
+            ));
+        }
+        let victim = rack.node(victim).name().to_owned();
+        let done = seen.iter().all(|(held, _)| held.contains(&victim) == want);
+        (done, seen)
+    };
+
+    rack.kill(victim).unwrap();
+    wait_for("every survivor holds the node whose daemon died", || async {
+        held_by_all(rack, true).await
+    })
+    .await;
+    rack.start(victim).unwrap();
+    tokio::task::block_in_place(|| rack.wait_ready(victim, domaind_e2e::cluster::LIMIT))
+        .unwrap();
+    wait_for("every survivor takes the node back", || async {
+        held_by_all(rack, false).await
+    })
+    .await;
+
+    let after = tokio::task::block_in_place(|| rack.imex_daemons()).unwrap();
+    assert_eq!(after[victim], imex[victim], "the same IMEX process");
+    assert_eq!(rack.broken_imports(&imports).await, vec![]);
+    assert_eq!(ready_condition().await, condition, "Ready throughout");
+    assert_eq!(survivor_imex(rack).await, before, "no survivor's IMEX changed");
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), namespace);
+    let told: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.uid.as_deref() == Some(cd_uid))
+        .filter(|e| e.reason.as_deref() == Some("NodeLost"))
+        .map(|e| e.message)
+        .collect();
+    assert_eq!(told, Vec::<Option<String>>::new(), "no NodeLost for a daemon restart");
+}
+
 /// A `domaind run --backend kube` per node, serving its kubelet's plugin directories,
 /// with the chart's ServiceAccount tokens where the environment gives them.
 pub(crate) async fn start_daemons(
@@ -267,6 +366,8 @@ pub(crate) async fn start_daemons(
     spec.ips = Some(ips.to_vec());
     spec.backend = RackBackend::Kube;
     spec.kubelet_dirs = Some(names.iter().map(|n| state.join("nodes").join(n)).collect());
+    // As the chart installs it.
+    spec.imex_runner = true;
     let tokens = node_tokens_for_rack(
         &mut spec.node_env,
         client,
@@ -375,9 +476,13 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
     listed.sort_unstable();
     assert_eq!(listed, names.iter().map(String::as_str).collect::<Vec<_>>());
 
-    // 3. A daemon dies: NotReady and NodeLost; it comes back: Ready.
+    // 3. The daemon alone dies, and comes back: no job feels it.
+    let cd_uid = cds.get(CD_NAME).await.unwrap().uid().unwrap();
+    daemon_kill_is_felt_by_no_job(&client, &namespace, &cds, &mut rack, &cd_uid, 2).await;
+
+    // The node dies, daemon and IMEX: NotReady and NodeLost; it comes back: Ready.
     let lost = names[2].clone();
-    rack.kill(2).unwrap();
+    rack.kill_node(2).unwrap();
     wait_cd(&cds, "the ComputeDomain goes NotReady", |s| {
         s["status"] == "NotReady"
             && s["nodes"].as_array().is_some_and(|n| {
@@ -386,7 +491,6 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
             })
     })
     .await;
-    let cd_uid = cds.get(CD_NAME).await.unwrap().uid().unwrap();
     wait_node_lost_event(&client, &namespace, &cd_uid, &lost).await;
     // A restarted node must never write a status with fewer nodes while the others are
     // alive: every status seen until Ready again lists all three.
