@@ -79,9 +79,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=6))]
     pub domains: u16,
 
-    /// Faults to inject: kill, pause, imex-crash, restart, partition, loss, churn,
-    /// cert-rotate, imex-port, disk-full, domain-churn (with --domains 2 or more), or
-    /// all; several as a comma list (e.g. kill,pause,imex-crash,churn). partition and
+    /// Faults to inject: daemon-kill, node-kill, pause, imex-crash, restart, upgrade,
+    /// partition, loss, churn, cert-rotate, imex-port, disk-full, domain-churn (with
+    /// --domains 2 or more), or all; several as a comma list (e.g.
+    /// daemon-kill,node-kill,pause,imex-crash,churn). partition and
     /// loss need root and iptables, disk-full needs root (a tmpfs over each state
     /// directory); without them they are skipped, and said so.
     #[arg(long, default_value = "all", value_parser = parse_scenario_arg)]
@@ -413,20 +414,23 @@ mod tests {
 
     #[test]
     fn domain_churn_needs_several_domains_and_all_takes_it_with_them() {
-        let kill_churn = parse_scenario_arg("kill,domain-churn").unwrap();
+        let kill_churn = parse_scenario_arg("node-kill,domain-churn").unwrap();
         let error = scenario_kinds(&kill_churn, 1).unwrap_err().to_string();
         assert!(error.contains("--domains 2"), "{error}");
         assert_eq!(
             scenario_kinds(&kill_churn, 3).unwrap(),
-            vec![FaultKind::Kill, FaultKind::DomainChurn]
+            vec![FaultKind::NodeKill, FaultKind::DomainChurn]
         );
         let all = parse_scenario_arg("all").unwrap();
         assert_eq!(scenario_kinds(&all, 1).unwrap(), FaultKind::ALL.to_vec());
         let with_sharing = scenario_kinds(&all, 2).unwrap();
         assert_eq!(with_sharing.len(), FaultKind::ALL.len() + 1);
         assert_eq!(with_sharing.last(), Some(&FaultKind::DomainChurn));
-        let kill = parse_scenario_arg("kill").unwrap();
-        assert_eq!(scenario_kinds(&kill, 2).unwrap(), vec![FaultKind::Kill]);
+        let kill = parse_scenario_arg("daemon-kill").unwrap();
+        assert_eq!(
+            scenario_kinds(&kill, 2).unwrap(),
+            vec![FaultKind::DaemonKill]
+        );
     }
 
     fn parse_run(args: &[&str]) -> Result<RunArgs, clap::Error> {
@@ -464,7 +468,7 @@ mod tests {
         .unwrap();
         assert_eq!(named.nodes, NodeChoice::Named(vec!["a".into(), "b".into()]));
         assert_eq!(named.scenario, vec![FaultKind::Drain, FaultKind::ImexCrash]);
-        let error = parse_run(&["--cluster", "--scenario", "kill"])
+        let error = parse_run(&["--cluster", "--scenario", "node-kill"])
             .unwrap()
             .cluster_config()
             .unwrap_err()

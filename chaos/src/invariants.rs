@@ -23,6 +23,10 @@
 //!   pod holds a channel of a domain it does not belong to, and two live domains never
 //!   have the same channel.
 //!
+//! - **imports** (checked after every fault heals and at the end, [`import_break`]): an
+//!   import the workload stand-in holds breaks only through a fault that may break
+//!   imports ([`may_break_imports`]) on its importer or on the peer it broke on.
+//!
 //! Checked once faults stop ([`unsettled`]): **agreement** (every member has the same
 //! peer set and slots, and sees the same members) and **status** (the status file lists
 //! exactly the members, Ready, with their slots).
@@ -44,6 +48,7 @@ use domaind_kube_api::crd::{ComputeDomainStatus, Phase as CrdPhase, READY_CONDIT
 use serde::Serialize;
 
 use crate::observe::{FileRead, Observation};
+use crate::schedule::FaultKind;
 
 /// Where a daemon is, as the harness made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -244,6 +249,9 @@ pub enum Invariant {
     /// A pod holding a channel of another domain than its own, or two live domains on
     /// one channel ([`crate::channels`]).
     Channels,
+    /// A job's memory import broken by a fault that must leave it alone
+    /// ([`import_break`]).
+    Imports,
 }
 
 impl fmt::Display for Invariant {
@@ -258,6 +266,7 @@ impl fmt::Display for Invariant {
             Invariant::Liveness => "liveness",
             Invariant::Cliques => "cliques",
             Invariant::Channels => "channels",
+            Invariant::Imports => "imports",
         })
     }
 }
@@ -472,6 +481,67 @@ pub fn dropped_by_all(world: &World, obs: &Observation, target: usize) -> bool {
         }
     }
     observers > 0
+}
+
+/// Whether every other running member that answers `/state` holds `target`: lists it
+/// among the members whose daemon is silent while their IMEX lives on (at least one
+/// must answer). What peers show of a daemon gone while its IMEX runs.
+pub fn held_by_all(world: &World, obs: &Observation, target: usize) -> bool {
+    let name = &world.nodes[target].name;
+    let mut observers = 0;
+    for (i, node) in world.nodes.iter().enumerate() {
+        if i == target || !node.holds_claims() || node.life != Life::Up {
+            continue;
+        }
+        let Some(view) = &obs.nodes[i].view else {
+            continue;
+        };
+        observers += 1;
+        if !view.domains.iter().any(|d| d.held.contains(name)) {
+            return false;
+        }
+    }
+    observers > 0
+}
+
+/// Whether a fault of `kind` may break the imports held on the nodes it hits and the
+/// imports of their memory. Only a node's IMEX going away does that: a new instance
+/// (its memory cleaned up, NVIDIA's IMEX guide says) or the node dropped from its
+/// peers' configs. `node-kill` takes IMEX with the daemon; `imex-crash` and `imex-port`
+/// kill IMEX itself; a `partition` cuts IMEX off, and its peers must drop it as a dead
+/// node. Everything else must leave every import alone: a daemon killed, paused,
+/// restarted or upgraded (IMEX outlives it), a certificate rotation, packet loss (no
+/// false removal), claim churn (the stand-in itself ends the imports of a job whose
+/// claim it unprepares), a full state directory, another domain's churn.
+pub fn may_break_imports(kind: FaultKind) -> bool {
+    matches!(
+        kind,
+        FaultKind::NodeKill | FaultKind::ImexCrash | FaultKind::ImexPort | FaultKind::Partition
+    )
+}
+
+/// A fault as the imports invariant remembers it: its kind, step and the nodes it hit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    pub kind: FaultKind,
+    pub step: usize,
+    pub targets: Vec<usize>,
+}
+
+/// Which fault may have broken an import held on `importer`, whose break imex-sim
+/// blames on `culprit` (the importer itself when its IMEX lost the import, a peer when
+/// that peer's instance changed or it left the config; none when it names no node),
+/// given the faults injected since the import was taken (`since`): the first that may
+/// break imports and hit the culprit, or else the first such fault on the importer (a
+/// node cut off drops every peer from its config). None: no fault did, so the break is
+/// a violation.
+pub fn import_break(importer: usize, culprit: Option<usize>, since: &[Hit]) -> Option<&Hit> {
+    let on = |node: Option<usize>| {
+        since.iter().find(move |hit| {
+            may_break_imports(hit.kind) && node.is_some_and(|n| hit.targets.contains(&n))
+        })
+    };
+    on(culprit).or_else(|| on(Some(importer)))
 }
 
 /// Members missing from another member's peer set: `(observer, missing)`. Under

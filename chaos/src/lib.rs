@@ -10,8 +10,9 @@
 //!   One simulation can hold many cliques, each its own gossip cluster; [`traffic`]
 //!   counts gossip within each clique and across cliques.
 //! - [`harness`] (`domaind-chaos run`): a rack of real `domaind run` processes on
-//!   loopback under faults from a seeded [`schedule`] (SIGKILL, SIGSTOP, IMEX crashes,
-//!   graceful restarts, iptables partitions and loss, claim churn, certificate
+//!   loopback, IMEX under a runner, under faults from a seeded [`schedule`] (SIGKILL of
+//!   a daemon or a whole node, SIGSTOP, IMEX crashes, graceful restarts, a rolling
+//!   upgrade, iptables partitions and loss, claim churn, certificate
 //!   rotation, a state directory filled up on a tmpfs of [`statedir`]), [`observe`]d from outside through the files a node writes and its
 //!   `/state`, checked against the [`invariants`] on every observation, and
 //!   [`report`]ed as a table and JSON. With `--cliques K` the rack holds K cliques:

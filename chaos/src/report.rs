@@ -2,14 +2,20 @@
 //! were detected and healed, what broke; as a table for people and JSON for tools.
 //!
 //! - **detect**: from the fault's injection until the survivors' view reflects it.
-//!   kill, pause, partition, restart, churn (leave): the node is gone from the peer
-//!   set (hosts block) of every other member whose IMEX daemon runs. imex-crash: a
+//!   node-kill, partition, churn (leave): the node is gone from the peer set (hosts
+//!   block) of every other member whose IMEX daemon runs. daemon-kill, restart: every
+//!   other member holds the node (its daemon silent, its IMEX alive); pause: held or
+//!   gone. upgrade: nothing should notice (its notes say how many nodes peers held
+//!   meanwhile). imex-crash: a
 //!   new IMEX daemon runs on the node. cert-rotate: the node reports the rotation
 //!   (`domaind_gossip_tls_reloads_total{result="rotated"}`). imex-port: the status
 //!   names the node's IMEX as failing. domain-churn: a new domain's prepares all
 //!   answered (its channel confirmed and handed on every node it holds), or a deleted
 //!   domain shown by no node any more. loss and churn with an extra claim change no
 //!   membership: nothing to detect.
+//! - **imports**: every import of the workload stand-in found broken after a fault,
+//!   counted against the fault that may break it (`invariants::may_break_imports`), or
+//!   against the fault after which it was found, where it is a violation too.
 //! - **heal**: from the fault's end (restart issued, SIGCONT, rules removed, claim
 //!   prepared again, certificate written, port freed) until the domain is Ready with all its
 //!   members again: every member sees all members Ready, the same peer set and slots,
@@ -148,6 +154,65 @@ pub struct KindReport {
     pub heal: Option<Stats>,
     pub violations: usize,
     pub crashes: usize,
+    /// Imports of the workload stand-in broken by faults of this kind, allowed or not
+    /// (loopback runs; a cluster run holds none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub imports_broken: Option<usize>,
+}
+
+/// An import of the workload stand-in found broken.
+#[derive(Debug, Clone, Serialize)]
+pub struct BrokenImport {
+    /// The node whose job held it, and the import's id in its IMEX.
+    pub node: String,
+    pub id: u64,
+    pub domain: String,
+    /// The peers it imported from.
+    pub from: Vec<String>,
+    /// Why, as imex-sim says (or why the importer's IMEX could not say).
+    pub reason: String,
+    /// The fault that may break it and hit the importer or the peer blamed: a break
+    /// allowed. None: a violation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<FaultKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_step: Option<usize>,
+    /// The fault after whose heal it was found (none: after formation or at the end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub found_after: Option<FaultKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub found_after_step: Option<usize>,
+    /// From the start of the run.
+    pub found_at_ms: u64,
+}
+
+impl BrokenImport {
+    /// The kind it counts against: the fault allowed to break it, or else the one after
+    /// which it was found.
+    pub fn kind(&self) -> Option<FaultKind> {
+        self.by.or(self.found_after)
+    }
+}
+
+/// The workload stand-in's imports: each member of a Ready domain imports from every
+/// other member, checked after every fault and at the end.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ImportsReport {
+    /// Imports taken (again after each break or membership change).
+    pub taken: usize,
+    /// Imports looked at, each time they were checked.
+    pub checked: usize,
+    /// Imports held, unbroken, at the last check.
+    pub held_at_end: usize,
+    pub broken: Vec<BrokenImport>,
+}
+
+impl ImportsReport {
+    /// Broken and allowed (by a fault that may break them), broken as violations.
+    pub fn counts(&self) -> (usize, usize) {
+        let allowed = self.broken.iter().filter(|b| b.by.is_some()).count();
+        (allowed, self.broken.len() - allowed)
+    }
 }
 
 /// The whole run.
@@ -176,6 +241,7 @@ pub struct Report {
     pub faults: Vec<FaultRecord>,
     pub violations: Vec<ViolationRecord>,
     pub crashes: Vec<CrashRecord>,
+    pub imports: ImportsReport,
     pub schedule: Schedule,
     /// Where the rack's files (logs, state) were left, with `--keep-files`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -185,12 +251,14 @@ pub struct Report {
 }
 
 impl Report {
-    /// Per-kind figures from the fault records, violations and crashes.
+    /// Per-kind figures from the fault records, violations, crashes and, where the run
+    /// held imports, the broken ones.
     pub fn summarise(
         scenario: &[FaultKind],
         faults: &[FaultRecord],
         violations: &[ViolationRecord],
         crashes: &[CrashRecord],
+        broken_imports: Option<&[BrokenImport]>,
     ) -> Vec<KindReport> {
         scenario
             .iter()
@@ -217,6 +285,8 @@ impl Report {
                         .filter(|v| v.during == Some(*kind))
                         .count(),
                     crashes: crashes.iter().filter(|c| c.during == Some(*kind)).count(),
+                    imports_broken: broken_imports
+                        .map(|b| b.iter().filter(|b| b.kind() == Some(*kind)).count()),
                 }
             })
             .collect()
@@ -263,6 +333,13 @@ impl Report {
                 self.cliques, self.nodes
             );
         }
+        let (allowed, violating) = self.imports.counts();
+        let _ = writeln!(
+            out,
+            "imports: {} taken, {} checked, {} held at the end; broken: {allowed} by faults \
+             that may break them, {violating} otherwise",
+            self.imports.taken, self.imports.checked, self.imports.held_at_end
+        );
         write_outcomes(
             &mut out,
             &self.kinds,
@@ -292,9 +369,18 @@ pub fn write_outcomes(
     crashes: &[CrashRecord],
 ) {
     let _ = writeln!(out);
+    // A column only where the run held imports: a cluster run holds none.
+    let imports = kinds.iter().any(|k| k.imports_broken.is_some());
+    let imports_column = |cell: String| {
+        if imports {
+            format!(" {cell:>7}")
+        } else {
+            String::new()
+        }
+    };
     let _ = writeln!(
         out,
-        "{:<18} {:>8} {:>8} {:>9}  {:>22}  {:>22}  {:>10} {:>7}",
+        "{:<18} {:>8} {:>8} {:>9}  {:>22}  {:>22}  {:>10} {:>7}{}",
         "SCENARIO",
         "INJECTED",
         "SKIPPED",
@@ -302,7 +388,8 @@ pub fn write_outcomes(
         "DETECT p50/p99/max ms",
         "HEAL p50/p99/max ms",
         "VIOLATIONS",
-        "CRASHES"
+        "CRASHES",
+        imports_column("IMPORTS".into())
     );
     let triple = |s: &Option<Stats>| {
         s.map_or_else(
@@ -313,7 +400,7 @@ pub fn write_outcomes(
     for k in kinds {
         let _ = writeln!(
             out,
-            "{:<18} {:>8} {:>8} {:>9}  {:>22}  {:>22}  {:>10} {:>7}",
+            "{:<18} {:>8} {:>8} {:>9}  {:>22}  {:>22}  {:>10} {:>7}{}",
             k.kind.name(),
             k.injected,
             k.skipped,
@@ -321,7 +408,8 @@ pub fn write_outcomes(
             triple(&k.detect),
             triple(&k.heal),
             k.violations,
-            k.crashes
+            k.crashes,
+            imports_column(k.imports_broken.unwrap_or_default().to_string())
         );
     }
     let outside = violations.iter().filter(|v| v.during.is_none()).count();

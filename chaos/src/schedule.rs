@@ -13,14 +13,31 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
-    /// SIGKILL a daemon's process group (its IMEX daemon dies with it), then restart it.
-    Kill,
-    /// SIGSTOP a daemon's process group, then SIGCONT.
+    /// SIGKILL a daemon's process group, then restart it. Its IMEX lives on under the
+    /// node's IMEX runner: the restarted daemon adopts it, and no import may break.
+    DaemonKill,
+    /// SIGKILL the whole node (the daemon, its IMEX runner and IMEX), then restart it:
+    /// the one fault that may break the imports held on it and from it.
+    NodeKill,
+    /// SIGSTOP a daemon's process group, then SIGCONT. Its IMEX, the runner's child,
+    /// runs on, as it would beside a paused container.
     Pause,
     /// SIGKILL only the node's IMEX daemon; `domaind` must start it again.
     ImexCrash,
-    /// Graceful restarts (SIGTERM), rolling: one node after another.
+    /// Graceful restarts (SIGTERM) of one to three daemons, as a liveness probe or a
+    /// deleted pod restarts one: each must be held by every survivor, start again and
+    /// the domain heal before the next.
+    ///
+    /// Kept beside [`FaultKind::Upgrade`], which restarts the same way: a restart is a
+    /// lone event, each one detected and healed on its own, while an upgrade is paced
+    /// by readiness alone, so one daemon stops while the previous one may still be
+    /// catching up, which no restart makes.
     Restart,
+    /// A rolling upgrade, as a DaemonSet's rolling update with `maxUnavailable: 1`
+    /// makes it: every daemon in turn stopped (SIGTERM), waited for, started and
+    /// waited for until ready, while the domains are live. IMEX (the same pid) and the
+    /// imports must come through untouched.
+    Upgrade,
     /// Cut one node off from the others (iptables), then heal.
     Partition,
     /// Drop a share of the packets between the rack's addresses (iptables), then stop.
@@ -50,11 +67,13 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 10] = [
-        FaultKind::Kill,
+    pub const ALL: [FaultKind; 12] = [
+        FaultKind::DaemonKill,
+        FaultKind::NodeKill,
         FaultKind::Pause,
         FaultKind::ImexCrash,
         FaultKind::Restart,
+        FaultKind::Upgrade,
         FaultKind::Partition,
         FaultKind::Loss,
         FaultKind::Churn,
@@ -79,10 +98,12 @@ impl FaultKind {
 
     pub fn name(self) -> &'static str {
         match self {
-            FaultKind::Kill => "kill",
+            FaultKind::DaemonKill => "daemon-kill",
+            FaultKind::NodeKill => "node-kill",
             FaultKind::Pause => "pause",
             FaultKind::ImexCrash => "imex-crash",
             FaultKind::Restart => "restart",
+            FaultKind::Upgrade => "upgrade",
             FaultKind::Partition => "partition",
             FaultKind::Loss => "loss",
             FaultKind::Churn => "churn",
@@ -129,10 +150,13 @@ impl FaultKind {
     /// injects a fault before the previous one healed).
     fn allowance(self, targets: usize) -> Duration {
         let secs = match self {
-            FaultKind::Kill => 8,
+            FaultKind::DaemonKill => 6,
+            FaultKind::NodeKill => 8,
             FaultKind::Pause => 4,
             FaultKind::ImexCrash => 3,
             FaultKind::Restart => 6 * targets as u64,
+            // Each daemon stopped, started and ready in turn, then one heal.
+            FaultKind::Upgrade => 2 * targets as u64 + 4,
             FaultKind::Partition => 8,
             FaultKind::Loss => 2,
             FaultKind::Churn => 5,
@@ -174,6 +198,14 @@ pub fn parse_scenario(text: &str) -> Result<Vec<FaultKind>, String> {
                 .chain(FaultKind::CLUSTER.iter().filter(|k| !k.on_loopback()));
             match every.clone().find(|k| k.name() == word) {
                 Some(kind) => vec![*kind],
+                // Not an alias: which of the two a schedule meant is the question.
+                None if word == "kill" => {
+                    return Err(
+                        "kill is two faults now: daemon-kill (domaind alone; IMEX lives on) \
+                         and node-kill (domaind and IMEX together)"
+                            .into(),
+                    );
+                }
                 None => {
                     return Err(format!(
                         "unknown scenario {word:?}: expected all or a comma-separated list of {}",
@@ -226,11 +258,11 @@ pub struct Step {
     #[serde(rename = "at_ms", serialize_with = "millis")]
     pub at: Duration,
     pub kind: FaultKind,
-    /// Node indexes: one, or the nodes of a rolling restart in order.
+    /// Node indexes: one, or the nodes of a rolling restart or upgrade in order.
     pub targets: Vec<usize>,
     /// How long the fault lasts (paused, cut off, lossy, out of the domain, its state
-    /// directory full); for kill
-    /// and partition, at least this long after the survivors noticed.
+    /// directory full); for the kills and partition, at least this long after the
+    /// survivors noticed.
     #[serde(rename = "hold_ms", serialize_with = "millis")]
     pub hold: Duration,
     /// `loss`: the share of packets dropped.
@@ -291,7 +323,12 @@ impl Schedule {
                     order.truncate(count);
                     (order, Duration::ZERO, None, None)
                 }
-                FaultKind::Kill => (
+                FaultKind::Upgrade => {
+                    let mut order: Vec<usize> = (0..nodes).collect();
+                    rng.shuffle(&mut order);
+                    (order, Duration::ZERO, None, None)
+                }
+                FaultKind::DaemonKill | FaultKind::NodeKill => (
                     vec![rng.node(nodes)],
                     rng.between_ms(1_000, 4_000),
                     None,
@@ -446,18 +483,32 @@ mod tests {
     #[test]
     fn scenarios_parse_lists_and_all() {
         assert_eq!(
-            parse_scenario("kill,pause, imex-crash,churn,kill").unwrap(),
+            parse_scenario("node-kill,pause, imex-crash,churn,node-kill,daemon-kill").unwrap(),
             vec![
-                FaultKind::Kill,
+                FaultKind::NodeKill,
                 FaultKind::Pause,
                 FaultKind::ImexCrash,
-                FaultKind::Churn
+                FaultKind::Churn,
+                FaultKind::DaemonKill
             ]
         );
         assert_eq!(parse_scenario("all").unwrap(), FaultKind::ALL.to_vec());
-        let error = parse_scenario("kill,reboot").unwrap_err();
+        for kind in [
+            FaultKind::DaemonKill,
+            FaultKind::NodeKill,
+            FaultKind::Upgrade,
+        ] {
+            assert!(FaultKind::ALL.contains(&kind), "{kind}");
+        }
+        let error = parse_scenario("node-kill,reboot").unwrap_err();
         assert!(
             error.contains("\"reboot\"") && error.contains("cert-rotate"),
+            "{error}"
+        );
+        // The old name says what it became.
+        let error = parse_scenario("kill,pause").unwrap_err();
+        assert!(
+            error.contains("daemon-kill") && error.contains("node-kill"),
             "{error}"
         );
     }
@@ -465,8 +516,8 @@ mod tests {
     #[test]
     fn domain_churn_is_named_but_not_in_all() {
         assert_eq!(
-            parse_scenario("kill,domain-churn").unwrap(),
-            vec![FaultKind::Kill, FaultKind::DomainChurn]
+            parse_scenario("node-kill,domain-churn").unwrap(),
+            vec![FaultKind::NodeKill, FaultKind::DomainChurn]
         );
         assert!(
             !parse_scenario("all")
@@ -478,7 +529,7 @@ mod tests {
 
     #[test]
     fn domain_churn_steps_create_or_delete_on_distinct_nodes() {
-        let kinds = [FaultKind::Kill, FaultKind::DomainChurn];
+        let kinds = [FaultKind::NodeKill, FaultKind::DomainChurn];
         let schedule = Schedule::generate(5, 4, &kinds, Duration::from_secs(600));
         let churns: Vec<&Step> = schedule
             .steps
@@ -532,7 +583,13 @@ mod tests {
         // imex-crash is both a loopback and a cluster fault; the rest are one or the other.
         assert!(FaultKind::ImexCrash.in_cluster() && FaultKind::ImexCrash.on_loopback());
         assert!(FaultKind::Drain.in_cluster() && !FaultKind::Drain.on_loopback());
-        assert!(!FaultKind::Kill.in_cluster());
+        for kind in [
+            FaultKind::DaemonKill,
+            FaultKind::NodeKill,
+            FaultKind::Upgrade,
+        ] {
+            assert!(!kind.in_cluster() && kind.on_loopback(), "{kind}");
+        }
     }
 
     #[test]
@@ -575,6 +632,13 @@ mod tests {
                     distinct.dedup();
                     assert_eq!(distinct.len(), step.targets.len(), "{step:?}");
                     assert!((1..=3).contains(&step.targets.len()));
+                }
+                // Every daemon, each once.
+                FaultKind::Upgrade => {
+                    let mut every = step.targets.clone();
+                    every.sort();
+                    assert_eq!(every, (0..5).collect::<Vec<_>>(), "{step:?}");
+                    assert_eq!(step.hold, Duration::ZERO);
                 }
                 FaultKind::Churn => assert!(step.churn.is_some() && step.targets.len() == 1),
                 FaultKind::DomainChurn => unreachable!("not in ALL"),

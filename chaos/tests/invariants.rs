@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 
 use domaind_actors::model::Phase;
 use domaind_chaos::invariants::{
-    ClaimPhase, Invariant, Life, Violation, World, check, dropped_by_all, names_imex_failing,
-    unsettled,
+    ClaimPhase, Hit, Invariant, Life, Violation, World, check, dropped_by_all, held_by_all,
+    import_break, may_break_imports, names_imex_failing, unsettled,
 };
 use domaind_chaos::observe::{
     FileRead, HostsBlock, NodeObservation, Observation, read_checkpoint, read_hosts,
     read_nodes_config,
 };
+use domaind_chaos::schedule::FaultKind;
 use domaind_kube_api::crd::{
     ComputeDomainNode, ComputeDomainStatus, Condition, ConditionStatus, Phase as CrdPhase,
 };
@@ -567,4 +568,101 @@ fn with_sharing_domains_the_peer_set_is_every_holder_and_the_members_the_first_d
             && r.detail.contains("node-03")),
         "{reasons:#?}"
     );
+}
+
+/// Issue 28: the faults that must never break a job's imports, and the only ones that
+/// may: those that take a node's IMEX away (a new instance, or the node dropped).
+#[test]
+fn only_a_node_whose_imex_goes_away_may_break_imports() {
+    for never in [
+        FaultKind::DaemonKill,
+        FaultKind::Restart,
+        FaultKind::Upgrade,
+        FaultKind::CertRotate,
+        FaultKind::DiskFull,
+        FaultKind::DomainChurn,
+        FaultKind::Pause,
+        FaultKind::Loss,
+        FaultKind::Churn,
+    ] {
+        assert!(!may_break_imports(never), "{never} may not break imports");
+    }
+    let may: Vec<FaultKind> = FaultKind::ALL
+        .iter()
+        .chain(&FaultKind::SHARING)
+        .copied()
+        .filter(|k| may_break_imports(*k))
+        .collect();
+    assert_eq!(
+        may,
+        vec![
+            FaultKind::NodeKill,
+            FaultKind::ImexCrash,
+            FaultKind::Partition,
+            FaultKind::ImexPort
+        ]
+    );
+}
+
+fn hit(kind: FaultKind, step: usize, targets: &[usize]) -> Hit {
+    Hit {
+        kind,
+        step,
+        targets: targets.to_vec(),
+    }
+}
+
+#[test]
+fn a_break_is_allowed_only_by_such_a_fault_on_the_importer_or_the_peer_blamed() {
+    // node 0 imports from 1 and 2; imex-sim blames node 2.
+    let (importer, blamed) = (0, Some(2));
+    // A node-kill elsewhere, and faults on node 2 that leave IMEX alone, excuse nothing.
+    let harmless = [
+        hit(FaultKind::NodeKill, 0, &[3]),
+        hit(FaultKind::DaemonKill, 1, &[2]),
+        hit(FaultKind::Upgrade, 2, &[0, 1, 2, 3]),
+        hit(FaultKind::Loss, 3, &[]),
+    ];
+    assert_eq!(import_break(importer, blamed, &harmless), None);
+    // A node-kill of the peer blamed does, and is the one named.
+    let mut faults = harmless.to_vec();
+    faults.push(hit(FaultKind::NodeKill, 4, &[2]));
+    faults.push(hit(FaultKind::ImexCrash, 5, &[2]));
+    assert_eq!(import_break(importer, blamed, &faults), Some(&faults[4]));
+    // Its own IMEX going away excuses whatever peer it then blames (a partitioned
+    // importer drops every peer from its config).
+    let cut_off = [hit(FaultKind::Partition, 6, &[0])];
+    assert_eq!(import_break(importer, Some(1), &cut_off), Some(&cut_off[0]));
+    // Both hit: the fault on the peer blamed is the one named.
+    let both = [
+        hit(FaultKind::Partition, 8, &[0]),
+        hit(FaultKind::ImexCrash, 9, &[2]),
+    ];
+    assert_eq!(import_break(importer, blamed, &both), Some(&both[1]));
+    // A reason that names no node: only a fault on the importer.
+    assert_eq!(import_break(importer, None, &faults), None);
+    let crashed = [hit(FaultKind::ImexPort, 7, &[0])];
+    assert_eq!(import_break(importer, None, &crashed), Some(&crashed[0]));
+    // Nothing since it was taken: a violation.
+    assert_eq!(import_break(importer, blamed, &[]), None);
+}
+
+#[test]
+fn a_silent_daemon_is_held_only_once_every_survivor_says_so() {
+    let now = Instant::now();
+    let mut world = formed(now);
+    world.set_life(2, Life::Down, now);
+    let mut obs = healthy(now, &[0, 1, 2]);
+    obs.nodes[2].view = None;
+    assert!(!held_by_all(&world, &obs, 2), "nobody holds it yet");
+    obs.nodes[0].view.as_mut().unwrap().domains[0].held = vec![NAMES[2].into()];
+    assert!(!held_by_all(&world, &obs, 2), "node-02 does not hold it");
+    obs.nodes[1].view.as_mut().unwrap().domains[0].held = vec![NAMES[2].into()];
+    assert!(held_by_all(&world, &obs, 2));
+    // Held is not dropped: it is still in their peer sets.
+    assert!(!dropped_by_all(&world, &obs, 2));
+    // With no survivor answering, nobody vouches for it.
+    obs.nodes[0].view = None;
+    obs.nodes[1].view = None;
+    assert!(!held_by_all(&world, &obs, 2));
 }

@@ -1,6 +1,7 @@
 //! `domaind-chaos run` end to end: a real rack of three `domaind run` processes under a
-//! few seeded faults, and one of two whose state directories fill up, through the
-//! binary's command line, with the JSON report read back.
+//! few seeded faults (a daemon killed while its IMEX lives on, a whole node killed, an
+//! IMEX crash), and one of two whose state directories fill up, through the binary's
+//! command line, with the JSON report read back.
 //!
 //! Which `domaind` and `imex-sim`: `domaind_e2e::binaries`, which says why it builds
 //! them.
@@ -30,7 +31,8 @@ fn three_nodes_under_seeded_faults_break_no_invariant() {
             "--nodes",
             "3",
             "--scenario",
-            "kill,imex-crash,churn",
+            "daemon-kill,node-kill,imex-crash,churn",
+            // Seed 7: a daemon-kill, an imex-crash, then a node-kill.
             "--seed",
             "7",
             "--duration",
@@ -96,8 +98,29 @@ fn three_nodes_under_seeded_faults_break_no_invariant() {
             .iter()
             .map(|k| k["kind"].as_str().unwrap())
             .collect::<Vec<_>>(),
-        vec!["kill", "imex-crash", "churn"]
+        vec!["daemon-kill", "node-kill", "imex-crash", "churn"]
     );
+    let kind = |name: &str| kinds.iter().find(|k| k["kind"] == name).unwrap();
+    for name in ["daemon-kill", "node-kill", "imex-crash"] {
+        assert_eq!(kind(name)["injected"], 1, "{report:#}");
+    }
+
+    // Imports (issue 28): a daemon killed while its IMEX lives on breaks none; a node
+    // killed with its IMEX, or an IMEX crashed, breaks those of it and on it, allowed.
+    let imports = &report["imports"];
+    assert!(imports["taken"].as_u64().unwrap() >= 3, "{imports:#}");
+    assert_eq!(kind("daemon-kill")["imports_broken"], 0, "{report:#}");
+    assert!(
+        kind("node-kill")["imports_broken"].as_u64().unwrap() > 0,
+        "{report:#}"
+    );
+    for broken in imports["broken"].as_array().unwrap() {
+        assert!(
+            ["node-kill", "imex-crash"].contains(&broken["by"].as_str().unwrap()),
+            "{broken:#}"
+        );
+    }
+    assert!(stdout.contains("IMPORTS"), "{stdout}");
     let injected: u64 = kinds.iter().map(|k| k["injected"].as_u64().unwrap()).sum();
     assert_eq!(injected as usize, faults.len());
     for kind in kinds {
@@ -217,7 +240,7 @@ fn sharing_domains_under_kills_pauses_and_domain_churn_break_no_invariant() {
             "--domains",
             "3",
             "--scenario",
-            "kill,pause,domain-churn",
+            "node-kill,pause,domain-churn",
             // Seed 8's schedule deletes a domain, then creates one on a node and one
             // on three (seed 11's only deletes).
             "--seed",
@@ -278,7 +301,7 @@ fn sharing_domains_under_kills_pauses_and_domain_churn_break_no_invariant() {
         assert_eq!(fault["outcome"], "healed", "{fault:#}");
         assert!(fault["heal_ms"].as_u64().is_some(), "{fault:#}");
         // A pause shorter than the peers' detection may go unnoticed (a note, as
-        // with one domain); a kill and a domain created or deleted never do.
+        // with one domain); a node-kill and a domain created or deleted never do.
         if fault["kind"] != "pause" {
             assert!(fault["detect_ms"].as_u64().is_some(), "{fault:#}");
         }

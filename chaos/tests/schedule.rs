@@ -21,7 +21,7 @@ fn the_same_seed_gives_the_same_schedule() {
 
 #[test]
 fn other_seeds_give_other_schedules() {
-    let kinds = parse_scenario("kill,pause,imex-crash,churn").unwrap();
+    let kinds = parse_scenario("node-kill,pause,imex-crash,churn").unwrap();
     let duration = Duration::from_secs(120);
     let schedules: Vec<Schedule> = (0..10)
         .map(|seed| Schedule::generate(seed, 5, &kinds, duration))
@@ -41,7 +41,7 @@ fn seed_one_is_pinned() {
         1,
         5,
         &[
-            FaultKind::Kill,
+            FaultKind::NodeKill,
             FaultKind::Pause,
             FaultKind::ImexCrash,
             FaultKind::Churn,
@@ -63,7 +63,7 @@ fn seed_one_is_pinned() {
     let pinned = vec![
         (2133, "imex-crash", vec![2], 0),
         (7659, "churn", vec![2], 1856),
-        (17103, "kill", vec![2], 2816),
+        (17103, "node-kill", vec![2], 2816),
         (29829, "pause", vec![2], 5488),
         (40651, "imex-crash", vec![4], 0),
         (44782, "churn", vec![2], 1369),

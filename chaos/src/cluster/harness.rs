@@ -771,6 +771,7 @@ impl ClusterRun {
             &faults,
             self.findings.violations(),
             self.findings.crashes(),
+            None,
         );
         ClusterReport {
             seed: self.config.seed,

@@ -140,7 +140,16 @@ impl Harness {
     }
 
     /// Unprepares `uid` on `node` and removes its claim file; whether it succeeded.
+    /// The kubelet unprepares a claim once its pod is gone: if it was the node's last
+    /// claim of its domain, the job there ended first, its imports with it.
     pub(super) async fn unprepare(&mut self, node: usize, uid: &str) -> bool {
+        let domain = self.world.domain_of(uid).to_owned();
+        let stays = self.world.nodes[node].claims.iter().any(|(other, phase)| {
+            other != uid && *phase != ClaimPhase::Released && self.world.domain_of(other) == domain
+        });
+        if !stays {
+            self.end_imports(node, &domain);
+        }
         self.world
             .set_claim(node, uid, ClaimPhase::Unpreparing, Instant::now());
         let socket = self.rack.node(node).dra_socket();

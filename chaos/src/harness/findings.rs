@@ -140,7 +140,7 @@ mod tests {
         findings.crash(CrashRecord {
             node: "node-01".into(),
             at_ms: 5,
-            during: Some(FaultKind::Kill),
+            during: Some(FaultKind::NodeKill),
             log_tail: Vec::new(),
         });
         assert!(!findings.ok());

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use super::{DETECT_LIMIT, HEAL_LIMIT, Harness, millis};
-use crate::invariants::{Life, World, dropped_by_all, unsettled};
+use crate::invariants::{Life, World, dropped_by_all, held_by_all, unsettled};
 use crate::observe::Observation;
 use crate::report::{FaultRecord, Outcome};
 
@@ -105,6 +105,26 @@ impl Harness {
                 "{what}, but {:?} still had it in their peer sets after {}s",
                 h.holders_of(target),
                 DETECT_LIMIT.as_secs()
+            )
+        })
+    }
+
+    /// Waits until every survivor holds `target` (its daemon silent, its IMEX alive);
+    /// the detection time, or a violation naming who does not.
+    pub(super) async fn detect_held(
+        &mut self,
+        target: usize,
+        injected: Instant,
+        what: &str,
+    ) -> Option<u64> {
+        let held = self
+            .wait_until(DETECT_LIMIT, |_, w, o| held_by_all(w, o, target))
+            .await;
+        self.detection(target, injected, held, |h| {
+            format!(
+                "{what}, but after {}s not every survivor held it; still in their peer sets: {:?}",
+                DETECT_LIMIT.as_secs(),
+                h.holders_of(target)
             )
         })
     }

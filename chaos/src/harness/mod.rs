@@ -22,12 +22,15 @@
 //!   crashes, and the cliques invariant over every node.
 //! - `domains`: with `--domains N`, the sharing domains beside the first: their claims
 //!   at formation, and the channels invariant on every observation.
+//! - `imports`: the jobs' memory imports on the claims' nodes, taken once a domain is
+//!   Ready and checked after every fault (the imports invariant).
 
 mod claims;
 mod domains;
 mod faults;
 pub(crate) mod findings;
 mod heal;
+mod imports;
 mod observer;
 mod others;
 mod run_loop;
@@ -50,6 +53,7 @@ use crate::statedir::StateDirs;
 
 use claims::Prepares;
 use findings::Findings;
+use imports::Imports;
 use others::Others;
 
 pub use run_loop::run;
@@ -140,6 +144,7 @@ struct Harness {
     /// Every rack node's clique, for the cliques invariant.
     cliques: CliqueMap,
     others: Others,
+    imports: Imports,
 }
 
 impl Harness {
@@ -171,6 +176,8 @@ impl Harness {
         // The kubelet calls again after a retryable answer; a short deadline keeps each
         // call, and so each wait of the harness, short.
         spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
+        // As the chart installs it: IMEX outlives a daemon's restart.
+        spec.imex_runner = true;
         let rack = LocalRack::create(spec)?;
         // Before any daemon starts: a mount over a directory in use would hide its files.
         let disks = if schedule.kinds.iter().any(|k| k.needs_state_dir_mounts()) {
@@ -236,6 +243,7 @@ impl Harness {
             last: None,
             cliques,
             others,
+            imports: Imports::default(),
         };
         for i in 0..harness.config.nodes {
             harness.world.set_life(i, Life::Starting, now);

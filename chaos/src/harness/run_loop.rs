@@ -96,6 +96,11 @@ impl Harness {
                     self.say(&format!("channels: {}", self.channels_line()));
                 }
                 self.finish_other_cliques().await;
+                self.take_imports().await;
+                self.say(&format!(
+                    "imports: every member imports from every other member ({} held)",
+                    self.imports.report.held_at_end
+                ));
                 Some(ms)
             }
             None => {
@@ -125,6 +130,11 @@ impl Harness {
         }
         self.current = Some((step.kind, step.index));
         let records = self.inject(step).await;
+        self.imports_hit(step, &records);
+        self.check_imports().await;
+        if records.iter().all(|r| r.outcome == Outcome::Healed) {
+            self.take_imports().await;
+        }
         self.current = None;
         for record in &records {
             self.say(&fault_line(record));
@@ -161,6 +171,13 @@ impl Harness {
         if self.heal(since, "the faults stopped").await.is_some() {
             self.say("faults over: every member agrees and the status is true");
         }
+        self.check_imports().await;
+        let (allowed, violating) = self.imports.report.counts();
+        self.say(&format!(
+            "imports: {} held unbroken at the end; {allowed} broken by faults that may break \
+             them, {violating} otherwise",
+            self.imports.report.held_at_end
+        ));
     }
 
     /// Stops every daemon gracefully, then checks once more that every prepared
@@ -205,6 +222,7 @@ impl Harness {
             &faults,
             self.findings.violations(),
             self.findings.crashes(),
+            Some(&self.imports.report.broken),
         );
         let mut kept_files = None;
         if self.config.keep_files
@@ -231,6 +249,7 @@ impl Harness {
             faults,
             violations: self.findings.violations().to_vec(),
             crashes: self.findings.crashes().to_vec(),
+            imports: self.imports.report.clone(),
             schedule,
             kept_files,
             ok: self.findings.ok(),
@@ -301,7 +320,7 @@ mod tests {
     fn record(targets: &[&str], detect_ms: Option<u64>, heal_ms: Option<u64>) -> FaultRecord {
         FaultRecord {
             step: 3,
-            kind: FaultKind::Kill,
+            kind: FaultKind::NodeKill,
             targets: targets.iter().map(|t| (*t).to_owned()).collect(),
             planned_at_ms: 1_000,
             injected_at_ms: Some(1_100),
@@ -316,7 +335,7 @@ mod tests {
     fn fault_lines_say_what_was_measured_and_noted() {
         assert_eq!(
             fault_line(&record(&["node-02"], Some(1_450), Some(2_310))),
-            "kill node-02: detect 1450 ms, heal 2310 ms"
+            "node-kill node-02: detect 1450 ms, heal 2310 ms"
         );
         let mut loss = record(&[], None, None);
         loss.kind = FaultKind::Loss;

@@ -22,10 +22,12 @@ impl Harness {
     /// target for a rolling restart, one otherwise.
     pub(super) async fn inject(&mut self, step: &Step) -> Vec<FaultRecord> {
         match step.kind {
-            FaultKind::Kill => vec![self.kill(step).await],
+            FaultKind::DaemonKill => vec![self.daemon_kill(step).await],
+            FaultKind::NodeKill => vec![self.node_kill(step).await],
             FaultKind::Pause => vec![self.pause(step).await],
             FaultKind::ImexCrash => vec![self.imex_crash(step).await],
             FaultKind::Restart => self.rolling_restart(step).await,
+            FaultKind::Upgrade => vec![self.upgrade(step).await],
             FaultKind::Partition => vec![self.partition(step).await],
             FaultKind::Loss => vec![self.loss(step).await],
             FaultKind::Churn => vec![self.churn(step).await],
