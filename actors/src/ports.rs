@@ -69,6 +69,10 @@ pub struct ImexStatus {
     /// Why the daemon is not running, reported once, by the first query after it
     /// ended on its own: its exit status and what it printed last.
     pub exited: Option<String>,
+    /// The running daemon serves another config than this node would write, and was
+    /// kept because prepared claims use it ([`Imex::claims_in_use`]): why. It is
+    /// replaced once they are gone (the domain stops it).
+    pub kept: Option<String>,
 }
 
 /// The local `nvidia-imex` daemon (or its simulator).
@@ -95,6 +99,11 @@ pub trait Imex: Send + Sync + 'static {
     fn outlives_node_daemon(&self) -> bool {
         false
     }
+    /// Told before each start: whether prepared claims on this node use its IMEX (the
+    /// domain resumes claims restored from the checkpoint). A daemon found running
+    /// that cannot be adopted (another config, another version) is then kept, not
+    /// replaced: replacing it would clean up every import of its jobs.
+    fn claims_in_use(&self, _in_use: bool) {}
 }
 
 /// Where a domain's status is written (the ComputeDomain's status, or a file).
@@ -142,6 +151,12 @@ pub enum DomainEvent {
     /// A node writes its state directory again: what it held in memory is on disk.
     StatePersisted {
         node: NodeId,
+    },
+    /// `node`'s IMEX daemon serves another config than this release would write, and
+    /// is left running because prepared claims use it; it is replaced once none does.
+    ImexKept {
+        node: NodeId,
+        reason: String,
     },
     /// `node`'s IMEX daemon keeps failing (exits, or cannot start) and is restarted
     /// with backoff; `reason` is the first failure's. Once per failure episode.

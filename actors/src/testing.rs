@@ -243,6 +243,11 @@ pub struct DaemonState {
     /// running with the same peers adopts it, as the real adapter does, and keeps the
     /// instance. A peer's imports of this node's memory survive only the same one.
     pub instance: u64,
+    /// It was started with another config than a start would write now (an upgrade
+    /// changed it): a start finds it unadoptable.
+    pub other_config: bool,
+    /// It was kept although unadoptable, for the claims using it: why.
+    pub kept: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -279,6 +284,7 @@ impl FakeImexFabric {
             fabric: self.clone(),
             calls: Arc::default(),
             failure: Arc::default(),
+            claims_in_use: Arc::default(),
         }
     }
 
@@ -289,6 +295,14 @@ impl FakeImexFabric {
     /// From now on the daemons outlive their node daemon, as under an IMEX runner.
     pub fn keep_daemons(&self) {
         lock(&self.state).kept_by_runner = true;
+    }
+
+    /// `node`'s running daemon now serves another config than a start would write, as
+    /// after an upgrade that changed the config.
+    pub fn change_config(&self, node: &str) {
+        if let Some(d) = lock(&self.state).daemons.get_mut(node) {
+            d.other_config = true;
+        }
     }
 
     /// The daemon exits, as on a crash.
@@ -355,6 +369,7 @@ impl FakeImexFabric {
             ready: links.values().all(|up| *up),
             links,
             exited: None,
+            kept: me.kept.clone(),
         })
     }
 }
@@ -375,6 +390,7 @@ pub struct FakeImex {
     fabric: FakeImexFabric,
     calls: Arc<Mutex<Vec<ImexCall>>>,
     failure: Arc<Mutex<Failure>>,
+    claims_in_use: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FakeImex {
@@ -405,11 +421,21 @@ impl Imex for FakeImex {
         self.record(ImexCall::Start(peers.clone()));
         lock(&self.failure).take()?;
         let mut state = lock(&self.fabric.state);
-        let adopted = state
-            .daemons
-            .get(&self.node)
-            .filter(|d| d.running && d.peers == *peers)
-            .map(|d| d.instance);
+        let in_use = self
+            .claims_in_use
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let running = state.daemons.get(&self.node).filter(|d| d.running);
+        // As the real adapter: the same config is adopted; another is kept while
+        // claims use it, replaced otherwise.
+        let (adopted, kept) = match running {
+            Some(d) if d.other_config && in_use => (
+                Some(d.instance),
+                Some("started with another config (FakeImexFabric::change_config)".to_owned()),
+            ),
+            Some(d) if !d.other_config && d.peers == *peers => (Some(d.instance), None),
+            _ => (None, None),
+        };
+        let other_config = kept.is_some();
         let instance = match adopted {
             Some(instance) => instance,
             None => {
@@ -425,6 +451,8 @@ impl Imex for FakeImex {
                 peers: peers.clone(),
                 exited: None,
                 instance,
+                other_config,
+                kept,
             },
         );
         Ok(())
@@ -463,6 +491,11 @@ impl Imex for FakeImex {
 
     fn outlives_node_daemon(&self) -> bool {
         lock(&self.fabric.state).kept_by_runner
+    }
+
+    fn claims_in_use(&self, in_use: bool) {
+        self.claims_in_use
+            .store(in_use, std::sync::atomic::Ordering::Relaxed);
     }
 
     async fn exited(&self) {

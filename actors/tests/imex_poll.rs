@@ -85,6 +85,7 @@ impl Supervised {
             owner: self.owner.clone().recipient().downgrade(),
             version,
             peers: set,
+            claims_in_use: false,
         });
     }
 }

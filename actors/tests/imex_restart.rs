@@ -101,6 +101,7 @@ impl Imex for FakeShortLivedImex {
             ready: d.running,
             links: Default::default(),
             exited: if d.running { None } else { d.exited.take() },
+            kept: None,
         })
     }
 
@@ -170,6 +171,7 @@ fn supervise(imex: &FakeShortLivedImex) -> (Addr<ImexProcessActor>, Owner) {
             )]
             .into(),
         },
+        claims_in_use: false,
     });
     (supervisor, owner)
 }

@@ -905,3 +905,43 @@ fn a_daemon_killed_under_a_runner_leaves_the_domain_ready_and_no_imex_reconfigur
         );
     });
 }
+
+/// Issue 28: after an upgrade that changed IMEX's config, the restarted daemon finds an
+/// IMEX it cannot adopt. Prepared claims use it, so it is kept, not replaced (a new
+/// instance would clean up their jobs' imports), and the domain is told why once.
+#[test]
+fn an_unadoptable_imex_that_claims_use_is_kept_and_told() {
+    run(|| async {
+        let mut rack = Rack::default();
+        rack.fabric.keep_daemons();
+        for node in NODES {
+            rack.start(node);
+        }
+        let cd = domain("cd1", 0);
+        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+        prepare_all(&rack, "c", &NODES).await;
+        let instance = rack.fabric.state_of("node-c").unwrap().instance;
+
+        rack.kill_daemon("node-c");
+        rack.fabric.change_config("node-c");
+        rack.start("node-c");
+        rack.wait_until(LIMIT, "node-c is back", &NODES, |s| {
+            s.iter()
+                .all(|n| n.domains.first().is_some_and(|d| d.phase == Phase::Ready))
+        })
+        .await;
+        let state = rack.fabric.state_of("node-c").unwrap();
+        assert_eq!(state.instance, instance, "kept, not replaced");
+        assert!(state.kept.is_some());
+        rack.wait_until(LIMIT, "the domain is told once", &["node-c"], |_| {
+            let told: Vec<_> = rack.nodes["node-c"]
+                .events
+                .events()
+                .into_iter()
+                .filter(|(_, e)| matches!(e, DomainEvent::ImexKept { .. }))
+                .collect();
+            told.len() == 1
+        })
+        .await;
+    });
+}

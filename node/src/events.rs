@@ -78,6 +78,15 @@ impl EventText {
                     "node {node} writes its state directory again; nothing held in memory was lost"
                 ),
             ),
+            DomainEvent::ImexKept { node, reason } => (
+                EventType::Warning,
+                "ImexKept",
+                format!(
+                    "the IMEX daemon of node {node} was left running although it serves \
+                     another config ({reason}): prepared claims use it, and replacing it would \
+                     clean up their jobs' imports; it is replaced once none does"
+                ),
+            ),
             DomainEvent::ImexFailing { node, reason } => (
                 EventType::Warning,
                 "ImexFailing",

@@ -316,13 +316,13 @@ async fn daemon_kill_is_felt_by_no_job(
     };
 
     rack.kill(victim).unwrap();
-    wait_for("every survivor holds the node whose daemon died", || async {
-        held_by_all(rack, true).await
-    })
+    wait_for(
+        "every survivor holds the node whose daemon died",
+        || async { held_by_all(rack, true).await },
+    )
     .await;
     rack.start(victim).unwrap();
-    tokio::task::block_in_place(|| rack.wait_ready(victim, domaind_e2e::cluster::LIMIT))
-        .unwrap();
+    tokio::task::block_in_place(|| rack.wait_ready(victim, domaind_e2e::cluster::LIMIT)).unwrap();
     wait_for("every survivor takes the node back", || async {
         held_by_all(rack, false).await
     })
@@ -332,7 +332,11 @@ async fn daemon_kill_is_felt_by_no_job(
     assert_eq!(after[victim], imex[victim], "the same IMEX process");
     assert_eq!(rack.broken_imports(&imports).await, vec![]);
     assert_eq!(ready_condition().await, condition, "Ready throughout");
-    assert_eq!(survivor_imex(rack).await, before, "no survivor's IMEX changed");
+    assert_eq!(
+        survivor_imex(rack).await,
+        before,
+        "no survivor's IMEX changed"
+    );
     let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), namespace);
     let told: Vec<_> = events
         .list(&ListParams::default())
@@ -344,7 +348,11 @@ async fn daemon_kill_is_felt_by_no_job(
         .filter(|e| e.reason.as_deref() == Some("NodeLost"))
         .map(|e| e.message)
         .collect();
-    assert_eq!(told, Vec::<Option<String>>::new(), "no NodeLost for a daemon restart");
+    assert_eq!(
+        told,
+        Vec::<Option<String>>::new(),
+        "no NodeLost for a daemon restart"
+    );
 }
 
 /// A `domaind run --backend kube` per node, serving its kubelet's plugin directories,

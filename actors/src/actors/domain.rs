@@ -168,6 +168,11 @@ pub struct DomainActor {
     /// its first advertisement then says what is true (ready), not "not ready yet",
     /// which would make the domain NotReady for a restart no job felt.
     awaiting_adoption: bool,
+    /// This domain's claims were restored from the checkpoint: prepared before this
+    /// process started, their jobs use the node's IMEX.
+    resumed: bool,
+    /// A kept IMEX (another config, left for the claims using it) was told, with why.
+    imex_kept_told: Option<String>,
     published: Option<String>,
     publishing: bool,
     /// Members, lost members, dropped and adopted ones (the rules of `rules::roster`).
@@ -254,6 +259,8 @@ impl DomainActor {
             claims: BTreeMap::new(),
             my_ad: None,
             awaiting_adoption: false,
+            resumed: false,
+            imex_kept_told: None,
             published: None,
             publishing: false,
             roster: Roster::default(),
@@ -338,6 +345,7 @@ impl DomainActor {
             // after the domain had formed here, so an IMEX may be running to adopt.
             let restarted_here =
                 previous.is_none() && checkpoint.slots.contains_key(&act.domain.uid);
+            act.resumed = restarted_here;
             if restarted_here
                 && act.has_fabric()
                 && act.role != Role::Sharing
@@ -562,6 +570,7 @@ impl DomainActor {
                     owner: ctx.address().recipient::<ImexReport>().downgrade(),
                     version,
                     peers,
+                    claims_in_use: self.resumed,
                 });
             }
         }
@@ -1127,6 +1136,15 @@ impl Handler<ImexReport> for DomainActor {
             info!(domain = %self.domain, ready = report.ready, "IMEX answered after the restart; advertising again");
             self.schedule_recompute(ctx);
         }
+        if report.kept.is_some() && report.kept != self.imex_kept_told {
+            self.imex_kept_told = report.kept.clone();
+            if let Some(reason) = report.kept.clone() {
+                self.tell(DomainEvent::ImexKept {
+                    node: self.me().to_owned(),
+                    reason,
+                });
+            }
+        }
         if let Some(failure) = &report.failure
             && failure.episode > self.imex_episode_told
             && self.role == Role::Exclusive
@@ -1176,12 +1194,15 @@ impl DomainActor {
     /// A Warning event on the domain: this node's IMEX daemon is failing, and why.
     fn tell_imex_failing(&self, reason: String) {
         warn!(domain = %self.domain, %reason, "this node's IMEX daemon is failing; the domain is told");
-        let sink = self.ports.events.clone();
-        let domain = self.domain.clone();
-        let event = DomainEvent::ImexFailing {
+        self.tell(DomainEvent::ImexFailing {
             node: self.me().to_owned(),
             reason,
-        };
+        });
+    }
+
+    fn tell(&self, event: DomainEvent) {
+        let sink = self.ports.events.clone();
+        let domain = self.domain.clone();
         actix::spawn(async move {
             if let Err(error) = sink.emit(&domain, event).await {
                 warn!(%domain, %error, "event not recorded");

@@ -69,6 +69,8 @@ pub struct ImexReport {
     pub running: bool,
     pub ready: bool,
     pub links: BTreeMap<Slot, bool>,
+    /// The daemon serves another config and was kept for the claims using it: why.
+    pub kept: Option<String>,
     /// When the status question this report answers was asked (none when no question
     /// was: a start that failed). Whether a silent peer's IMEX still answers is judged
     /// only on questions asked after the silence began (`rules::peer_health`).
@@ -90,6 +92,9 @@ pub struct ApplyPeers {
     pub owner: WeakRecipient<ImexReport>,
     pub version: u64,
     pub peers: PeerSet,
+    /// Prepared claims use the node's IMEX already (restored from the checkpoint):
+    /// a daemon found running is theirs ([`crate::ports::Imex::claims_in_use`]).
+    pub claims_in_use: bool,
 }
 
 /// The domain is gone: stop the daemon.
@@ -134,6 +139,8 @@ pub struct ImexProcessActor {
     schedule: PollSchedule,
     owner: Option<WeakRecipient<ImexReport>>,
     desired: Option<(u64, PeerSet)>,
+    /// As the domain last said ([`ApplyPeers::claims_in_use`]).
+    claims_in_use: bool,
     applied: Option<u64>,
     running: bool,
     busy: bool,
@@ -175,6 +182,7 @@ impl ImexProcessActor {
             schedule: PollSchedule::new(config.imex_poll),
             owner: None,
             desired: None,
+            claims_in_use: false,
             applied: None,
             running: false,
             busy: false,
@@ -221,9 +229,11 @@ impl ImexProcessActor {
         self.busy = true;
         let imex = self.imex.clone();
         let starting = !self.running;
+        let claims_in_use = self.claims_in_use;
         ctx.spawn(
             async move {
                 if starting {
+                    imex.claims_in_use(claims_in_use);
                     imex.start(&peers).await
                 } else {
                     imex.apply(&peers).await
@@ -263,7 +273,7 @@ impl ImexProcessActor {
                         if starting {
                             act.schedule_restart("start_failed", error.to_string());
                             // No poll follows a start that failed: tell the domain now.
-                            act.report(false, BTreeMap::new(), None);
+                            act.report(false, BTreeMap::new(), None, None);
                         } else {
                             let delay = act.backoff.fail();
                             act.not_before = Some(Instant::now() + delay);
@@ -405,19 +415,26 @@ impl ImexProcessActor {
                 } else {
                     act.poll_in(delay, ctx);
                 }
-                act.report(ready, status.links, Some(asked_at));
+                act.report(ready, status.links, status.kept, Some(asked_at));
             },
         ));
     }
 
     /// Tells the domain what the daemon last reported.
-    fn report(&self, ready: bool, links: BTreeMap<Slot, bool>, asked_at: Option<Instant>) {
+    fn report(
+        &self,
+        ready: bool,
+        links: BTreeMap<Slot, bool>,
+        kept: Option<String>,
+        asked_at: Option<Instant>,
+    ) {
         if let Some(owner) = self.owner.as_ref().and_then(WeakRecipient::upgrade) {
             owner.do_send(ImexReport {
                 version: self.applied,
                 running: self.running,
                 ready,
                 links,
+                kept,
                 asked_at,
                 failure: self.lifecycle.failing.clone(),
             });
@@ -528,6 +545,7 @@ impl Handler<ApplyPeers> for ImexProcessActor {
     fn handle(&mut self, msg: ApplyPeers, ctx: &mut Self::Context) {
         self.owner = Some(msg.owner);
         self.desired = Some((msg.version, msg.peers));
+        self.claims_in_use = msg.claims_in_use;
         self.drive(ctx);
     }
 }

@@ -80,8 +80,9 @@ pub const IMEX_RELOADS_DEFERRED: &str = "domaind_imex_reloads_deferred_total";
 /// (`written`, then a reload) or not (`failed`, retried every [`CREDENTIALS_RETRY`]).
 pub const IMEX_TLS_ROTATIONS: &str = "domaind_imex_tls_rotations_total";
 /// `domaind_imex_adoptions_total{outcome}`: a runner's instance found on our config at
-/// start, `adopted` (it serves the config we would write) or `replaced` (it serves
-/// another).
+/// start, `adopted` (it serves the config we would write), `kept` (it serves another,
+/// but prepared claims use it: [`Imex::claims_in_use`]) or `replaced` (another, and no
+/// claim uses it).
 pub const IMEX_ADOPTIONS: &str = "domaind_imex_adoptions_total";
 
 /// How long one wait on the runner for a daemon's end lasts before it is asked again.
@@ -117,6 +118,8 @@ struct Inner {
     credentials: Option<Credentials>,
     /// Where the daemon runs when it must outlive us.
     runner: Option<RunnerClient>,
+    /// As the domain last said before a start ([`Imex::claims_in_use`]).
+    claims_in_use: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -139,6 +142,9 @@ struct State {
     /// Until when an adopted daemon keeps the peers it served besides those asked for
     /// ([`ImexSettings::adoption_hold`]).
     hold_until: Option<Instant>,
+    /// The running daemon serves another config and was kept for the claims using it:
+    /// why (reported in every status until it stops).
+    kept: Option<String>,
 }
 
 impl State {
@@ -236,6 +242,7 @@ impl ImexDaemon {
                 spawner: Spawner::new(),
                 credentials,
                 runner: settings.runner.clone().map(RunnerClient::new),
+                claims_in_use: Default::default(),
                 settings,
             }),
         }
@@ -442,6 +449,7 @@ impl Inner {
         state.exited = None;
         state.last_reload = None;
         state.hold_until = None;
+        state.kept = None;
     }
 
     /// At start with a runner: adopts its instance on our config when that serves
@@ -461,6 +469,31 @@ impl Inner {
         else {
             return Ok(false);
         };
+        let in_use = self
+            .claims_in_use
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if found.served != self.served() && in_use {
+            let reason = format!(
+                "instance {} (pid {:?}) was started with another config.cfg than this release writes",
+                found.instance, found.pid
+            );
+            metrics::counter!(IMEX_ADOPTIONS, "outcome" => "kept").increment(1);
+            warn!(
+                pid = found.pid,
+                instance = found.instance,
+                "the runner's IMEX daemon serves another config than this node's, but prepared claims use it: kept, not replaced"
+            );
+            self.took(
+                state,
+                follow_runner(runner.clone(), &found, self.exits.clone()),
+                None,
+            );
+            state.kept = Some(reason);
+            state.hold_until = Some(Instant::now() + self.settings.adoption_hold);
+            state.nodes_config =
+                std::fs::read_to_string(self.settings.nodes_config_path()).unwrap_or_default();
+            return Ok(true);
+        }
         if found.served == self.served() {
             metrics::counter!(IMEX_ADOPTIONS, "outcome" => "adopted").increment(1);
             info!(
@@ -907,11 +940,13 @@ impl Imex for ImexDaemon {
             let listing = self.inner.query(&["-N", "-j"]).await.unwrap_or_default();
             self.inner.links(&listing, &peers)
         };
+        let kept = self.inner.state.lock().await.kept.clone();
         Ok(ImexStatus {
             running: true,
             ready,
             links,
             exited: None,
+            kept,
         })
     }
 
@@ -923,6 +958,12 @@ impl Imex for ImexDaemon {
 
     fn outlives_node_daemon(&self) -> bool {
         self.inner.runner.is_some()
+    }
+
+    fn claims_in_use(&self, in_use: bool) {
+        self.inner
+            .claims_in_use
+            .store(in_use, std::sync::atomic::Ordering::Relaxed);
     }
 
     async fn exited(&self) {

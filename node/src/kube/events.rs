@@ -93,7 +93,9 @@ pub fn kube_event(event: &DomainEvent) -> (Event, bool) {
         DomainEvent::Ready { .. } | DomainEvent::NotReady { .. } => ("Readiness", None, false),
         // One per failure episode, each with its own reason: never folded into an
         // earlier episode's series, whose note would be kept.
-        DomainEvent::ImexFailing { node: name, .. } => ("ImexDaemon", Some(node(name)), false),
+        DomainEvent::ImexFailing { node: name, .. } | DomainEvent::ImexKept { node: name, .. } => {
+            ("ImexDaemon", Some(node(name)), false)
+        }
         DomainEvent::SharedImexFault { node: name, .. } => {
             ("SharedImexDomain", Some(node(name)), false)
         }

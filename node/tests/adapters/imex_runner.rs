@@ -1,6 +1,7 @@
 //! IMEX kept by the runner (`imex-sim imex-runner`): the daemon outlives the adapter
 //! that started it, and the next adapter adopts it (the same process) when it serves
-//! the config that adapter would write, and replaces it when it does not.
+//! the config that adapter would write, and replaces it when it does not, unless
+//! prepared claims use it.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -171,6 +172,52 @@ async fn a_daemon_serving_another_config_is_replaced() {
     assert_ne!(replaced, pid, "not adopted");
     assert!(!alive(pid), "the old daemon was stopped");
     wait_ready(&second).await;
+    second.stop().await.unwrap();
+}
+
+/// Issue 28 item 3: the same, but prepared claims use that daemon (their jobs import
+/// through it): it is kept, not replaced, and every status says why; once the domain
+/// stops it, the next start serves this release's config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_serving_another_config_that_claims_use_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = Runner::start(dir.path()).await;
+    let ip = IpAddr::from([127, 0, 0, 104]);
+    let s = runner.settings(dir.path(), ip);
+
+    let first = ImexDaemon::new(s.clone());
+    first.start(&alone(ip)).await.unwrap();
+    wait_ready(&first).await;
+    let pid = first.pid().await.unwrap();
+    drop(first);
+
+    let mut changed = s;
+    changed.disconnected_grace += Duration::from_secs(1);
+    let second = ImexDaemon::new(changed);
+    second.claims_in_use(true);
+    second.start(&alone(ip)).await.unwrap();
+    assert_eq!(second.pid().await, Some(pid), "kept");
+    wait_ready(&second).await;
+    let why = second
+        .status()
+        .await
+        .unwrap()
+        .kept
+        .expect("the status says why");
+    assert!(why.contains("another config.cfg"), "{why}");
+
+    // The domain released it: stopped; the next start is this release's daemon.
+    second.stop().await.unwrap();
+    assert!(
+        !alive(pid)
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))
+    );
+    second.claims_in_use(false);
+    second.start(&alone(ip)).await.unwrap();
+    assert_ne!(second.pid().await, Some(pid));
+    wait_ready(&second).await;
+    assert_eq!(second.status().await.unwrap().kept, None);
     second.stop().await.unwrap();
 }
 

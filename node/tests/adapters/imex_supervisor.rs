@@ -86,6 +86,7 @@ fn a_crashed_daemon_is_restarted_with_backoff() {
             owner: owner.clone().recipient().downgrade(),
             version: 1,
             peers: alone(ip),
+            claims_in_use: false,
         });
         let ready = || {
             reports
@@ -583,6 +584,7 @@ fn a_held_port_delays_the_daemon_until_it_is_free() {
             owner: owner.clone().recipient().downgrade(),
             version: 1,
             peers: alone(ip),
+            claims_in_use: false,
         });
         wait_async(|| async { supervisor.send(GetImexLifecycle).await.unwrap().failures >= 3 })
             .await;
