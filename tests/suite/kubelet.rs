@@ -297,6 +297,8 @@ async fn daemon_kill_is_felt_by_no_job(
                     .map(|l| format!("{i}: {l}")),
             );
         }
+        // The exporter's order is its own.
+        lines.sort();
         lines
     };
     let before = survivor_imex(rack).await;

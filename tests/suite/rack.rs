@@ -562,7 +562,7 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
                 l.starts_with("domaind_imex_starts_total") || l.starts_with("domaind_imex_reloads")
             })
             .map(str::to_owned)
-            .collect::<Vec<_>>()
+            .collect::<std::collections::BTreeSet<_>>()
     };
     let survivor = survivor_imex(&rack).await;
 

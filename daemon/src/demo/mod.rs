@@ -469,6 +469,10 @@ async fn scenario(
             status_ms[c]
         ));
     }
+    observer.say(&format!(
+        "{imports_broken_by_node_kill} of {expected} imports broken by the node's death \
+         (the last seen {imports_broken_ms} ms after it): a job spanning a dead node fails"
+    ));
 
     observer.say(&format!(
         "Restarting {}: {} restores its checkpoint and rejoins",
