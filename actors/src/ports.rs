@@ -73,6 +73,9 @@ pub struct ImexStatus {
     /// kept because prepared claims use it ([`Imex::claims_in_use`]): why. It is
     /// replaced once they are gone (the domain stops it).
     pub kept: Option<String>,
+    /// The running daemon was adopted (a previous node daemon started it), not started
+    /// by this one: jobs may be using it.
+    pub adopted: bool,
 }
 
 /// The local `nvidia-imex` daemon (or its simulator).

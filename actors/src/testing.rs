@@ -248,6 +248,8 @@ pub struct DaemonState {
     pub other_config: bool,
     /// It was kept although unadoptable, for the claims using it: why.
     pub kept: Option<String>,
+    /// The last start adopted it rather than starting it.
+    pub adopted: bool,
 }
 
 #[derive(Debug, Default)]
@@ -370,6 +372,7 @@ impl FakeImexFabric {
             links,
             exited: None,
             kept: me.kept.clone(),
+            adopted: me.adopted,
         })
     }
 }
@@ -453,6 +456,7 @@ impl Imex for FakeImex {
                 instance,
                 other_config,
                 kept,
+                adopted: adopted.is_some(),
             },
         );
         Ok(())

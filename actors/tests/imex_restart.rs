@@ -102,6 +102,7 @@ impl Imex for FakeShortLivedImex {
             links: Default::default(),
             exited: if d.running { None } else { d.exited.take() },
             kept: None,
+            adopted: false,
         })
     }
 

@@ -168,6 +168,8 @@ pub struct DomainActor {
     /// its first advertisement then says what is true (ready), not "not ready yet",
     /// which would make the domain NotReady for a restart no job felt.
     awaiting_adoption: bool,
+    /// When the peer set handed to IMEX last changed.
+    peer_set_changed: Instant,
     /// This domain's claims were restored from the checkpoint: prepared before this
     /// process started, their jobs use the node's IMEX.
     resumed: bool,
@@ -259,6 +261,7 @@ impl DomainActor {
             claims: BTreeMap::new(),
             my_ad: None,
             awaiting_adoption: false,
+            peer_set_changed: Instant::now(),
             resumed: false,
             imex_kept_told: None,
             published: None,
@@ -566,6 +569,7 @@ impl DomainActor {
             Reconfigure::Apply { version } => {
                 self.peer_set = peers.clone();
                 self.peer_version = version;
+                self.peer_set_changed = Instant::now();
                 self.imex.do_send(ApplyPeers {
                     owner: ctx.address().recipient::<ImexReport>().downgrade(),
                     version,
@@ -1132,10 +1136,7 @@ impl Handler<ImexReport> for DomainActor {
         if let Some(asked_at) = report.asked_at {
             self.tell_links(&report.links, asked_at, ctx);
         }
-        if std::mem::take(&mut self.awaiting_adoption) {
-            info!(domain = %self.domain, ready = report.ready, "IMEX answered after the restart; advertising again");
-            self.schedule_recompute(ctx);
-        }
+        let adopted = report.adopted;
         if report.kept.is_some() && report.kept != self.imex_kept_told {
             self.imex_kept_told = report.kept.clone();
             if let Some(reason) = report.kept.clone() {
@@ -1156,10 +1157,46 @@ impl Handler<ImexReport> for DomainActor {
             self.imex_report = Some(report);
             self.schedule_recompute(ctx);
         }
+        if self.awaiting_adoption {
+            if adopted {
+                self.end_adoption_wait(ctx);
+            } else {
+                // A new daemon: no job uses it yet, nothing to keep steady.
+                self.awaiting_adoption = false;
+                info!(domain = %self.domain, "IMEX started anew after the restart; advertising again");
+            }
+        }
     }
 }
 
 impl DomainActor {
+    /// Ends the wait of a restarted daemon whose IMEX was adopted once that IMEX is
+    /// ready for the peer set of the moment, and the set has not changed for the
+    /// reporter's settle: the view fills in over the first gossip rounds, and each new
+    /// set is a new version the daemon is not ready for until its next answer. An
+    /// advertisement published before would say not ready a moment later.
+    fn end_adoption_wait(&mut self, ctx: &mut Context<Self>) {
+        if !self.awaiting_adoption {
+            return;
+        }
+        let ready = self
+            .imex_report
+            .as_ref()
+            .is_some_and(|r| r.ready && r.version == Some(self.peer_version));
+        if !ready {
+            return;
+        }
+        let due = self.peer_set_changed + self.config.reporter_settle;
+        let now = Instant::now();
+        if now >= due {
+            self.awaiting_adoption = false;
+            info!(domain = %self.domain, "the adopted IMEX is ready for this node's peers; advertising again");
+            self.schedule_recompute(ctx);
+        } else {
+            ctx.run_later(due - now, |act, ctx| act.end_adoption_wait(ctx));
+        }
+    }
+
     /// Tells each peer's ImexPeer what our IMEX found of its link. A live peer hears
     /// of changes only. A silent one (lost) hears every answer, a link missing from it
     /// as down: whether it stays depends on our IMEX reaching its IMEX now.

@@ -71,6 +71,8 @@ pub struct ImexReport {
     pub links: BTreeMap<Slot, bool>,
     /// The daemon serves another config and was kept for the claims using it: why.
     pub kept: Option<String>,
+    /// The daemon was adopted, not started by this process ([`ImexStatus::adopted`]).
+    pub adopted: bool,
     /// When the status question this report answers was asked (none when no question
     /// was: a start that failed). Whether a silent peer's IMEX still answers is judged
     /// only on questions asked after the silence began (`rules::peer_health`).
@@ -273,7 +275,7 @@ impl ImexProcessActor {
                         if starting {
                             act.schedule_restart("start_failed", error.to_string());
                             // No poll follows a start that failed: tell the domain now.
-                            act.report(false, BTreeMap::new(), None, None);
+                            act.report(false, BTreeMap::new(), (None, false), None);
                         } else {
                             let delay = act.backoff.fail();
                             act.not_before = Some(Instant::now() + delay);
@@ -415,7 +417,12 @@ impl ImexProcessActor {
                 } else {
                     act.poll_in(delay, ctx);
                 }
-                act.report(ready, status.links, status.kept, Some(asked_at));
+                act.report(
+                    ready,
+                    status.links,
+                    (status.kept, status.adopted),
+                    Some(asked_at),
+                );
             },
         ));
     }
@@ -425,7 +432,7 @@ impl ImexProcessActor {
         &self,
         ready: bool,
         links: BTreeMap<Slot, bool>,
-        kept: Option<String>,
+        (kept, adopted): (Option<String>, bool),
         asked_at: Option<Instant>,
     ) {
         if let Some(owner) = self.owner.as_ref().and_then(WeakRecipient::upgrade) {
@@ -435,6 +442,7 @@ impl ImexProcessActor {
                 ready,
                 links,
                 kept,
+                adopted,
                 asked_at,
                 failure: self.lifecycle.failing.clone(),
             });

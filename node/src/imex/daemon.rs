@@ -145,6 +145,8 @@ struct State {
     /// The running daemon serves another config and was kept for the claims using it:
     /// why (reported in every status until it stops).
     kept: Option<String>,
+    /// The running daemon was adopted from the runner, not started by this adapter.
+    adopted: bool,
 }
 
 impl State {
@@ -450,6 +452,7 @@ impl Inner {
         state.last_reload = None;
         state.hold_until = None;
         state.kept = None;
+        state.adopted = false;
     }
 
     /// At start with a runner: adopts its instance on our config when that serves
@@ -489,6 +492,7 @@ impl Inner {
                 None,
             );
             state.kept = Some(reason);
+            state.adopted = true;
             state.hold_until = Some(Instant::now() + self.settings.adoption_hold);
             state.nodes_config =
                 std::fs::read_to_string(self.settings.nodes_config_path()).unwrap_or_default();
@@ -507,6 +511,7 @@ impl Inner {
                 None,
             );
             state.hold_until = Some(Instant::now() + self.settings.adoption_hold);
+            state.adopted = true;
             // What it was started with, not what this node knows of its peers yet.
             state.nodes_config =
                 std::fs::read_to_string(self.settings.nodes_config_path()).unwrap_or_default();
@@ -940,13 +945,17 @@ impl Imex for ImexDaemon {
             let listing = self.inner.query(&["-N", "-j"]).await.unwrap_or_default();
             self.inner.links(&listing, &peers)
         };
-        let kept = self.inner.state.lock().await.kept.clone();
+        let (kept, adopted) = {
+            let state = self.inner.state.lock().await;
+            (state.kept.clone(), state.adopted)
+        };
         Ok(ImexStatus {
             running: true,
             ready,
             links,
             exited: None,
             kept,
+            adopted,
         })
     }
 
