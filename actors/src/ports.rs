@@ -76,6 +76,9 @@ pub struct ImexStatus {
     /// The running daemon was adopted (a previous node daemon started it), not started
     /// by this one: jobs may be using it.
     pub adopted: bool,
+    /// An adopted daemon still serves peers beyond those this node asked for: the
+    /// node's view of its domain is filling in after the restart.
+    pub catching_up: bool,
 }
 
 /// The local `nvidia-imex` daemon (or its simulator).

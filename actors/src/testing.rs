@@ -373,6 +373,7 @@ impl FakeImexFabric {
             exited: None,
             kept: me.kept.clone(),
             adopted: me.adopted,
+            catching_up: false,
         })
     }
 }

@@ -103,6 +103,7 @@ impl Imex for FakeShortLivedImex {
             exited: if d.running { None } else { d.exited.take() },
             kept: None,
             adopted: false,
+            catching_up: false,
         })
     }
 

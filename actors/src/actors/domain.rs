@@ -1171,7 +1171,8 @@ impl Handler<ImexReport> for DomainActor {
 
 impl DomainActor {
     /// Ends the wait of a restarted daemon whose IMEX was adopted once that IMEX is
-    /// ready for the peer set of the moment, and the set has not changed for the
+    /// ready for the peer set of the moment and serves no peer beyond it (the view has
+    /// caught up with what IMEX serves), and the set has not changed for the
     /// reporter's settle: the view fills in over the first gossip rounds, and each new
     /// set is a new version the daemon is not ready for until its next answer. An
     /// advertisement published before would say not ready a moment later.
@@ -1182,7 +1183,7 @@ impl DomainActor {
         let ready = self
             .imex_report
             .as_ref()
-            .is_some_and(|r| r.ready && r.version == Some(self.peer_version));
+            .is_some_and(|r| r.ready && !r.catching_up && r.version == Some(self.peer_version));
         if !ready {
             return;
         }

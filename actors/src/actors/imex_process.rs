@@ -73,6 +73,8 @@ pub struct ImexReport {
     pub kept: Option<String>,
     /// The daemon was adopted, not started by this process ([`ImexStatus::adopted`]).
     pub adopted: bool,
+    /// [`ImexStatus::catching_up`].
+    pub catching_up: bool,
     /// When the status question this report answers was asked (none when no question
     /// was: a start that failed). Whether a silent peer's IMEX still answers is judged
     /// only on questions asked after the silence began (`rules::peer_health`).
@@ -275,7 +277,7 @@ impl ImexProcessActor {
                         if starting {
                             act.schedule_restart("start_failed", error.to_string());
                             // No poll follows a start that failed: tell the domain now.
-                            act.report(false, BTreeMap::new(), (None, false), None);
+                            act.report(false, BTreeMap::new(), (None, false, false), None);
                         } else {
                             let delay = act.backoff.fail();
                             act.not_before = Some(Instant::now() + delay);
@@ -420,7 +422,7 @@ impl ImexProcessActor {
                 act.report(
                     ready,
                     status.links,
-                    (status.kept, status.adopted),
+                    (status.kept, status.adopted, status.catching_up),
                     Some(asked_at),
                 );
             },
@@ -432,7 +434,7 @@ impl ImexProcessActor {
         &self,
         ready: bool,
         links: BTreeMap<Slot, bool>,
-        (kept, adopted): (Option<String>, bool),
+        (kept, adopted, catching_up): (Option<String>, bool, bool),
         asked_at: Option<Instant>,
     ) {
         if let Some(owner) = self.owner.as_ref().and_then(WeakRecipient::upgrade) {
@@ -443,6 +445,7 @@ impl ImexProcessActor {
                 links,
                 kept,
                 adopted,
+                catching_up,
                 asked_at,
                 failure: self.lifecycle.failing.clone(),
             });

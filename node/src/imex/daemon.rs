@@ -392,6 +392,23 @@ impl Inner {
     /// mode, the hosts block) are not part of it: a restarted node knows few of them at
     /// first, and an adopted daemon keeps those it serves for a while
     /// ([`ImexSettings::adoption_hold`]).
+    /// An adopted daemon under its hold serves peers beyond those asked for: the
+    /// node's view of its domain is still filling in.
+    fn serves_beyond(&self, state: &State) -> bool {
+        let s = &self.settings;
+        match s.mode {
+            AddressingMode::DnsNames => {
+                let served = std::fs::read_to_string(&s.hosts_file).unwrap_or_default();
+                hosts::serves_beyond(&served, &state.peers, s.max_slots)
+            }
+            AddressingMode::Ips => state.nodes_config.lines().any(|line| {
+                line.trim()
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| !state.peers.peers.values().any(|p| p.ip == ip))
+            }),
+        }
+    }
+
     fn served(&self) -> String {
         render_config(&self.settings)
     }
@@ -945,9 +962,10 @@ impl Imex for ImexDaemon {
             let listing = self.inner.query(&["-N", "-j"]).await.unwrap_or_default();
             self.inner.links(&listing, &peers)
         };
-        let (kept, adopted) = {
+        let (kept, adopted, catching_up) = {
             let state = self.inner.state.lock().await;
-            (state.kept.clone(), state.adopted)
+            let catching_up = state.adopted && state.holding() && self.inner.serves_beyond(&state);
+            (state.kept.clone(), state.adopted, catching_up)
         };
         Ok(ImexStatus {
             running: true,
@@ -956,6 +974,7 @@ impl Imex for ImexDaemon {
             exited: None,
             kept,
             adopted,
+            catching_up,
         })
     }
 

@@ -60,6 +60,17 @@ pub fn held_block(
     render_block(&held, max_slots, unused_slot_ip)
 }
 
+/// Whether `served` (the hosts file the daemon runs with) maps a slot to an address
+/// that `asked` does not give it: an adopted daemon still serves peers the node has not
+/// asked for (yet).
+pub fn serves_beyond(served: &str, asked: &PeerSet, max_slots: Slot) -> bool {
+    let served = parse(served);
+    (0..max_slots).any(|slot| match served.get(&slot_hostname(slot)) {
+        Some(Resolution::Ip(ip)) => asked.peers.get(&slot).is_none_or(|peer| peer.ip != *ip),
+        _ => false,
+    })
+}
+
 /// `existing` with our block replaced by `block` (or appended).
 pub fn merge(existing: &str, block: &str) -> String {
     let mut out = String::new();

@@ -3,7 +3,9 @@
 //! It reads the same config file and nodes config, resolves names through a hosts
 //! file (`IMEX_SIM_HOSTS` in its environment; `/etc/hosts` otherwise), listens on
 //! `BIND_INTERFACE_IP:SERVER_PORT`, and really connects to every resolvable peer's
-//! `SERVER_PORT`, keeping the connections and re-dialling lost ones. SIGUSR1 makes it
+//! `SERVER_PORT`, keeping the connections and re-dialling lost ones. Both ends of a
+//! link beat every 250 ms, and a link silent for 1 s is lost, as IMEX notices a peer
+//! it no longer hears from (a partition or a dead host closes nothing). SIGUSR1 makes it
 //! re-read the nodes config and hosts file and reconnect; SIGTERM, SIGINT and SIGQUIT
 //! stop it; SIGHUP prints its peer listing. Its signal handlers are in place before it
 //! listens, so that a supervisor that reaches it can also signal it.
@@ -414,15 +416,9 @@ fn connect_all(shared: &Arc<Shared>) -> JoinSet<()> {
 async fn dial(shared: Arc<Shared>, index: usize, target: SocketAddr) {
     loop {
         let wait = match link(&shared, target).await {
-            Ok((mut stream, instance)) => {
+            Ok((stream, instance)) => {
                 shared.linked(index, instance);
-                let mut buf = [0u8; 64];
-                // The peer never writes; a read returns when it goes away.
-                while let Ok(n) = stream.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                }
+                keep_link(stream).await;
                 shared.set_status(index, PeerStatus::Disconnected, None);
                 REDIAL
             }
@@ -574,11 +570,39 @@ async fn hold_peer(stream: TcpStream, from: SocketAddr, shared: Arc<Shared>) {
     {
         return;
     }
-    let mut buf = [0u8; 64];
-    while let Ok(n) = stream.read(&mut buf).await {
-        if n == 0 {
-            break;
+    keep_link(stream).await;
+}
+
+/// How often each end of a link says it is there, and how long a silent link lasts.
+const HEARTBEAT: Duration = Duration::from_millis(250);
+const LINK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Holds a link until it closes or goes silent. A cut that drops packets (a partition,
+/// a dead host) closes nothing, so each end beats and gives up on a silent peer, as
+/// IMEX notices a peer it no longer hears from; otherwise a peer cut off would look
+/// connected forever.
+async fn keep_link(stream: PeerStream) {
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let beat = async move {
+        let mut tick = tokio::time::interval(HEARTBEAT);
+        loop {
+            tick.tick().await;
+            if writer.write_all(&[0]).await.is_err() || writer.flush().await.is_err() {
+                return;
+            }
         }
+    };
+    let listen = async move {
+        let mut buf = [0u8; 64];
+        while let Ok(Ok(n)) = timeout(LINK_TIMEOUT, reader.read(&mut buf)).await {
+            if n == 0 {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = beat => {}
+        () = listen => {}
     }
 }
 

@@ -418,3 +418,37 @@ async fn an_import_breaks_on_a_new_instance_or_a_dropped_peer_and_nothing_else()
     }
     stop_all(&nodes).await;
 }
+
+/// A peer that goes silent without closing anything (here SIGSTOPped; a partition or a
+/// dead host alike) is seen disconnected; once it speaks again the link comes back to
+/// the same instance, and nothing imported from it broke.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_peer_is_seen_disconnected_and_comes_back_the_same() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = rack(dir.path(), &[105, 106], AddressingMode::DnsNames);
+    let all: Vec<&Node> = nodes.iter().collect();
+    for node in &nodes {
+        node.daemon.start(&peer_set(&all)).await.unwrap();
+    }
+    wait_ready(&all, true).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let config = a.daemon.settings().config_path();
+    let reply = domaind_node::imex::sim::run_ctl(&config, &format!("import {}", b.ip), LIMIT)
+        .await
+        .unwrap();
+    assert!(reply.starts_with("IMPORT "), "{reply}");
+
+    let pid = Pid::from_raw(b.daemon.pid().await.unwrap() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    wait_ready(&[a], false).await;
+    kill(pid, Signal::SIGCONT).unwrap();
+    wait_ready(&all, true).await;
+    let imports = domaind_node::imex::sim::run_ctl(&config, "imports", LIMIT)
+        .await
+        .unwrap();
+    assert!(!imports.contains("broken"), "{imports}");
+    stop_all(&nodes).await;
+}
