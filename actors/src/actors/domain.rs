@@ -815,7 +815,14 @@ impl DomainActor {
 
         // A held member is not announced lost: no job of it felt anything.
         let now = Announced {
-            members: self.roster.members().keys().cloned().collect(),
+            // A held member never left, so its return is no join either.
+            members: self
+                .roster
+                .members()
+                .keys()
+                .chain(self.roster.held())
+                .cloned()
+                .collect(),
             lost: self.roster.unheld_lost().cloned().collect(),
         };
         let events = announcements(self.announced.as_ref(), &now);
