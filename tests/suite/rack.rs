@@ -550,6 +550,16 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
             .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
         (status["status"].clone(), ready)
     };
+    // The reporter writes the status once the domain has been quiet a moment: after
+    // the prepares were answered, not with them.
+    wait_until("the status is written Ready", || async {
+        let written = rack.local().read_status(CD_UID).ok().flatten();
+        let ready = written
+            .as_ref()
+            .is_some_and(|s| serde_json::to_value(s).unwrap()["status"] == "Ready");
+        (ready, written.is_some())
+    })
+    .await;
     let (phase, ready) = ready_condition(&rack);
     assert_eq!((phase.as_str(), ready.is_some()), (Some("Ready"), true));
     let events = rack.local().read_events(CD_UID).unwrap().len();
