@@ -28,6 +28,20 @@ fn rack_of(nodes: &[&str]) -> Rack {
     rack
 }
 
+/// A rack whose IMEX daemons outlive their node daemons (an IMEX runner's), with
+/// domain `cd1` formed on every node.
+async fn formed_under_runners() -> Rack {
+    let mut rack = Rack::default();
+    rack.fabric.keep_daemons();
+    for node in NODES {
+        rack.start(node);
+    }
+    let cd = domain("cd1", 0);
+    register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
+    prepare_all(&rack, "c", &NODES).await;
+    rack
+}
+
 /// Prepares one claim per node concurrently, as kubelets would.
 async fn prepare_all(
     rack: &Rack,
@@ -804,14 +818,7 @@ fn a_member_that_left_and_rejoined_is_not_dropped_by_its_old_link_grace() {
 #[test]
 fn a_daemon_killed_under_a_runner_leaves_the_domain_ready_and_no_imex_reconfigured() {
     run(|| async {
-        let mut rack = Rack::default();
-        rack.fabric.keep_daemons();
-        for node in NODES {
-            rack.start(node);
-        }
-        let cd = domain("cd1", 0);
-        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
-        prepare_all(&rack, "c", &NODES).await;
+        let mut rack = formed_under_runners().await;
         rack.wait_until(LIMIT, "Ready is written", &NODES, |_| {
             rack.status
                 .latest("cd1")
@@ -912,14 +919,7 @@ fn a_daemon_killed_under_a_runner_leaves_the_domain_ready_and_no_imex_reconfigur
 #[test]
 fn an_unadoptable_imex_that_claims_use_is_kept_and_told() {
     run(|| async {
-        let mut rack = Rack::default();
-        rack.fabric.keep_daemons();
-        for node in NODES {
-            rack.start(node);
-        }
-        let cd = domain("cd1", 0);
-        register_claims(&rack, "c", &cd, &NODES, ReadinessPolicy::Domain);
-        prepare_all(&rack, "c", &NODES).await;
+        let mut rack = formed_under_runners().await;
         let instance = rack.fabric.state_of("node-c").unwrap().instance;
 
         rack.kill_daemon("node-c");

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use domaind_kube_api::crd::ComputeDomain;
+use domaind_kube_api::crd::{ComputeDomain, Phase as CrdPhase, READY_CONDITION};
 use domaind_node::rack::{LocalRack, RackBackend, RackSpec, short_temp_dir};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -273,15 +273,12 @@ async fn daemon_kill_is_felt_by_no_job(
     }
     let imex = tokio::task::block_in_place(|| rack.imex_daemons()).unwrap();
     let ready_condition = async || {
-        let cd = cds.get(CD_NAME).await.unwrap();
-        let status = serde_json::to_value(cd.status).unwrap();
-        let ready = status["conditions"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
-        (status["status"].clone(), ready)
+        let status = cds.get(CD_NAME).await.unwrap().status.unwrap();
+        let ready = status.condition(READY_CONDITION).cloned();
+        (status.status, ready)
     };
     let condition = ready_condition().await;
-    assert_eq!(condition.0, "Ready", "{condition:?}");
+    assert_eq!(condition.0, CrdPhase::Ready, "{condition:?}");
     let survivor_imex = async |rack: &LocalRack| -> Vec<String> {
         let mut lines = Vec::new();
         for i in &survivors {

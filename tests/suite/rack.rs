@@ -544,11 +544,8 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
     // back would have a newer one.
     let ready_condition = |rack: &LocalRack| {
         let status = rack.local().read_status(CD_UID).unwrap().unwrap();
-        let status = serde_json::to_value(status).unwrap();
-        let ready = status["conditions"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
-        (status["status"].clone(), ready)
+        let ready = status.condition(crd::READY_CONDITION).cloned();
+        (status.status, ready)
     };
     // The reporter writes the status once the domain has been quiet a moment: after
     // the prepares were answered, not with them.
@@ -556,12 +553,12 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
         let written = rack.local().read_status(CD_UID).ok().flatten();
         let ready = written
             .as_ref()
-            .is_some_and(|s| serde_json::to_value(s).unwrap()["status"] == "Ready");
+            .is_some_and(|s| s.status == crd::Phase::Ready);
         (ready, written.is_some())
     })
     .await;
     let (phase, ready) = ready_condition(&rack);
-    assert_eq!((phase.as_str(), ready.is_some()), (Some("Ready"), true));
+    assert_eq!((phase, ready.is_some()), (crd::Phase::Ready, true));
     let events = rack.local().read_events(CD_UID).unwrap().len();
     // What the survivor did to its IMEX: the starts and reloads it counted.
     let survivor_imex = async |rack: &LocalRack| {
@@ -623,7 +620,7 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
         assert_eq!(rack.broken_imports(&held).await, vec![], "after {how}");
         assert_eq!(
             ready_condition(&rack),
-            (phase.clone(), ready.clone()),
+            (phase, ready.clone()),
             "after {how}"
         );
         let told = rack.local().read_events(CD_UID).unwrap();

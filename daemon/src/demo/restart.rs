@@ -53,18 +53,13 @@ pub(super) async fn daemon_kill(
         "Killing the daemon of {} with SIGKILL: its IMEX runner keeps IMEX running",
         names.join(", ")
     ));
-    let ready_condition = |rack: &LocalRack| -> Vec<Option<String>> {
+    let ready_condition = |rack: &LocalRack| -> Vec<Option<(crd::Phase, crd::Condition)>> {
         domains
             .iter()
             .map(|domain| {
                 let status = rack.local().read_status(&domain.uid).ok().flatten()?;
-                let status = serde_json::to_value(status).ok()?;
-                let ready = status["conditions"]
-                    .as_array()?
-                    .iter()
-                    .find(|c| c["type"] == "Ready")?
-                    .clone();
-                Some(format!("{} {ready}", status["status"]))
+                let ready = status.condition(crd::READY_CONDITION)?.clone();
+                Some((status.status, ready))
             })
             .collect()
     };
