@@ -139,8 +139,8 @@ pub struct RunArgs {
 
     /// Run against the cluster of KUBECONFIG instead of a loopback rack: a ComputeDomain
     /// and a workload in a namespace of the run's own, faults that exist on a cluster
-    /// (daemon-delete, imex-crash, drain, pod-delete, controller-restart; `all` is
-    /// those), invariants read from the API server and each daemon's /state. domaind
+    /// (daemon-delete, imex-crash, drain, pod-delete, controller-restart, upgrade; `all`
+    /// is those), invariants read from the API server and each daemon's /state. domaind
     /// must be installed (the chart), or --local-daemons given.
     #[arg(long, help_heading = "Cluster runs", conflicts_with_all = ["cliques", "domains", "subnet", "imex_sim", "gossip_interval"])]
     pub cluster: bool,

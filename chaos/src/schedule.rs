@@ -87,13 +87,15 @@ impl FaultKind {
     pub const SHARING: [FaultKind; 1] = [FaultKind::DomainChurn];
 
     /// The kinds of a cluster run (`--cluster`), its `all`: faults that exist on a
-    /// real cluster, made through the API server (and the daemon's pod for IMEX).
-    pub const CLUSTER: [FaultKind; 5] = [
+    /// real cluster, made through the API server (and the IMEX runner's or the
+    /// daemon's pod for IMEX). `upgrade` is the node DaemonSet's rolling update there.
+    pub const CLUSTER: [FaultKind; 6] = [
         FaultKind::DaemonDelete,
         FaultKind::ImexCrash,
         FaultKind::Drain,
         FaultKind::PodDelete,
         FaultKind::ControllerRestart,
+        FaultKind::Upgrade,
     ];
 
     pub fn name(self) -> &'static str {
@@ -572,6 +574,7 @@ mod tests {
         for step in &schedule.steps {
             match step.kind {
                 FaultKind::ControllerRestart => assert!(step.targets.is_empty()),
+                FaultKind::Upgrade => assert_eq!(step.targets.len(), 3),
                 FaultKind::Drain => {
                     assert_eq!(step.targets.len(), 1);
                     assert!(step.hold >= Duration::from_secs(3));
@@ -580,14 +583,13 @@ mod tests {
             }
             assert!(step.targets.iter().all(|t| *t < 3));
         }
-        // imex-crash is both a loopback and a cluster fault; the rest are one or the other.
-        assert!(FaultKind::ImexCrash.in_cluster() && FaultKind::ImexCrash.on_loopback());
+        // imex-crash and upgrade are both loopback and cluster faults; the rest are one
+        // or the other.
+        for kind in [FaultKind::ImexCrash, FaultKind::Upgrade] {
+            assert!(kind.in_cluster() && kind.on_loopback(), "{kind}");
+        }
         assert!(FaultKind::Drain.in_cluster() && !FaultKind::Drain.on_loopback());
-        for kind in [
-            FaultKind::DaemonKill,
-            FaultKind::NodeKill,
-            FaultKind::Upgrade,
-        ] {
+        for kind in [FaultKind::DaemonKill, FaultKind::NodeKill] {
             assert!(!kind.in_cluster() && kind.on_loopback(), "{kind}");
         }
     }

@@ -11,8 +11,11 @@
 //!
 //! 1. `--dry-run` prints the nodes, the objects and the faults and creates nothing.
 //! 2. A run of every cluster fault (daemon-delete, imex-crash, drain, pod-delete,
-//!    controller-restart): exit 0, each kind injected and healed, no violation, and
-//!    everything it made deleted (its namespace, no cordon left).
+//!    controller-restart, upgrade): exit 0, each kind injected and healed, no
+//!    violation, and everything it made deleted (its namespace, no cordon left). Each
+//!    node's IMEX runs under a runner, as the chart runs it, and the harness holds the
+//!    jobs' imports through it: not one may break on a daemon deletion or the rolling
+//!    upgrade (those two keep the node in the domain and its IMEX the same process).
 //! 3. A run interrupted (SIGINT) while it holds a node cordoned: it injects nothing
 //!    more and cleans up as at its end (the node uncordoned, the workload's claims
 //!    released, the domain's finalizer let go, the namespace gone), exit 130.
@@ -88,6 +91,7 @@ async fn the_chaos_harness_passes_on_a_real_cluster() {
         "drain",
         "pod-delete",
         "controller-restart",
+        "upgrade",
     ];
     for kind in ["kind: ComputeDomain", "kind: Deployment"]
         .iter()
@@ -135,7 +139,19 @@ async fn the_chaos_harness_passes_on_a_real_cluster() {
             kind["kind"]
         );
     }
-    assert_eq!(report["kinds"].as_array().unwrap().len(), 5, "{stdout}");
+    assert_eq!(report["kinds"].as_array().unwrap().len(), 6, "{stdout}");
+    // The jobs' imports: taken on every node, and none broken but by a fault that may
+    // break them (imex-crash); none on a daemon deletion or the upgrade.
+    let imports = &report["imports"];
+    assert!(imports["taken"].as_u64().unwrap() >= 3, "{stdout}");
+    for broken in imports["broken"].as_array().unwrap() {
+        assert_eq!(broken["by"], "imex-crash", "{broken}\n{stdout}");
+    }
+    for kind in report["kinds"].as_array().unwrap() {
+        if kind["kind"] == "daemon-delete" || kind["kind"] == "upgrade" {
+            assert_eq!(kind["imports_broken"], 0, "{}:\n{stdout}", kind["kind"]);
+        }
+    }
     assert!(
         report["cleanup"].as_str().unwrap().starts_with("deleted"),
         "{stdout}"

@@ -14,9 +14,14 @@
 //!   directories, and one `domaind controller`, as processes; deleting a daemon stops
 //!   its process (SIGTERM, as the kubelet would) and starts a new one with the same
 //!   state directory (a hostPath survives its pod), and `/state` is read directly.
+//!   Each node's IMEX runs under an IMEX runner of its own, as the chart's runner
+//!   DaemonSet keeps it, and the workload's pods are stood in for by imports through
+//!   each node's imex-sim ([`JobImports`]).
 //!
 //! Everything else (the ComputeDomain, the workload, cordons and evictions, the
 //! invariants read from the API server) goes through the API server alike.
+
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use domaind_node::run::NodeView;
@@ -69,6 +74,52 @@ pub trait ClusterAccess: Send {
     /// controller has healed once one of [`Self::controllers`] holds it.
     fn controller_lease(&self) -> (String, String);
 
+    /// Whether `node`'s IMEX outlives its node daemon (an IMEX runner keeps it): a
+    /// deletion or an upgrade of the daemon must then leave the node in the domain,
+    /// its IMEX the same process, and the jobs' imports whole.
+    async fn imex_outlives_daemon(&mut self, node: &str) -> anyhow::Result<bool>;
+
+    /// The pids of `node`'s IMEX daemons, where the harness can see them; `None` where
+    /// it cannot (another machine's processes).
+    async fn imex_pids(&mut self, node: &str) -> anyhow::Result<Option<Vec<u32>>>;
+
+    /// Starts a rolling update of the daemons of `nodes`, as the node DaemonSet's
+    /// (`maxUnavailable: 1`): one node at a time, each new daemon ready before the next
+    /// is stopped. [`Self::rolled`] follows it.
+    async fn roll_daemons(&mut self, nodes: &[String]) -> anyhow::Result<()>;
+
+    /// Whether the rolling update has replaced every daemon. Where the harness plays
+    /// the DaemonSet, each call also moves it on.
+    async fn rolled(&mut self) -> anyhow::Result<bool>;
+
+    /// The workload stand-in's imports, where this access can hold them; `None` where
+    /// it cannot (a real IMEX's imports are its jobs' own).
+    fn job_imports(&mut self) -> Option<&mut dyn JobImports>;
+
     /// Stops what [`Self::start`] started; nothing for daemons the harness found.
     async fn stop(&mut self);
+}
+
+/// What became of an import the workload stand-in holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportState {
+    Whole,
+    /// Broken, as its IMEX says, and the exporting node it names.
+    Broken {
+        why: String,
+        exporter: Option<String>,
+    },
+    /// Gone with its IMEX (restarted), or its IMEX could not say.
+    Lost(String),
+}
+
+/// Memory imports held as a job's pods would hold them, through each node's IMEX.
+#[async_trait]
+pub trait JobImports: Send {
+    /// `node`'s job imports from every node of `from`, as soon as its IMEX is linked to
+    /// each; the import's id in `node`'s IMEX.
+    async fn import(&mut self, node: &str, from: &[String]) -> anyhow::Result<u64>;
+
+    /// What became of each import of `held` (`(node, id)`).
+    async fn check(&mut self, held: &[(String, u64)]) -> BTreeMap<(String, u64), ImportState>;
 }

@@ -298,6 +298,71 @@ pub fn unwhole(obs: &ClusterObservation, expected: &Expected<'_>) -> Vec<Violati
     found
 }
 
+/// Whether the status lists `node` Ready.
+pub fn ready_in_status(obs: &ClusterObservation, node: &str) -> bool {
+    obs.domain
+        .as_ref()
+        .and_then(|d| d.status.as_ref())
+        .is_some_and(|s| {
+            s.nodes
+                .iter()
+                .any(|n| n.name == node && n.status == CrdPhase::Ready)
+        })
+}
+
+/// Whether each other member's daemon (that answers) still counts `node`: live, or
+/// held (silent, its IMEX vouched for).
+fn kept_by_others<'a>(
+    obs: &'a ClusterObservation,
+    domain: &'a str,
+    node: &'a str,
+    nodes: &'a [String],
+) -> impl Iterator<Item = bool> + 'a {
+    nodes
+        .iter()
+        .filter(move |o| *o != node)
+        .filter_map(move |other| {
+            let seen = obs.view(other)?.domains.iter().find(|d| d.uid == domain)?;
+            let counted = seen.members.iter().chain(&seen.held).any(|m| m == node);
+            Some(counted && !seen.lost.iter().any(|m| m == node))
+        })
+}
+
+/// Whether another member holds `node`: its daemon is silent and its IMEX vouched for.
+pub fn held_by_another(obs: &ClusterObservation, domain: &str, node: &str) -> bool {
+    obs.daemons.keys().filter(|o| *o != node).any(|other| {
+        obs.view(other)
+            .and_then(|v| v.domains.iter().find(|d| d.uid == domain))
+            .is_some_and(|d| d.held.iter().any(|m| m == node))
+    })
+}
+
+/// Why the domain no longer keeps `node`, a member whose daemon alone went (its IMEX
+/// lives on): the status lists it not Ready, or another member dropped it.
+pub fn not_kept(
+    obs: &ClusterObservation,
+    domain: &str,
+    node: &str,
+    nodes: &[String],
+) -> Vec<Violation> {
+    let mut found = Vec::new();
+    if !ready_in_status(obs, node) {
+        found.push(Violation::new(
+            Invariant::Status,
+            Some(node),
+            "only its daemon went (its IMEX lives on), yet the status lists it not Ready",
+        ));
+    }
+    if kept_by_others(obs, domain, node, nodes).any(|kept| !kept) {
+        found.push(Violation::new(
+            Invariant::Agreement,
+            Some(node),
+            "only its daemon went (its IMEX lives on), yet another member dropped it",
+        ));
+    }
+    found
+}
+
 /// Breaches seen without a break since when: a breach is a violation once it has
 /// lasted the grace.
 #[derive(Debug, Default)]
@@ -399,6 +464,36 @@ mod tests {
             observed_generation: None,
             channel: None,
         }
+    }
+
+    #[test]
+    fn a_node_whose_daemon_alone_went_is_kept_while_held_or_live() {
+        let nodes = nodes();
+        let mut obs = whole_world();
+        assert!(not_kept(&obs, DOMAIN, "n3", &nodes).is_empty());
+        assert!(!held_by_another(&obs, DOMAIN, "n3"));
+        // n3's daemon is gone: n1 and n2 hold it; the status still lists it Ready.
+        obs.daemons.remove("n3");
+        for other in ["n1", "n2"] {
+            let seen = obs.daemons.get_mut(other).unwrap();
+            let domain = &mut seen.view.as_mut().unwrap().domains[0];
+            domain.members.retain(|m| m != "n3");
+            domain.held.push("n3".into());
+        }
+        assert!(not_kept(&obs, DOMAIN, "n3", &nodes).is_empty());
+        assert!(held_by_another(&obs, DOMAIN, "n3"));
+        // n2 drops it: a disagreement; the status lists it NotReady: a status breach.
+        let n2 = obs.daemons.get_mut("n2").unwrap();
+        let domain = &mut n2.view.as_mut().unwrap().domains[0];
+        domain.held.clear();
+        domain.lost.push("n3".into());
+        let status = obs.domain.as_mut().unwrap().status.as_mut().unwrap();
+        status.nodes[2].status = CrdPhase::NotReady;
+        let found: Vec<Invariant> = not_kept(&obs, DOMAIN, "n3", &nodes)
+            .into_iter()
+            .map(|v| v.invariant)
+            .collect();
+        assert_eq!(found, vec![Invariant::Status, Invariant::Agreement]);
     }
 
     /// Three nodes, a pod and a prepared claim each, everyone agreeing: whole.

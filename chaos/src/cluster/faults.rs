@@ -3,29 +3,21 @@
 
 use std::time::Instant;
 
-use domaind_kube_api::crd::Phase as CrdPhase;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, EvictParams};
 
+use super::checks::{Persistent, held_by_another, not_kept, ready_in_status};
 use super::harness::{ClusterRun, DETECT_LIMIT, set_cordon};
 use super::observe::ClusterObservation;
+use crate::invariants::{Invariant, Violation};
 use crate::report::{FaultRecord, Outcome};
 use crate::schedule::{FaultKind, Step};
 
+/// The note of a fault whose detection never held.
+const NOT_NOTICED: &str = "not noticed";
+
 fn ms(from: Instant, to: Instant) -> u64 {
     to.saturating_duration_since(from).as_millis() as u64
-}
-
-/// Whether the status lists `node` Ready.
-fn ready_in_status(obs: &ClusterObservation, node: &str) -> bool {
-    obs.domain
-        .as_ref()
-        .and_then(|d| d.status.as_ref())
-        .is_some_and(|s| {
-            s.nodes
-                .iter()
-                .any(|n| n.name == node && n.status == CrdPhase::Ready)
-        })
 }
 
 /// Whether each other member's daemon (that answers) counts `node` a live member.
@@ -66,6 +58,7 @@ impl ClusterRun {
             FaultKind::Drain => self.drain(step).await,
             FaultKind::PodDelete => self.pod_delete(step).await,
             FaultKind::ControllerRestart => self.controller_restart(step).await,
+            FaultKind::Upgrade => self.upgrade(step).await,
             other => Err(format!(
                 "{other} is a fault of loopback racks, not of cluster runs"
             )),
@@ -119,7 +112,7 @@ impl ClusterRun {
             .await;
         record.detect_ms = detected.map(|at| ms(injected, at));
         if detected.is_none() {
-            record.notes.push("not noticed".into());
+            record.notes.push(NOT_NOTICED.into());
         }
         match healed {
             Some(at) => {
@@ -140,7 +133,8 @@ impl ClusterRun {
     }
 
     /// The daemon's pod deleted; the DaemonSet's new one must take the node's claims
-    /// back from its checkpoint.
+    /// back from its checkpoint. Where IMEX outlives the daemon (a runner keeps it),
+    /// the node must stay in the domain throughout and keep the same IMEX.
     async fn daemon_delete(&mut self, step: &Step) -> Result<FaultRecord, String> {
         let node = self.target(step);
         let before = self
@@ -149,6 +143,8 @@ impl ClusterRun {
             .and_then(|o| o.daemons.get(&node))
             .and_then(|d| d.instance.clone())
             .map(|i| i.id);
+        let outlives = self.outlives(&node).await?;
+        let imex = self.imex_of(&node).await?;
         self.replacing.insert(node.clone());
         let injected = Instant::now();
         if let Err(error) = self.access.delete_daemon(&node).await {
@@ -158,22 +154,186 @@ impl ClusterRun {
         let mut record = self.begin(step, injected);
         let domain = self.domain_uid();
         let nodes = self.workload.nodes.clone();
+        let grace = self.config.grace;
+        let mut kept = Persistent::default();
+        let mut breaches: Vec<Violation> = Vec::new();
+        let target = node.clone();
         self.measure(
             &mut record,
             injected,
             injected,
             None,
             false,
-            |_, o| dropped(o, &domain, &node, &nodes),
             |_, o| {
+                if outlives {
+                    held_by_another(o, &domain, &node)
+                } else {
+                    dropped(o, &domain, &node, &nodes)
+                }
+            },
+            |_, o| {
+                if outlives {
+                    let found = not_kept(o, &domain, &target, &nodes);
+                    breaches.extend(kept.confirm(found, o.at, grace));
+                }
                 o.daemons
-                    .get(&node)
+                    .get(&target)
                     .and_then(|d| d.instance.as_ref())
                     .is_some_and(|i| Some(&i.id) != before.as_ref())
             },
         )
         .await;
+        self.record_breaches(breaches);
+        if outlives {
+            self.check_imex_kept(&node, imex, "the deletion of its daemon")
+                .await;
+        }
         Ok(record)
+    }
+
+    /// The node DaemonSet's rolling update: every daemon replaced in turn while the
+    /// domain is live. Where IMEX outlives the daemons, no node may leave the domain
+    /// and every IMEX must be the one that ran before; detection is not expected.
+    async fn upgrade(&mut self, step: &Step) -> Result<FaultRecord, String> {
+        let targets: Vec<String> = step
+            .targets
+            .iter()
+            .map(|t| self.workload.nodes[*t].clone())
+            .collect();
+        let mut outlives = Vec::new();
+        let mut imex = Vec::new();
+        for node in &targets {
+            if self.outlives(node).await? {
+                outlives.push(node.clone());
+            }
+            imex.push(self.imex_of(node).await?);
+        }
+        self.replacing.extend(targets.iter().cloned());
+        let injected = Instant::now();
+        if let Err(error) = self.access.roll_daemons(&targets).await {
+            for node in &targets {
+                self.replacing.remove(node);
+            }
+            return Err(format!("{error:#}"));
+        }
+        let mut record = self.begin(step, injected);
+        let domain = self.domain_uid();
+        let nodes = self.workload.nodes.clone();
+        let grace = self.config.grace;
+        let limit = self
+            .config
+            .heal_limit
+            .max(DETECT_LIMIT * targets.len() as u32);
+        let mut kept = Persistent::default();
+        let mut breaches: Vec<Violation> = Vec::new();
+        let deadline = Instant::now() + limit;
+        let mut rolled = None;
+        let mut held = std::collections::BTreeSet::new();
+        while rolled.is_none() && Instant::now() < deadline && !self.interrupted() {
+            let obs = self.tick().await;
+            held.extend(
+                targets
+                    .iter()
+                    .filter(|node| held_by_another(&obs, &domain, node))
+                    .cloned(),
+            );
+            for node in &outlives {
+                let found = not_kept(&obs, &domain, node, &nodes);
+                breaches.extend(kept.confirm(found, obs.at, grace));
+            }
+            match self.access.rolled().await {
+                Ok(true) => rolled = Some(Instant::now()),
+                Ok(false) => self.pause().await,
+                Err(error) => {
+                    self.record_breaches(breaches);
+                    return Err(format!("the rolling update: {error:#}"));
+                }
+            }
+        }
+        self.record_breaches(breaches);
+        let Some(ended) = rolled else {
+            self.liveness(format!(
+                "the daemons' rolling update was not done within {limit:?}"
+            ));
+            return Ok(record);
+        };
+        record.notes.push(format!(
+            "{} daemons replaced in turn in {} ms; held by a peer meanwhile: {}",
+            targets.len(),
+            ms(injected, ended),
+            if held.is_empty() {
+                "none".to_owned()
+            } else {
+                held.into_iter().collect::<Vec<_>>().join(", ")
+            }
+        ));
+        self.measure(
+            &mut record,
+            injected,
+            ended,
+            None,
+            false,
+            |_, _| false,
+            |_, _| true,
+        )
+        .await;
+        // An upgrade has nothing to detect: its note says who held whom.
+        record.notes.retain(|note| note != NOT_NOTICED);
+        for (node, before) in targets.iter().zip(imex) {
+            if outlives.contains(node) {
+                self.check_imex_kept(node, before, "the rolling update")
+                    .await;
+            }
+        }
+        for node in &targets {
+            self.replacing.remove(node);
+        }
+        Ok(record)
+    }
+
+    async fn outlives(&mut self, node: &str) -> Result<bool, String> {
+        self.access
+            .imex_outlives_daemon(node)
+            .await
+            .map_err(|error| format!("{error:#}"))
+    }
+
+    async fn imex_of(&mut self, node: &str) -> Result<Option<Vec<u32>>, String> {
+        self.access
+            .imex_pids(node)
+            .await
+            .map_err(|error| format!("{error:#}"))
+    }
+
+    /// After a fault on `node`'s daemon alone (`what`): the same IMEX must run as
+    /// before (`before`, where the access sees pids), adopted, not replaced.
+    async fn check_imex_kept(&mut self, node: &str, before: Option<Vec<u32>>, what: &str) {
+        let Some(before) = before.filter(|b| !b.is_empty()) else {
+            return;
+        };
+        match self.access.imex_pids(node).await {
+            Ok(Some(after)) if after == before => {}
+            Ok(after) => self.record(Violation::new(
+                Invariant::Crash,
+                Some(node),
+                format!(
+                    "its IMEX daemon did not outlive {what}: pid {before:?} before, {after:?} \
+                     after"
+                ),
+            )),
+            Err(error) => self.liveness(format!(
+                "cannot see {node}'s IMEX daemon after {what}: {error:#}"
+            )),
+        }
+    }
+
+    fn record_breaches(&mut self, breaches: Vec<Violation>) {
+        let mut seen = std::collections::BTreeSet::new();
+        for breach in breaches {
+            if seen.insert(breach.clone()) {
+                self.record(breach);
+            }
+        }
     }
 
     /// The IMEX daemon killed in the node daemon's pod; the node daemon must start a

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::access::{ClusterAccess, DaemonInstance};
 use super::checks::{Expected, Persistent, breaches, unwhole};
+use super::imports::ClusterImports;
 use super::local::{LocalAccess, LocalConfig};
 use super::observe::{ClusterObservation, observe};
 use super::report::ClusterReport;
@@ -45,7 +46,7 @@ pub(super) struct ClusterRun {
     /// interrupted) once the daemons are gone; kept when the run failed.
     files: Option<tempfile::TempDir>,
     pub(super) workload: Workload,
-    started: Instant,
+    pub(super) started: Instant,
     phase_start: Instant,
     domain_uid: String,
     /// Every claim uid of the run seen so far.
@@ -65,6 +66,8 @@ pub(super) struct ClusterRun {
     /// The harness restarted the controller: instances may go.
     pub(super) controller_restarting: bool,
     pub(super) last: Option<ClusterObservation>,
+    /// The workload stand-in's imports, where the access holds them.
+    pub(super) imports: ClusterImports,
     /// The domain's events as last seen while it existed (they only grow).
     events_seen: BTreeMap<String, u32>,
     /// Cancelled on SIGINT or SIGTERM: no more faults, straight to the clean-up.
@@ -126,6 +129,7 @@ pub async fn run(
         controllers_seen: BTreeSet::new(),
         controller_restarting: false,
         last: None,
+        imports: ClusterImports::default(),
         events_seen: BTreeMap::new(),
         stop,
         cleaning: false,
@@ -136,6 +140,7 @@ pub async fn run(
         run.workload.namespace,
         run.access.describe()
     ));
+    run.start_imports();
     let formation = match run.form().await {
         Ok(formation) => formation,
         Err(error) => {
@@ -143,6 +148,9 @@ pub async fn run(
             None
         }
     };
+    if formation.is_some() {
+        run.take_imports().await;
+    }
     let mut faults = Vec::new();
     match formation {
         Some(_) => {
@@ -478,7 +486,7 @@ impl ClusterRun {
     }
 
     /// The time between observations, cut short by an interruption.
-    async fn pause(&self) {
+    pub(super) async fn pause(&self) {
         let stop = self.stop.clone();
         tokio::select! {
             _ = tokio::time::sleep(TICK) => {}
@@ -584,12 +592,24 @@ impl ClusterRun {
             self.quiet(due).await;
         }
         self.current = Some((step.kind, step.index));
+        if matches!(step.kind, FaultKind::Drain | FaultKind::PodDelete) {
+            // The fault ends the target's job: its imports, and the others' of its
+            // memory, go with it.
+            for target in &step.targets {
+                self.end_imports(*target);
+            }
+        }
         let events_before = self.events();
         let mut record = self.inject(step).await;
         let events_after = self.events();
         if let Some(line) = events_delta(&events_before, &events_after) {
             record.notes.push(format!("events: {line}"));
         }
+        if record.injected_at_ms.is_some() {
+            self.imports_hit(step);
+        }
+        self.check_imports().await;
+        self.take_imports().await;
         self.current = None;
         self.say(&record.progress_line("(the controller)"));
         record
@@ -630,6 +650,7 @@ impl ClusterRun {
         } else {
             self.not_whole("not whole after the last fault");
         }
+        self.check_imports().await;
     }
 
     /// A record of `step` with `outcome` and nothing measured.
@@ -771,7 +792,7 @@ impl ClusterRun {
             &faults,
             self.findings.violations(),
             self.findings.crashes(),
-            None,
+            self.imports.report.as_ref().map(|r| r.broken.as_slice()),
         );
         ClusterReport {
             seed: self.config.seed,
@@ -799,6 +820,7 @@ impl ClusterRun {
             violations: self.findings.violations().to_vec(),
             crashes: self.findings.crashes().to_vec(),
             events: self.events(),
+            imports: self.imports.report.clone(),
             cleanup,
             schedule,
             interrupted: self.stop.is_cancelled(),

@@ -2,6 +2,7 @@
 //! whose nodes are kubelets on this machine with a container runtime that runs nothing
 //! (`../shared/kube`). See [`super::access`].
 
+use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use async_trait::async_trait;
-use domaind_node::rack::{LocalRack, RackBackend, RackSpec, http_get, node_view};
+use domaind_node::imex::sim_imports::Import;
+use domaind_node::rack::{HeldImport, LocalRack, RackBackend, RackSpec, http_get, node_view};
 use domaind_node::run::NodeView;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
@@ -17,7 +19,7 @@ use kube::api::Api;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::access::{ClusterAccess, DaemonInstance};
+use super::access::{ClusterAccess, DaemonInstance, ImportState, JobImports};
 
 /// A daemon writes run.json within this.
 const START_LIMIT: Duration = Duration::from_secs(60);
@@ -63,6 +65,10 @@ pub struct LocalAccess {
     restarts: Vec<u32>,
     controller: Option<ControllerProcess>,
     controllers_started: u32,
+    /// A rolling update under way: the nodes still to go, by rack index, and the one
+    /// whose new daemon is awaited.
+    rolling: VecDeque<usize>,
+    rolling_now: Option<usize>,
 }
 
 impl std::fmt::Debug for LocalAccess {
@@ -83,7 +89,32 @@ impl LocalAccess {
             restarts: Vec::new(),
             controller: None,
             controllers_started: 0,
+            rolling: VecDeque::new(),
+            rolling_now: None,
         }
+    }
+
+    fn name_of(&self, index: usize) -> String {
+        self.rack
+            .as_ref()
+            .map(|r| r.node(index).name().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// Whether the daemon of rack node `index` serves and its kubelet registered it.
+    async fn serving(&mut self, index: usize) -> bool {
+        let rack = match self.rack() {
+            Ok(rack) => rack,
+            Err(_) => return false,
+        };
+        let info = match rack.node(index).info() {
+            Some(info) => info.clone(),
+            None => match tokio::task::block_in_place(|| rack.wait_ready(index, Duration::ZERO)) {
+                Ok(info) => info,
+                Err(_) => return false,
+            },
+        };
+        matches!(http_get(info.http_addr, "/readyz").await, Ok((200, _)))
     }
 
     fn index(&self, node: &str) -> anyhow::Result<usize> {
@@ -175,8 +206,9 @@ async fn wait_ready_for_kubelet(http: SocketAddr, node: &str) -> anyhow::Result<
 impl ClusterAccess for LocalAccess {
     fn describe(&self) -> String {
         format!(
-            "local: the harness runs the daemons and the controller as processes on this \
-             machine (kubelet roots under {}, files in {}); /state read directly",
+            "local: the harness runs the daemons (each with an IMEX runner) and the \
+             controller as processes on this machine (kubelet roots under {}, files in {}); \
+             /state read directly; the jobs' imports held through each node's imex-sim",
             self.config.kube_state_dir.join("nodes").display(),
             self.config.work_dir.display()
         )
@@ -211,6 +243,8 @@ impl ClusterAccess for LocalAccess {
         spec.kubelet_dirs = Some(kubelet_dirs);
         spec.log_filter = self.config.log_filter.clone();
         spec.extra_args = vec!["--ready-needs-kubelet".into()];
+        // As the chart installs it: IMEX kept by a runner beside each daemon.
+        spec.imex_runner = true;
         let mut rack = LocalRack::create(spec)?;
         tokio::task::block_in_place(|| -> anyhow::Result<()> {
             rack.start_all()?;
@@ -310,6 +344,50 @@ impl ClusterAccess for LocalAccess {
         (self.config.lease_namespace.clone(), LEASE_NAME.to_owned())
     }
 
+    async fn imex_outlives_daemon(&mut self, node: &str) -> anyhow::Result<bool> {
+        self.index(node)?;
+        Ok(true)
+    }
+
+    async fn imex_pids(&mut self, node: &str) -> anyhow::Result<Option<Vec<u32>>> {
+        let index = self.index(node)?;
+        Ok(Some(self.rack()?.imex_daemons()?.swap_remove(index)))
+    }
+
+    async fn roll_daemons(&mut self, nodes: &[String]) -> anyhow::Result<()> {
+        let order = nodes
+            .iter()
+            .map(|n| self.index(n))
+            .collect::<anyhow::Result<VecDeque<usize>>>()?;
+        self.rolling = order;
+        self.rolling_now = None;
+        self.rolled().await.map(|_| ())
+    }
+
+    async fn rolled(&mut self) -> anyhow::Result<bool> {
+        if let Some(index) = self.rolling_now {
+            if !self.serving(index).await {
+                return Ok(false);
+            }
+            self.rolling_now = None;
+        }
+        let Some(next) = self.rolling.pop_front() else {
+            return Ok(true);
+        };
+        let rack = self.rack()?;
+        tokio::task::block_in_place(|| -> anyhow::Result<()> {
+            rack.stop(next, STOP_GRACE)?;
+            rack.start(next)
+        })
+        .with_context(|| format!("rolling {}'s daemon", self.name_of(next)))?;
+        self.rolling_now = Some(next);
+        Ok(false)
+    }
+
+    fn job_imports(&mut self) -> Option<&mut dyn JobImports> {
+        Some(self)
+    }
+
     async fn stop(&mut self) {
         tokio::task::block_in_place(|| {
             self.stop_controller();
@@ -317,5 +395,60 @@ impl ClusterAccess for LocalAccess {
                 rack.stop_all(STOP_GRACE);
             }
         });
+    }
+}
+
+#[async_trait]
+impl JobImports for LocalAccess {
+    async fn import(&mut self, node: &str, from: &[String]) -> anyhow::Result<u64> {
+        let index = self.index(node)?;
+        let peers = from
+            .iter()
+            .map(|n| self.index(n))
+            .collect::<anyhow::Result<Vec<usize>>>()?;
+        Ok(self.rack()?.import_from(index, &peers).await?.id)
+    }
+
+    async fn check(&mut self, held: &[(String, u64)]) -> BTreeMap<(String, u64), ImportState> {
+        let Some(rack) = self.rack.as_ref() else {
+            return BTreeMap::new();
+        };
+        let index = |name: &str| rack.nodes().iter().position(|n| n.name() == name);
+        let handles: Vec<HeldImport> = held
+            .iter()
+            .filter_map(|(node, id)| {
+                Some(HeldImport {
+                    node: index(node)?,
+                    id: *id,
+                })
+            })
+            .collect();
+        // imex-sim starts a broken import's reason with the exporter's address.
+        let exporter = |why: &str| {
+            rack.nodes()
+                .iter()
+                .find(|n| {
+                    why.strip_prefix(&n.ip().to_string())
+                        .is_some_and(|rest| rest.starts_with(' '))
+                })
+                .map(|n| n.name().to_owned())
+        };
+        rack.check_imports(&handles)
+            .await
+            .into_iter()
+            .map(|(handle, found)| {
+                let state = match found {
+                    Ok(Import { broken: None, .. }) => ImportState::Whole,
+                    Ok(Import {
+                        broken: Some(why), ..
+                    }) => ImportState::Broken {
+                        exporter: exporter(&why),
+                        why,
+                    },
+                    Err(why) => ImportState::Lost(why),
+                };
+                ((rack.node(handle.node).name().to_owned(), handle.id), state)
+            })
+            .collect()
     }
 }

@@ -25,6 +25,7 @@ pub mod access;
 pub mod checks;
 mod faults;
 mod harness;
+mod imports;
 pub mod local;
 pub mod observe;
 pub mod plan;

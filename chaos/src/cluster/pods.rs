@@ -10,8 +10,15 @@
 //!   uses the host network, so a port-forward to the pod (pods/portforward) reaches the
 //!   node's loopback; the API server's proxy would not (it reaches the pod's IP, and
 //!   refuses loopback addresses).
-//! - The IMEX daemon is stopped by `domaind imex kill` run in the daemon's container
-//!   (pods/exec): the image has no shell and no `kill`.
+//! - The IMEX daemon is stopped by `domaind imex kill` run in the container that keeps
+//!   it (pods/exec): the IMEX runner's where the node has a runner pod, the daemon's
+//!   otherwise; the image has no shell and no `kill`. A node with a runner pod keeps
+//!   its IMEX through a deletion of its daemon pod.
+//! - `upgrade` is the node DaemonSet's rolling update, started as `kubectl rollout
+//!   restart` starts one (a new pod template annotation) and done once the DaemonSet
+//!   says every pod is updated and available.
+//! - The workload stand-in's imports are not held: a real IMEX's imports are its
+//!   jobs' own, so a cluster run through the chart's pods reports none.
 //! - The controller is the chart's Deployment's pods; a restart deletes them all.
 //!
 //! Every port-forward and exec is bounded by [`PodAccessConfig::timeout`]: a runtime
@@ -25,18 +32,26 @@ use async_trait::async_trait;
 use domaind_node::imex::processes::parse_killed;
 use domaind_node::rack::http_get_over;
 use domaind_node::run::NodeView;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
-use kube::api::{Api, AttachParams, DeleteParams, ListParams, Preconditions};
+use kube::api::{Api, AttachParams, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite};
 
-use super::access::{ClusterAccess, DaemonInstance};
+use super::access::{ClusterAccess, DaemonInstance, JobImports};
 
 /// The namespace the chart's documentation installs it in.
 pub const DEFAULT_NAMESPACE: &str = "domaind";
 /// The chart's label on the DaemonSet's pods.
 pub const NODE_COMPONENT: &str = "app.kubernetes.io/component=node";
+/// The chart's label on the IMEX runner DaemonSet's pods.
+pub const RUNNER_COMPONENT: &str = "app.kubernetes.io/component=imex-runner";
+/// The IMEX runner's container in the chart's runner DaemonSet.
+pub const RUNNER_CONTAINER: &str = "imex-runner";
+/// The pod template annotation whose change rolls the node DaemonSet, as `kubectl
+/// rollout restart` does with its own.
+pub const ROLLED_AT_ANNOTATION: &str = "domaind.io/chaos-rolled-at";
 /// The chart's label on the controller Deployment's pods.
 pub const CONTROLLER_COMPONENT: &str = "app.kubernetes.io/component=controller";
 /// The chart's label naming the release, on every pod.
@@ -64,6 +79,9 @@ pub struct PodAccessConfig {
     pub controller_selector: String,
     /// The daemon pods' container that runs `domaind run` (exec's target).
     pub daemon_container: String,
+    /// Label selector of the IMEX runners' pods, and their container.
+    pub runner_selector: String,
+    pub runner_container: String,
     /// The port `/state` listens on, on the node's loopback.
     pub state_port: u16,
     /// The controller's leader-election Lease.
@@ -82,6 +100,8 @@ impl PodAccessConfig {
             daemon_selector: selector(NODE_COMPONENT, release),
             controller_selector: selector(CONTROLLER_COMPONENT, release),
             daemon_container: DAEMON_CONTAINER.to_owned(),
+            runner_selector: selector(RUNNER_COMPONENT, release),
+            runner_container: RUNNER_CONTAINER.to_owned(),
             state_port: DEFAULT_STATE_PORT,
             lease_namespace: namespace.to_owned(),
             lease_name: DEFAULT_LEASE.to_owned(),
@@ -259,6 +279,10 @@ async fn read_all(reader: Option<impl AsyncRead + Unpin>) -> String {
 pub struct PodAccess {
     config: PodAccessConfig,
     pods: Api<Pod>,
+    daemon_sets: Api<DaemonSet>,
+    /// The node DaemonSets a rolling update was started on, and the generation each
+    /// had once told.
+    rolling: Vec<(String, i64)>,
 }
 
 impl std::fmt::Debug for PodAccess {
@@ -271,8 +295,14 @@ impl std::fmt::Debug for PodAccess {
 
 impl PodAccess {
     pub fn new(client: Client, config: PodAccessConfig) -> Self {
-        let pods = Api::namespaced(client, &config.namespace);
-        Self { config, pods }
+        let pods = Api::namespaced(client.clone(), &config.namespace);
+        let daemon_sets = Api::namespaced(client, &config.namespace);
+        Self {
+            config,
+            pods,
+            daemon_sets,
+            rolling: Vec::new(),
+        }
     }
 
     pub fn config(&self) -> &PodAccessConfig {
@@ -344,10 +374,16 @@ impl PodAccess {
             .with_context(|| format!("node {node}'s /state through pod {namespace}/{pod}"))
     }
 
-    async fn run_kill(&self, pod: &str) -> anyhow::Result<Vec<u32>> {
+    /// The Running, Ready IMEX runner pod on `node`, if it has one.
+    async fn runner_pod_of(&self, node: &str) -> anyhow::Result<Option<Pod>> {
+        let pods = self.list(&self.config.runner_selector, Some(node)).await?;
+        Ok(daemon_pod(&pods, node).cloned())
+    }
+
+    async fn run_kill(&self, pod: &str, container: &str) -> anyhow::Result<Vec<u32>> {
         let namespace = &self.config.namespace;
         let params = AttachParams::default()
-            .container(&self.config.daemon_container)
+            .container(container)
             .stdin(false)
             .stdout(true)
             .stderr(true);
@@ -357,9 +393,9 @@ impl PodAccess {
             .await
             .with_context(|| {
                 format!(
-                    "the exec of `{}` in pod {namespace}/{pod} (container {}) was refused",
+                    "the exec of `{}` in pod {namespace}/{pod} (container {container}) was \
+                     refused",
                     KILL_COMMAND.join(" "),
-                    self.config.daemon_container
                 )
             })?;
         let status = process
@@ -392,7 +428,9 @@ impl ClusterAccess for PodAccess {
         format!(
             "the chart's pods in namespace {}: daemons labelled {} (container {}), \
              controller labelled {} (Lease {}/{}); /state read by port-forward to each \
-             daemon pod's port {}, IMEX stopped by `{}` through pods/exec",
+             daemon pod's port {}, IMEX stopped by `{}` through pods/exec in the IMEX \
+             runner's pod ({}) or else the daemon's; upgrade rolls the node DaemonSet; no \
+             imports held (a real IMEX's are its jobs')",
             self.config.namespace,
             self.config.daemon_selector,
             self.config.daemon_container,
@@ -401,6 +439,7 @@ impl ClusterAccess for PodAccess {
             self.config.lease_name,
             self.config.state_port,
             KILL_COMMAND.join(" "),
+            self.config.runner_selector,
         )
     }
 
@@ -470,14 +509,20 @@ impl ClusterAccess for PodAccess {
     }
 
     async fn stop_imex(&mut self, node: &str) -> anyhow::Result<Vec<u32>> {
-        let pod = self.require_daemon(node).await?.name_any();
+        let (pod, container) = match self.runner_pod_of(node).await? {
+            Some(runner) => (runner.name_any(), self.config.runner_container.clone()),
+            None => (
+                self.require_daemon(node).await?.name_any(),
+                self.config.daemon_container.clone(),
+            ),
+        };
         let what = || {
             format!(
                 "stopping node {node}'s IMEX daemon through an exec in pod {}/{pod}",
                 self.config.namespace
             )
         };
-        within(self.config.timeout, what, self.run_kill(&pod)).await
+        within(self.config.timeout, what, self.run_kill(&pod, &container)).await
     }
 
     async fn restart_controller(&mut self) -> anyhow::Result<Vec<String>> {
@@ -519,7 +564,76 @@ impl ClusterAccess for PodAccess {
         )
     }
 
+    async fn imex_outlives_daemon(&mut self, node: &str) -> anyhow::Result<bool> {
+        Ok(self.runner_pod_of(node).await?.is_some())
+    }
+
+    async fn imex_pids(&mut self, _node: &str) -> anyhow::Result<Option<Vec<u32>>> {
+        Ok(None)
+    }
+
+    async fn roll_daemons(&mut self, _nodes: &[String]) -> anyhow::Result<()> {
+        let params = ListParams::default().labels(&self.config.daemon_selector);
+        let found = self.daemon_sets.list(&params).await.with_context(|| {
+            format!(
+                "cannot list DaemonSets labelled {} in namespace {}",
+                self.config.daemon_selector, self.config.namespace
+            )
+        })?;
+        if found.items.is_empty() {
+            bail!("no node DaemonSet ({})", self.daemons_where());
+        }
+        let at = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .context("cannot format the time")?;
+        let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
+            ROLLED_AT_ANNOTATION: at
+        }}}}});
+        self.rolling.clear();
+        for daemon_set in found.items {
+            let name = daemon_set.name_any();
+            let patched = self
+                .daemon_sets
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .with_context(|| format!("cannot roll DaemonSet {name}"))?;
+            self.rolling
+                .push((name, patched.metadata.generation.unwrap_or_default()));
+        }
+        Ok(())
+    }
+
+    async fn rolled(&mut self) -> anyhow::Result<bool> {
+        for (name, generation) in &self.rolling {
+            let daemon_set = self
+                .daemon_sets
+                .get(name)
+                .await
+                .with_context(|| format!("cannot read DaemonSet {name}"))?;
+            if !rollout_done(&daemon_set, *generation) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn job_imports(&mut self) -> Option<&mut dyn JobImports> {
+        None
+    }
+
     async fn stop(&mut self) {}
+}
+
+/// Whether `daemon_set`'s rolling update to `generation` is done: observed, and every
+/// scheduled pod updated and available.
+pub fn rollout_done(daemon_set: &DaemonSet, generation: i64) -> bool {
+    let Some(status) = &daemon_set.status else {
+        return false;
+    };
+    status.observed_generation.unwrap_or_default() >= generation
+        && status.updated_number_scheduled.unwrap_or_default() == status.desired_number_scheduled
+        && status.number_available.unwrap_or_default() == status.desired_number_scheduled
+        && status.number_unavailable.unwrap_or_default() == 0
 }
 
 #[cfg(test)]
@@ -627,6 +741,29 @@ mod tests {
             created(pod("d-a", "n1", "Running", true), "2026-01-01T00:00:09Z"),
         ]);
         assert_eq!(daemon_pod(&list, "n1").unwrap().name_any(), "d-a");
+    }
+
+    #[test]
+    fn a_rollout_is_done_once_observed_and_every_pod_updated_and_available() {
+        let daemon_set = |observed: i64, updated: i32, available: i32, unavailable: i32| {
+            serde_json::from_value::<DaemonSet>(json!({
+                "metadata": {"name": "domaind-node", "generation": 3},
+                "status": {
+                    "observedGeneration": observed, "desiredNumberScheduled": 3,
+                    "currentNumberScheduled": 3, "numberMisscheduled": 0, "numberReady": 3,
+                    "updatedNumberScheduled": updated, "numberAvailable": available,
+                    "numberUnavailable": unavailable,
+                },
+            }))
+            .unwrap()
+        };
+        assert!(rollout_done(&daemon_set(3, 3, 3, 0), 3));
+        // Not yet seen by the DaemonSet controller: the old status says nothing.
+        assert!(!rollout_done(&daemon_set(2, 3, 3, 0), 3));
+        // One pod still to replace, or a new one not yet available.
+        assert!(!rollout_done(&daemon_set(3, 2, 3, 0), 3));
+        assert!(!rollout_done(&daemon_set(3, 3, 2, 1), 3));
+        assert!(!rollout_done(&DaemonSet::default(), 3));
     }
 
     #[test]

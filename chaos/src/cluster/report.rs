@@ -4,8 +4,11 @@
 //! Detect and heal, per kind (the heal is always: one pod Running and Ready on each
 //! node, the status Ready with exactly those nodes, every member's daemon agreeing,
 //! a controller holding the Lease; [`super::checks::unwhole`]):
-//! - daemon-delete: detect, another member's daemon (or the status) stops counting
-//!   the node among the Ready members; heal from the deletion, once a new daemon
+//! - daemon-delete: where IMEX outlives the daemon (an IMEX runner), detect, another
+//!   member holds the node (its daemon silent, its IMEX vouched for), and the node
+//!   must stay Ready in the status and counted by every member throughout, with the
+//!   same IMEX process; without a runner, detect, another member's daemon (or the
+//!   status) stops counting the node. Heal from the deletion, once a new daemon
 //!   serves the node.
 //! - imex-crash: detect, the node's daemon started a new IMEX daemon; heal from the
 //!   kill.
@@ -15,13 +18,22 @@
 //!   the deletion, once the replacement pod serves on the node.
 //! - controller-restart: detect, a new controller runs; heal from the deletion, once a
 //!   new controller holds the Lease.
+//! - upgrade: the node DaemonSet's rolling update (or, with `--local-daemons`, each
+//!   daemon stopped and started in turn, the next once the last is ready): nothing to
+//!   detect; every node kept throughout as in daemon-delete; heal from the rollout's
+//!   end.
+//!
+//! With `--local-daemons` the jobs' imports are held through each node's imex-sim
+//! ([`super::imports`]) and counted per kind (IMPORTS); only imex-crash may break one.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::report::{CrashRecord, FaultRecord, KindReport, ViolationRecord, write_outcomes};
+use crate::report::{
+    CrashRecord, FaultRecord, ImportsReport, KindReport, ViolationRecord, write_outcomes,
+};
 use crate::schedule::{FaultKind, Schedule};
 
 #[derive(Debug, Clone, Serialize)]
@@ -45,6 +57,9 @@ pub struct ClusterReport {
     pub crashes: Vec<CrashRecord>,
     /// The domain's events over the run, by reason.
     pub events: BTreeMap<String, u32>,
+    /// The workload stand-in's imports, where the access held them (`--local-daemons`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub imports: Option<ImportsReport>,
     /// Whether everything the run made was deleted, and what was left otherwise.
     pub cleanup: String,
     pub schedule: Schedule,
@@ -83,6 +98,20 @@ impl ClusterReport {
                 .map(|(reason, count)| format!("{reason} {count}"))
                 .collect();
             let _ = writeln!(out, "domain events: {}", events.join(", "));
+        }
+        match &self.imports {
+            Some(imports) => {
+                let (allowed, violating) = imports.counts();
+                let _ = writeln!(
+                    out,
+                    "imports: {} taken, {} checked, {} held at the end; broken: {allowed} by \
+                     faults that may break them, {violating} otherwise",
+                    imports.taken, imports.checked, imports.held_at_end
+                );
+            }
+            None => {
+                let _ = writeln!(out, "imports: not held (the access cannot)");
+            }
         }
         let _ = writeln!(out, "clean-up: {}", self.cleanup);
         if self.interrupted {
