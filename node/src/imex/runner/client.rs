@@ -251,3 +251,42 @@ impl ImexKeeper for RunnerClient {
         Ok(RunnerClient::wait(self, config, instance, limit).await?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The adapter reports a runner's daemon ended when the runner is gone or has
+    /// forgotten the instance, and asks again after any other failure.
+    #[test]
+    fn a_runner_gone_or_without_the_instance_has_none_of_ours_any_other_error_is_retried() {
+        let unreachable = RunnerError::Unreachable {
+            socket: "/run/r.sock".into(),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        let unknown = RunnerError::Refused {
+            status: 404,
+            message: "no instance 3".into(),
+        };
+        for gone in [unreachable, unknown] {
+            let text = gone.to_string();
+            let error = KeeperError::from(gone);
+            assert!(error.is_gone(), "{error}");
+            assert_eq!(error.to_string(), text);
+        }
+        let retried = [
+            RunnerError::Refused {
+                status: 409,
+                message: "runs".into(),
+            },
+            RunnerError::Timeout {
+                socket: "/run/r.sock".into(),
+                limit: Duration::from_secs(1),
+            },
+            RunnerError::Protocol("bad JSON".into()),
+        ];
+        for error in retried {
+            assert!(!KeeperError::from(error).is_gone());
+        }
+    }
+}
