@@ -84,10 +84,11 @@ pub const IMEX_RELOADS_DEFERRED: &str = "domaind_imex_reloads_deferred_total";
 /// `domaind_imex_tls_rotations_total{outcome}`: rotated credentials written for IMEX
 /// (`written`, then a reload) or not (`failed`, retried every [`CREDENTIALS_RETRY`]).
 pub const IMEX_TLS_ROTATIONS: &str = "domaind_imex_tls_rotations_total";
-/// `domaind_imex_adoptions_total{outcome}`: a kept instance (the runner's, the host
-/// unit's) found on our config at start, `adopted` (it serves the config we would write), `kept` (it serves another,
-/// but prepared claims use it: [`Imex::claims_in_use`]) or `replaced` (another, and no
-/// claim uses it).
+/// `domaind_imex_adoptions_total{outcome}`: an instance outside this process (the
+/// runner's, the host unit's) found on our config at start, `adopted` (it serves the
+/// config we would write), `kept` (it serves another, or nothing says what, but
+/// prepared claims use it: [`Imex::claims_in_use`]) or `replaced` (and no claim uses
+/// it).
 pub const IMEX_ADOPTIONS: &str = "domaind_imex_adoptions_total";
 
 /// How long one wait on the keeper for a daemon's end lasts before it is asked again.
