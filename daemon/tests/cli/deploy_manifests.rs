@@ -306,6 +306,59 @@ fn the_shared_name_value_reaches_the_daemon_and_the_init_containers_certificate(
     }
 }
 
+/// Host-managed IMEX (`node.imex.hostService.unit`) is off by default; on, it replaces
+/// the runner (no runner DaemonSet, no runner flag), passes the unit and the systemctl
+/// to reach it, and gives the node pod the host's PID namespace that nsenter needs.
+#[test]
+fn host_managed_imex_is_off_by_default_and_on_replaces_the_runner() {
+    let host = &values()["node"]["imex"]["hostService"];
+    assert_eq!(host["unit"], Value::String(String::new()));
+    assert!(
+        host["systemctl"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("nsenter --target 1 --mount -- ")),
+        "{host:?}"
+    );
+    let runner = read(&chart().join("templates/imex-runner.yaml"));
+    assert!(
+        runner.starts_with(
+            "{{- if and .Values.node.imex.runner.enabled (not .Values.node.imex.hostService.unit) }}"
+        ),
+        "the runner is deployed beside host-managed IMEX"
+    );
+    let daemonset = read(&chart().join("templates/daemonset.yaml"));
+    assert!(daemonset.contains("{{- $hostImex := .Values.node.imex.hostService.unit }}"));
+    assert!(
+        daemonset
+            .contains("{{- $runner := and .Values.node.imex.runner.enabled (not $hostImex) }}")
+    );
+    assert!(
+        daemonset.contains("      {{- if $hostImex }}\n")
+            && block(&daemonset, "{{- if $hostImex }}", "{{- end }}").contains("hostPID: true"),
+        "the node pod does not get hostPID with host-managed IMEX"
+    );
+    let args = block(
+        &daemonset,
+        "{{- if $hostImex }}\n            - --imex-host-service",
+        "{{- end }}",
+    );
+    for flag in [
+        "--imex-host-service=",
+        "--imex-systemctl=",
+        "--imex-hosts-file=",
+    ] {
+        assert!(args.contains(flag), "{flag}: {args}");
+    }
+    assert!(
+        args.contains("{{- else if $runner }}\n            - --imex-runner="),
+        "{args}"
+    );
+    let help = help(&["run", "--help"]);
+    for flag in ["--imex-host-service", "--imex-systemctl"] {
+        assert!(help.contains(flag), "{flag}");
+    }
+}
+
 /// The lines of `text` from the first line containing `from` up to the next line, after
 /// it, that contains `to`.
 fn block<'a>(text: &'a str, from: &str, to: &str) -> &'a str {

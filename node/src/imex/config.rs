@@ -42,6 +42,16 @@ impl Command {
     }
 }
 
+/// The host's systemd unit that runs IMEX, and how to reach its `systemctl`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostUnit {
+    /// `nvidia-imex.service`, as NVIDIA's IMEX package installs it.
+    pub unit: String,
+    /// `systemctl`, or what reaches the host's from a pod: `nsenter --target 1 --mount
+    /// -- systemctl` (with `hostPID`).
+    pub systemctl: Command,
+}
+
 /// Everything the IMEX adapter needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImexSettings {
@@ -59,6 +69,11 @@ pub struct ImexSettings {
     /// and stopped through the runner, outlives this process, and is adopted by the
     /// next one. `None`: the daemon is this process's child and dies with it.
     pub runner: Option<PathBuf>,
+    /// IMEX run by the host's systemd unit ([`super::host_service`]), which the adapter
+    /// starts, signals, stops and queries: it outlives this process as the runner's
+    /// daemon does. Exclusive with `runner` (`domaind run` refuses both; here the
+    /// runner wins).
+    pub host_service: Option<HostUnit>,
     /// Where config.cfg and nodes_config.cfg are written.
     pub config_dir: PathBuf,
     /// The hosts file IMEX resolves slot names through (DNS-names mode): `/etc/hosts`
@@ -143,6 +158,7 @@ impl ImexSettings {
             guard: None,
             daemon_env: Vec::new(),
             runner: None,
+            host_service: None,
             config_dir: config_dir.into(),
             hosts_file: PathBuf::from("/etc/hosts"),
             mode: AddressingMode::DnsNames,

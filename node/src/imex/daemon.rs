@@ -30,17 +30,20 @@
 //!   When they rotate the files are rewritten and IMEX is told with SIGUSR1, the
 //!   signal it reloads its SSL credentials on (through the usual coalescing): no
 //!   restart, so its peers' imports survive a rotation.
-//! - Without a runner the daemon dies with this process, even on SIGKILL: it is
+//! - Without a keeper the daemon dies with this process, even on SIGKILL: it is
 //!   started through the guard ([`super::guard`]), which sets a parent-death signal and
 //!   execs it, forked from a thread of the adapter's own ([`super::spawner`]), in a
 //!   process group of its own. `start` first stops any daemon on our config that is
 //!   not our child, and a daemon of ours holding IMEX's port ([`super::leftover`]).
-//! - With a runner ([`ImexSettings::runner`], [`super::runner`]) the runner starts,
-//!   signals and stops the daemon, which outlives this process. `start` first looks
-//!   for an instance on our config: one that serves the config files we would write
-//!   (their contents, recorded at its start) is adopted, the same process and the same
-//!   instance, with a reload if the hosts block changed meanwhile; one that serves
-//!   others is stopped and replaced. Dropping the adapter leaves the daemon running.
+//! - With a keeper ([`super::keeper`]): the IMEX runner ([`ImexSettings::runner`],
+//!   [`super::runner`]) or the host's systemd unit ([`ImexSettings::host_service`],
+//!   [`super::host_service`]), the keeper starts, signals and stops the daemon, which
+//!   outlives this process. `start` first looks for an instance on our config: one
+//!   that serves the config files we would write (their contents, recorded at its
+//!   start) is adopted, the same process and the same instance, with a reload if the
+//!   hosts block changed meanwhile; one that serves others (or of which nothing was
+//!   recorded) is kept while prepared claims use it, else stopped and replaced.
+//!   Dropping the adapter leaves the daemon running.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -67,6 +70,8 @@ use super::config::{
     AddressingMode, ImexSettings, TLS_CA_FILE, TLS_CERT_FILE, TLS_FILE_MODE, TLS_KEY_FILE,
     render_config,
 };
+use super::host_service::HostService;
+use super::keeper::ImexKeeper;
 use super::output::OutputTail;
 use super::runner::{Instance, RunnerClient, RunnerSignal, StartRequest};
 use super::spawner::Spawner;
@@ -79,15 +84,16 @@ pub const IMEX_RELOADS_DEFERRED: &str = "domaind_imex_reloads_deferred_total";
 /// `domaind_imex_tls_rotations_total{outcome}`: rotated credentials written for IMEX
 /// (`written`, then a reload) or not (`failed`, retried every [`CREDENTIALS_RETRY`]).
 pub const IMEX_TLS_ROTATIONS: &str = "domaind_imex_tls_rotations_total";
-/// `domaind_imex_adoptions_total{outcome}`: a runner's instance found on our config at
-/// start, `adopted` (it serves the config we would write), `kept` (it serves another,
-/// but prepared claims use it: [`Imex::claims_in_use`]) or `replaced` (another, and no
-/// claim uses it).
+/// `domaind_imex_adoptions_total{outcome}`: an instance outside this process (the
+/// runner's, the host unit's) found on our config at start, `adopted` (it serves the
+/// config we would write), `kept` (it serves another, or nothing says what, but
+/// prepared claims use it: [`Imex::claims_in_use`]) or `replaced` (and no claim uses
+/// it).
 pub const IMEX_ADOPTIONS: &str = "domaind_imex_adoptions_total";
 
-/// How long one wait on the runner for a daemon's end lasts before it is asked again.
+/// How long one wait on the keeper for a daemon's end lasts before it is asked again.
 const RUNNER_WAIT: Duration = Duration::from_secs(30);
-/// How soon a runner that could not be reached is asked again.
+/// How soon a keeper that gave no answer is asked again.
 const RUNNER_RETRY: Duration = Duration::from_secs(1);
 
 /// How soon rotated credentials that could not be written are tried again.
@@ -116,8 +122,8 @@ struct Inner {
     spawner: Spawner,
     /// What IMEX's TLS files are written from, when `settings.tls`.
     credentials: Option<Credentials>,
-    /// Where the daemon runs when it must outlive us.
-    runner: Option<RunnerClient>,
+    /// Who keeps the daemon when it must outlive us.
+    keeper: Option<Arc<dyn ImexKeeper>>,
     /// As the domain last said before a start ([`Imex::claims_in_use`]).
     claims_in_use: std::sync::atomic::AtomicBool,
 }
@@ -145,7 +151,7 @@ struct State {
     /// The running daemon serves another config and was kept for the claims using it:
     /// why (reported in every status until it stops).
     kept: Option<String>,
-    /// The running daemon was adopted from the runner, not started by this adapter.
+    /// The running daemon was adopted from its keeper, not started by this adapter.
     adopted: bool,
 }
 
@@ -165,7 +171,7 @@ impl Exit {
     async fn describe(self) -> String {
         let lines = match self.output {
             Some(output) => output.last_lines(LAST_WORDS_WAIT).await,
-            // The runner's daemon: its last words are in its status already.
+            // A kept daemon: its last words are in its status already.
             None => return format!("exited ({})", self.status),
         };
         if lines.is_empty() {
@@ -216,6 +222,19 @@ fn write_secret(dir: &Path, name: &str, contents: &[u8]) -> std::io::Result<bool
     Ok(true)
 }
 
+/// Who keeps the daemon outside this process, if anyone: the runner, else the host's
+/// unit (`domaind run` lets only one be asked for).
+fn keeper(settings: &ImexSettings) -> Option<Arc<dyn ImexKeeper>> {
+    if let Some(socket) = &settings.runner {
+        if settings.host_service.is_some() {
+            warn!(runner = %socket.display(), "both an IMEX runner and a host unit are configured: the runner keeps IMEX");
+        }
+        return Some(Arc::new(RunnerClient::new(socket.clone())));
+    }
+    let unit = settings.host_service.clone()?;
+    Some(Arc::new(HostService::new(unit, settings.config_path())))
+}
+
 impl ImexDaemon {
     pub fn new(settings: ImexSettings) -> Self {
         Self::build(settings, None)
@@ -243,7 +262,7 @@ impl ImexDaemon {
                 exits: Arc::default(),
                 spawner: Spawner::new(),
                 credentials,
-                runner: settings.runner.clone().map(RunnerClient::new),
+                keeper: keeper(&settings),
                 claims_in_use: Default::default(),
                 settings,
             }),
@@ -387,7 +406,7 @@ impl Inner {
         )
     }
 
-    /// What a daemon started now serves, for the runner to keep and a later adapter to
+    /// What a daemon started now serves, for the keeper to record and a later adapter to
     /// compare: config.cfg as we write it. The peers (the nodes config and, in DNS-names
     /// mode, the hosts block) are not part of it: a restarted node knows few of them at
     /// first, and an adopted daemon keeps those it serves for a while
@@ -417,7 +436,7 @@ impl Inner {
         let s = &self.settings;
         self.ensure_listenable(s.server_port, "SERVER_PORT").await?;
         self.ensure_listenable(s.cmd_port, "IMEX_CMD_PORT").await?;
-        if let Some(runner) = &self.runner {
+        if let Some(keeper) = &self.keeper {
             let request = StartRequest {
                 config: s.config_path(),
                 program: s.daemon.program.clone(),
@@ -425,17 +444,18 @@ impl Inner {
                 env: s.daemon_env.clone(),
                 served: self.served(),
             };
-            let instance = runner.start(&request).await.map_err(|e| {
+            let instance = keeper.start(&request).await.map_err(|e| {
                 PortError(format!(
-                    "cannot start the IMEX daemon {} through the runner: {e}",
-                    s.daemon.program.display()
+                    "cannot start the IMEX daemon {} through {}: {e}",
+                    s.daemon.program.display(),
+                    keeper.describe()
                 ))
             })?;
             metrics::counter!(IMEX_STARTS).increment(1);
-            info!(pid = instance.pid, instance = instance.instance, program = %s.daemon.program.display(), runner = %runner.socket().display(), "IMEX daemon started by the runner");
+            info!(pid = instance.pid, instance = instance.instance, program = %instance.program.display(), keeper = %keeper.describe(), "IMEX daemon started outside this process");
             self.took(
                 state,
-                follow_runner(runner.clone(), &instance, self.exits.clone()),
+                follow_keeper(keeper.clone(), &instance, self.exits.clone()),
                 None,
             );
             return Ok(());
@@ -458,7 +478,7 @@ impl Inner {
         Ok(())
     }
 
-    /// A daemon is ours from now on: started, or adopted from the runner.
+    /// A daemon is ours from now on: started, or adopted from its keeper.
     fn took(&self, state: &mut State, child: Running, output: Option<OutputTail>) {
         state.child = Some(child);
         state.output = output;
@@ -472,17 +492,18 @@ impl Inner {
         state.adopted = false;
     }
 
-    /// At start with a runner: adopts its instance on our config when that serves
-    /// `served`, stops it when it serves something else. Whether one was adopted.
+    /// At start with a keeper: adopts its instance on our config when that serves
+    /// `served`, keeps it while claims use it when it serves something else (or nothing
+    /// recorded), stops it otherwise. Whether one was adopted or kept.
     async fn adopt(&self, state: &mut State) -> Result<bool, PortError> {
-        let Some(runner) = &self.runner else {
+        let Some(keeper) = &self.keeper else {
             return Ok(false);
         };
         let config = self.settings.config_path();
-        let instances = runner
+        let instances = keeper
             .instances()
             .await
-            .map_err(|e| port_error("cannot ask the IMEX runner what runs", e))?;
+            .map_err(|e| port_error(&format!("cannot ask {} what runs", keeper.describe()), e))?;
         let Some(found) = instances
             .into_iter()
             .find(|i| i.config == config && i.ended.is_none())
@@ -493,19 +514,32 @@ impl Inner {
             .claims_in_use
             .load(std::sync::atomic::Ordering::Relaxed);
         if found.served != self.served() && in_use {
-            let reason = format!(
-                "instance {} (pid {:?}) was started with another config.cfg than this release writes",
-                found.instance, found.pid
-            );
+            let reason = if found.served.is_empty() {
+                // The host's unit, started by someone else (at boot, by hand, by
+                // systemd's own restart): what it serves is unknown.
+                format!(
+                    "instance {} (pid {:?}) of {} was not started by domaind: what config it serves is unknown",
+                    found.instance,
+                    found.pid,
+                    keeper.describe()
+                )
+            } else {
+                format!(
+                    "instance {} (pid {:?}) was started with another config.cfg than this release writes",
+                    found.instance, found.pid
+                )
+            };
             metrics::counter!(IMEX_ADOPTIONS, "outcome" => "kept").increment(1);
             warn!(
                 pid = found.pid,
                 instance = found.instance,
-                "the runner's IMEX daemon serves another config than this node's, but prepared claims use it: kept, not replaced"
+                keeper = %keeper.describe(),
+                %reason,
+                "the running IMEX daemon does not serve this node's config, but prepared claims use it: kept, not replaced"
             );
             self.took(
                 state,
-                follow_runner(runner.clone(), &found, self.exits.clone()),
+                follow_keeper(keeper.clone(), &found, self.exits.clone()),
                 None,
             );
             state.kept = Some(reason);
@@ -520,11 +554,12 @@ impl Inner {
             info!(
                 pid = found.pid,
                 instance = found.instance,
-                "IMEX daemon adopted from the runner: it serves the config this node has"
+                keeper = %keeper.describe(),
+                "IMEX daemon adopted: it serves the config this node has"
             );
             self.took(
                 state,
-                follow_runner(runner.clone(), &found, self.exits.clone()),
+                follow_keeper(keeper.clone(), &found, self.exits.clone()),
                 None,
             );
             state.hold_until = Some(Instant::now() + self.settings.adoption_hold);
@@ -538,12 +573,18 @@ impl Inner {
         warn!(
             pid = found.pid,
             instance = found.instance,
-            "the runner's IMEX daemon serves another config than this node's: replacing it"
+            keeper = %keeper.describe(),
+            "the running IMEX daemon does not serve this node's config (or nothing says what it serves): replacing it"
         );
-        runner
+        keeper
             .stop(&config, found.instance, self.settings.stop_timeout)
             .await
-            .map_err(|e| port_error("cannot stop the runner's IMEX daemon", e))?;
+            .map_err(|e| {
+                port_error(
+                    &format!("cannot stop the IMEX daemon of {}", keeper.describe()),
+                    e,
+                )
+            })?;
         Ok(false)
     }
 
@@ -660,16 +701,16 @@ impl Inner {
     }
 }
 
-/// The handle of a daemon the runner keeps: a task waits on the runner for its end and
+/// The handle of a daemon a keeper keeps: a task waits on the keeper for its end and
 /// carries asks over as signals. Dropping the handle leaves the daemon running: it
 /// outlives us by design.
-fn follow_runner(runner: RunnerClient, instance: &Instance, exits: Arc<Notify>) -> Running {
+fn follow_keeper(keeper: Arc<dyn ImexKeeper>, instance: &Instance, exits: Arc<Notify>) -> Running {
     let (running, ended_tx, mut asks) = Running::owned_elsewhere(instance.pid);
     let (config, id) = (instance.config.clone(), instance.instance);
     tokio::spawn(async move {
         let ended = loop {
             tokio::select! {
-                seen = runner.wait(&config, id, RUNNER_WAIT) => match seen {
+                seen = keeper.wait(&config, id, RUNNER_WAIT) => match seen {
                     Ok(seen) => if let Some(ended) = seen.ended {
                         break if seen.last_output.is_empty() {
                             ended
@@ -677,13 +718,14 @@ fn follow_runner(runner: RunnerClient, instance: &Instance, exits: Arc<Notify>) 
                             format!("{ended}; last output: {}", seen.last_output.join(" | "))
                         };
                     },
-                    // Its daemons die with the runner: one that is gone, or that
-                    // no longer knows the instance, has none of ours.
-                    Err(error) if error.is_unknown_instance() || error.is_unreachable() => {
-                        break format!("gone with its runner: {error}");
+                    // A runner's daemons die with it: one that is gone, or that no
+                    // longer knows the instance, has none of ours; a unit whose main
+                    // process is another has none either.
+                    Err(error) if error.is_gone() => {
+                        break format!("gone with its keeper: {error}");
                     }
                     Err(error) => {
-                        warn!(%error, retry_in = ?RUNNER_RETRY, "cannot follow the IMEX daemon through its runner");
+                        warn!(%error, keeper = %keeper.describe(), retry_in = ?RUNNER_RETRY, "cannot follow the IMEX daemon through its keeper");
                         tokio::time::sleep(RUNNER_RETRY).await;
                     }
                 },
@@ -692,14 +734,14 @@ fn follow_runner(runner: RunnerClient, instance: &Instance, exits: Arc<Notify>) 
                         Some(Ask::Signal(Signal::SIGUSR1)) => RunnerSignal::Usr1,
                         Some(Ask::Signal(Signal::SIGTERM)) => RunnerSignal::Term,
                         Some(Ask::Signal(other)) => {
-                            warn!(signal = %other, "not a signal the runner sends; ignored");
+                            warn!(signal = %other, "not a signal a keeper sends; ignored");
                             continue;
                         }
                         Some(Ask::Kill) => RunnerSignal::Kill,
                         None => return,
                     };
-                    if let Err(error) = runner.signal(&config, id, signal).await {
-                        warn!(%error, ?signal, "the runner could not signal the IMEX daemon");
+                    if let Err(error) = keeper.signal(&config, id, signal).await {
+                        warn!(%error, ?signal, keeper = %keeper.describe(), "the IMEX daemon's keeper could not signal it");
                     }
                 }
             }
@@ -842,7 +884,7 @@ impl Imex for ImexDaemon {
             // Asked to start while running: a stale daemon (hung, or from before a
             // restart of ours). Replace it.
             inner.stop_child(&mut state).await;
-        } else if inner.runner.is_none() {
+        } else if inner.keeper.is_none() {
             let settings = &inner.settings;
             leftover::stop(&settings.config_path(), settings.stop_timeout).await;
         } else if inner.adopt(&mut state).await? {
@@ -985,7 +1027,7 @@ impl Imex for ImexDaemon {
     }
 
     fn outlives_node_daemon(&self) -> bool {
-        self.inner.runner.is_some()
+        self.inner.keeper.is_some()
     }
 
     fn claims_in_use(&self, in_use: bool) {

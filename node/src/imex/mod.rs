@@ -1,11 +1,14 @@
-//! The node's IMEX daemon: its files, the adapter that runs it, and `imex-sim`.
+//! The node's IMEX daemon: its files, the adapter that runs it (itself, or through a
+//! keeper that outlives it: the runner or the host's systemd unit), and `imex-sim`.
 
 pub mod child;
 pub mod config;
 pub mod daemon;
 pub mod guard;
 pub mod holders;
+pub mod host_service;
 pub mod hosts;
+pub mod keeper;
 pub mod leftover;
 pub mod listen_check;
 pub mod output;
@@ -17,5 +20,5 @@ pub mod sim_imports;
 pub mod sim_tls;
 pub(crate) mod spawner;
 
-pub use config::{AddressingMode, Command, ImexSettings};
+pub use config::{AddressingMode, Command, HostUnit, ImexSettings};
 pub use daemon::ImexDaemon;

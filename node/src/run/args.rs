@@ -13,6 +13,7 @@ use domaind_kube_api::args::{HttpArgs, KubeArgs, NodeHttp};
 use super::seeds::SeedDiscovery;
 use crate::cdi::DEFAULT_CDI_DIR;
 use crate::certs::ImexNames;
+use crate::imex::{Command, HostUnit};
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -213,9 +214,33 @@ pub struct RunArgs {
     /// The socket of the IMEX runner (`domaind imex-runner`) that keeps this node's IMEX
     /// daemon: IMEX then outlives this process, a restart of it (a crash, an upgrade)
     /// adopts the running daemon, and a stop is not a departure from the node's
-    /// domains. Unset: IMEX is this process's child and dies with it.
-    #[arg(long, env = "DOMAIND_IMEX_RUNNER")]
+    /// domains. Unset (and no --imex-host-service): IMEX is this process's child and
+    /// dies with it.
+    #[arg(
+        long,
+        env = "DOMAIND_IMEX_RUNNER",
+        conflicts_with = "imex_host_service"
+    )]
     pub imex_runner: Option<PathBuf>,
+
+    /// The host's systemd unit that runs IMEX (NVIDIA's `nvidia-imex.service`, with a
+    /// drop-in that runs it in the foreground on this node's config: docs/OPERATIONS.md,
+    /// "Host-managed IMEX"). This process writes IMEX's config and starts, reloads,
+    /// stops and follows the unit through --imex-systemctl; IMEX outlives it, and a
+    /// restart of it adopts the running daemon, as with --imex-runner.
+    #[arg(long, env = "DOMAIND_IMEX_HOST_SERVICE", value_name = "UNIT")]
+    pub imex_host_service: Option<String>,
+
+    /// How to run the host's systemctl, for --imex-host-service: a command and its
+    /// leading arguments, split at whitespace. In a pod: `nsenter --target 1 --mount --
+    /// systemctl` (with hostPID).
+    #[arg(
+        long,
+        env = "DOMAIND_IMEX_SYSTEMCTL",
+        default_value = "systemctl",
+        value_name = "CMD"
+    )]
+    pub imex_systemctl: String,
 
     /// Where IMEX's config.cfg and nodes_config.cfg are written; <state-dir>/imex if unset.
     #[arg(long, env = "DOMAIND_IMEX_CONFIG_DIR")]
@@ -318,6 +343,24 @@ pub struct RunArgs {
 
 /// `--imex-poll-steady`: from 10 ms (below that the status tool's own start-up is
 /// the poll) to 60 s (past that a lost link waits on it more than on its grace).
+impl RunArgs {
+    /// The host's IMEX unit and how to reach its systemctl (--imex-host-service,
+    /// --imex-systemctl), when IMEX is host-managed.
+    pub fn imex_host_unit(&self) -> anyhow::Result<Option<HostUnit>> {
+        let Some(unit) = self.imex_host_service.clone() else {
+            return Ok(None);
+        };
+        let mut words = self.imex_systemctl.split_whitespace();
+        let program = words
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("--imex-systemctl names no command"))?;
+        Ok(Some(HostUnit {
+            unit,
+            systemctl: words.fold(Command::new(program), Command::arg),
+        }))
+    }
+}
+
 fn parse_poll_steady(text: &str) -> Result<Duration, String> {
     let value = humantime::parse_duration(text).map_err(|e| e.to_string())?;
     if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&value) {
@@ -498,6 +541,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(bad.contains("expected IP:PORT or `off`"), "{bad}");
+    }
+
+    #[test]
+    fn imex_is_kept_by_the_runner_or_the_host_unit_never_both() {
+        let host = parse(&[
+            "--imex-host-service",
+            "nvidia-imex.service",
+            "--imex-systemctl",
+            "nsenter --target 1 --mount -- systemctl",
+        ])
+        .unwrap();
+        let unit = host.imex_host_unit().unwrap().unwrap();
+        assert_eq!(unit.unit, "nvidia-imex.service");
+        assert_eq!(unit.systemctl.program, PathBuf::from("nsenter"));
+        assert_eq!(
+            unit.systemctl.args,
+            ["--target", "1", "--mount", "--", "systemctl"]
+        );
+        assert_eq!(parse(&[]).unwrap().imex_host_unit().unwrap(), None);
+        let blank = parse(&["--imex-host-service", "u", "--imex-systemctl", " "]).unwrap();
+        assert!(blank.imex_host_unit().is_err());
+        let both = parse(&[
+            "--imex-host-service",
+            "nvidia-imex.service",
+            "--imex-runner",
+            "/run/runner.sock",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            both.contains("--imex-host-service") && both.contains("--imex-runner"),
+            "{both}"
+        );
     }
 
     #[test]

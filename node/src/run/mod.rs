@@ -529,6 +529,7 @@ fn imex_settings(args: &RunArgs, gossip_cert: &Path) -> anyhow::Result<ImexSetti
             .arg(crate::imex::guard::SUBCOMMAND),
     );
     settings.runner = args.imex_runner.clone();
+    settings.host_service = args.imex_host_unit()?;
     settings.server_port = args.imex_port;
     settings.cmd_port = args.imex_cmd_port;
     settings.max_slots = args.max_slots;

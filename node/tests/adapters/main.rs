@@ -4,6 +4,7 @@
 
 mod cdi_schema;
 mod gpu_inventory;
+mod imex_host_service;
 mod imex_runner;
 mod imex_sim;
 mod imex_supervisor;

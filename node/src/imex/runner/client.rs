@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::TokioIo;
@@ -11,6 +12,7 @@ use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
 
 use super::{Instance, RunnerSignal, SignalRequest, StartRequest, StopRequest, WaitRequest};
+use crate::imex::keeper::{ImexKeeper, KeeperError};
 
 /// How long a request other than a wait or a stop may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -194,4 +196,97 @@ impl RunnerClient {
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl From<RunnerError> for KeeperError {
+    /// A runner that cannot be reached has no daemon of ours left (they die with it),
+    /// and one that no longer knows the instance has not got it either.
+    fn from(error: RunnerError) -> Self {
+        if error.is_unreachable() || error.is_unknown_instance() {
+            Self::Gone(error.to_string())
+        } else {
+            Self::Failed(error.to_string())
+        }
+    }
+}
+
+#[async_trait]
+impl ImexKeeper for RunnerClient {
+    fn describe(&self) -> String {
+        format!("the IMEX runner at {}", self.socket.display())
+    }
+
+    async fn instances(&self) -> Result<Vec<Instance>, KeeperError> {
+        Ok(RunnerClient::instances(self).await?)
+    }
+
+    async fn start(&self, request: &StartRequest) -> Result<Instance, KeeperError> {
+        Ok(RunnerClient::start(self, request).await?)
+    }
+
+    async fn signal(
+        &self,
+        config: &Path,
+        instance: u64,
+        signal: RunnerSignal,
+    ) -> Result<(), KeeperError> {
+        Ok(RunnerClient::signal(self, config, instance, signal).await?)
+    }
+
+    async fn stop(
+        &self,
+        config: &Path,
+        instance: u64,
+        limit: Duration,
+    ) -> Result<Instance, KeeperError> {
+        Ok(RunnerClient::stop(self, config, instance, limit).await?)
+    }
+
+    async fn wait(
+        &self,
+        config: &Path,
+        instance: u64,
+        limit: Duration,
+    ) -> Result<Instance, KeeperError> {
+        Ok(RunnerClient::wait(self, config, instance, limit).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The adapter reports a runner's daemon ended when the runner is gone or has
+    /// forgotten the instance, and asks again after any other failure.
+    #[test]
+    fn a_runner_gone_or_without_the_instance_has_none_of_ours_any_other_error_is_retried() {
+        let unreachable = RunnerError::Unreachable {
+            socket: "/run/r.sock".into(),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        let unknown = RunnerError::Refused {
+            status: 404,
+            message: "no instance 3".into(),
+        };
+        for gone in [unreachable, unknown] {
+            let text = gone.to_string();
+            let error = KeeperError::from(gone);
+            assert!(error.is_gone(), "{error}");
+            assert_eq!(error.to_string(), text);
+        }
+        let retried = [
+            RunnerError::Refused {
+                status: 409,
+                message: "runs".into(),
+            },
+            RunnerError::Timeout {
+                socket: "/run/r.sock".into(),
+                limit: Duration::from_secs(1),
+            },
+            RunnerError::Protocol("bad JSON".into()),
+        ];
+        for error in retried {
+            assert!(!KeeperError::from(error).is_gone());
+        }
+    }
 }
