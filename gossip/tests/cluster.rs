@@ -211,3 +211,57 @@ async fn an_ended_gossip_task_is_reported_and_a_stop_is_not() {
     // (stop waited for it), so one poll of `ended` sees all there is to see.
     assert!(futures::poll!(Box::pin(ended)).is_pending());
 }
+
+/// A node that could not reach a peer backs off its link to it; once that peer speaks
+/// to it, the link is tried again at once, so that its answers and its news reach the
+/// peer now, not when the backoff or the next anti-entropy round says. (Issue 29: a
+/// node started first backed off from every later one, its answers to their exchanges
+/// were dropped, and the domain formed only at the next round, 10 s on.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_heard_from_is_dialled_at_once_whatever_the_backoff_said() {
+    let pki = Pki::new();
+    // Neither a retry nor a round can carry anything within the test's limit.
+    let slow = Duration::from_secs(120);
+    let limits = TransportLimits {
+        reconnect_backoff_min: slow,
+        reconnect_backoff_max: slow,
+        ..TransportLimits::default()
+    };
+    let timing = domaind_gossip::GossipTiming {
+        gossip_interval: slow,
+        ..domaind_gossip::GossipTiming::default()
+    };
+    // node-b's address, held by a stand-in that takes node-a's first dial and hangs up:
+    // node-a's link to node-b fails once and backs off.
+    let stand_in = tokio::net::TcpListener::bind(any_port(63)).await.unwrap();
+    let b_addr = stand_in.local_addr().unwrap();
+    let mut config = GossipConfig::new(name("node-a"), any_port(64), cluster_id_for_clique("c.1"));
+    config.seeds = vec![b_addr.to_string()];
+    config.timing = timing.clone();
+    let a = GossipNode::start_tls(config, pki.node_tls("node-a"), limits.clone())
+        .await
+        .unwrap();
+    let (dial, _) = within(LIMIT, "node-a's first dial", stand_in.accept())
+        .await
+        .unwrap();
+    drop(dial);
+    drop(stand_in);
+    a.set("domain/cd-1", "slot=0").await;
+
+    let mut config = GossipConfig::new(name("node-b"), b_addr, cluster_id_for_clique("c.1"));
+    config.seeds = vec![a.gossip_addr().to_string()];
+    config.timing = timing;
+    let b = GossipNode::start_tls(config, pki.node_tls("node-b"), limits)
+        .await
+        .unwrap();
+    common::wait_until(
+        Duration::from_secs(10),
+        "node-b to hear node-a's key through its own exchange with node-a",
+        || {
+            b.live_nodes()
+                .get("node-a")
+                .is_some_and(|m| m.keys.contains_key("domain/cd-1"))
+        },
+    )
+    .await;
+}

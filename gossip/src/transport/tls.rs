@@ -173,6 +173,7 @@ impl Transport for TlsTransport {
             pulses: self.pulses_in.clone(),
             wire: self.wire,
             newer: NewerVersions::default(),
+            heard: Mutex::new(HashMap::new()),
         });
         let _ = self.opened.set(Arc::downgrade(&shared));
         info!(node = %self.tls.node(), listen = %local, advertise = %advertise, "gossip listening (mutual TLS)");
@@ -211,9 +212,33 @@ struct Shared {
     wire: WireVersion,
     /// Peers met speaking a newer frame version.
     newer: NewerVersions,
+    /// When each peer (by advertised address) last spoke to us: a peer we backed off
+    /// from that speaks is up, and our link to it is tried again at once.
+    heard: Mutex<HashMap<SocketAddr, Instant>>,
 }
 
 impl Shared {
+    fn heard_from(&self, peer: SocketAddr) {
+        let now = Instant::now();
+        let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
+        // Only news younger than the longest backoff matters: addresses of peers gone
+        // for good (restarted elsewhere) are forgotten rather than kept for ever.
+        if heard.len() >= HEARD_PRUNE_AT {
+            let horizon = self.limits.reconnect_backoff_max;
+            heard.retain(|_, at| now.saturating_duration_since(*at) < horizon);
+        }
+        heard.insert(peer, now);
+    }
+
+    /// Whether `peer` spoke to us after `since`.
+    fn heard_since(&self, peer: SocketAddr, since: Instant) -> bool {
+        self.heard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&peer)
+            .is_some_and(|at| *at > since)
+    }
+
     /// Queues a frame for `to`, starting its writer if there is none; never waits.
     fn enqueue(self: &Arc<Self>, to: SocketAddr, body: Bytes) {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
@@ -463,16 +488,20 @@ async fn serve_connection(
         }
         match accepted.map(|(_, accepted)| accepted) {
             Ok(Accepted::Skipped) => {}
-            Ok(Accepted::Chitchat(inbound_message)) => match inbound.try_send(inbound_message) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    metrics::frame_dropped("inbound_queue_full")
+            Ok(Accepted::Chitchat(inbound_message)) => {
+                shared.heard_from(inbound_message.0);
+                match inbound.try_send(inbound_message) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        metrics::frame_dropped("inbound_queue_full")
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => return,
                 }
-                Err(mpsc::error::TrySendError::Closed(_)) => return,
-            },
+            }
             // A closed pulse inbox means pulses stopped, not that the connection
             // should: chitchat may still be talking.
             Ok(Accepted::Pulse(from, pulse)) => {
+                shared.heard_from(from);
                 if let Err(mpsc::error::TrySendError::Full(_)) =
                     shared.pulses.try_send((from, pulse))
                 {
@@ -609,12 +638,16 @@ type TlsWriter = FramedWrite<
     tokio_util::codec::LengthDelimitedCodec,
 >;
 
-/// Drains one peer's queue into one connection, (re)connecting on demand.
+/// Drains one peer's queue into one connection, (re)connecting on demand. After a
+/// failed connect, frames are dropped until the backoff's next attempt, or until the
+/// peer speaks to us: it is up, and what we would drop may be our answers to its
+/// exchanges (dropped, the two would learn each other's news only at the next round).
 async fn write_to_peer(peer: SocketAddr, mut queue: mpsc::Receiver<Bytes>, shared: Arc<Shared>) {
     let limits = &shared.limits;
     let mut connection: Option<TlsWriter> = None;
     let mut backoff = Backoff::new(limits.reconnect_backoff_min, limits.reconnect_backoff_max);
-    let mut next_attempt: Option<Instant> = None;
+    // The last failed connect, and when the backoff allows the next.
+    let mut failed: Option<(Instant, Instant)> = None;
     loop {
         let body = match timeout(limits.outbound_idle_timeout, queue.recv()).await {
             Ok(Some(body)) => body,
@@ -628,7 +661,10 @@ async fn write_to_peer(peer: SocketAddr, mut queue: mpsc::Receiver<Bytes>, share
             }
         };
         if connection.is_none() {
-            if next_attempt.is_some_and(|at| Instant::now() < at) {
+            if let Some((at, next)) = failed
+                && Instant::now() < next
+                && !shared.heard_since(peer, at)
+            {
                 metrics::frame_dropped("peer_unreachable");
                 continue;
             }
@@ -638,11 +674,11 @@ async fn write_to_peer(peer: SocketAddr, mut queue: mpsc::Receiver<Bytes>, share
                         info!(%peer, "gossip peer reachable again");
                     }
                     backoff.succeed();
-                    next_attempt = None;
+                    failed = None;
                     connection = Some(writer);
                 }
-                failed => {
-                    let error = match failed {
+                outcome => {
+                    let error = match outcome {
                         Ok(Err(error)) => error.to_string(),
                         _ => format!("timed out after {:?}", limits.connect_timeout),
                     };
@@ -654,7 +690,8 @@ async fn write_to_peer(peer: SocketAddr, mut queue: mpsc::Receiver<Bytes>, share
                     } else {
                         debug!(%peer, %error, retry_in = ?delay, "cannot connect to gossip peer");
                     }
-                    next_attempt = Some(Instant::now() + delay);
+                    let now = Instant::now();
+                    failed = Some((now, now + delay));
                     continue;
                 }
             }
@@ -665,8 +702,8 @@ async fn write_to_peer(peer: SocketAddr, mut queue: mpsc::Receiver<Bytes>, share
         let size = body.len() + 4;
         match timeout(limits.write_timeout, writer.send(body)).await {
             Ok(Ok(())) => metrics::frame_sent(size),
-            failed => {
-                let error = match failed {
+            outcome => {
+                let error = match outcome {
                     Ok(Err(error)) => error.to_string(),
                     _ => format!("timed out after {:?}", limits.write_timeout),
                 };
@@ -696,6 +733,10 @@ async fn connect(peer: SocketAddr, shared: &Shared) -> io::Result<TlsWriter> {
         frame::codec(shared.limits.max_frame_bytes),
     ))
 }
+
+/// Peers remembered as heard from before the old ones are pruned: well above an NVL72
+/// rack's 18 nodes.
+const HEARD_PRUNE_AT: usize = 256;
 
 /// Tries before a source port to avoid is taken anyway (the range is nearly full).
 const SOURCE_PORT_TRIES: usize = 8;
