@@ -251,7 +251,7 @@ pub fn spawn_controller_with(
 }
 
 /// A namespace of the test's own.
-pub async fn create_namespace(client: &Client, name: &str) {
+pub async fn create_namespace(client: &Client, name: &str) -> TestNamespace {
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -259,6 +259,64 @@ pub async fn create_namespace(client: &Client, name: &str) {
         )
         .await
         .unwrap();
+    TestNamespace {
+        name: name.to_owned(),
+    }
+}
+
+/// A test's namespace. Should the test panic, dropping this clears what it left there,
+/// so that the next run on the same cluster finds the nodes' devices free: its pods
+/// force-deleted (which releases their claims' allocations), its ComputeDomains'
+/// finalizers removed (their controller died with the test), the namespace deleted. A
+/// test that ends well deletes the namespace itself, checking the teardown on the way.
+/// `DOMAIND_E2E_KEEP=1` leaves it, as evidence.
+#[must_use = "the namespace is cleared when this guard drops during a panic"]
+#[derive(Debug)]
+pub struct TestNamespace {
+    name: String,
+}
+
+impl TestNamespace {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if !std::thread::panicking() || std::env::var("DOMAIND_E2E_KEEP").as_deref() == Ok("1") {
+            return;
+        }
+        let namespace = self.name.as_str();
+        let kubectl = |args: &[&str]| {
+            std::process::Command::new("kubectl")
+                .args(["--namespace", namespace])
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .output()
+        };
+        let _ = kubectl(&[
+            "delete",
+            "pods",
+            "--all",
+            "--force",
+            "--grace-period=0",
+            "--wait=false",
+        ]);
+        if let Ok(listed) = kubectl(&["get", "computedomains", "--output=name"]) {
+            for domain in String::from_utf8_lossy(&listed.stdout).lines() {
+                let _ = kubectl(&[
+                    "patch",
+                    domain,
+                    "--type=merge",
+                    "--patch",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ]);
+            }
+        }
+        let _ = kubectl(&["delete", "namespace", namespace, "--wait=false"]);
+        eprintln!("the test panicked: cleared and deleted namespace {namespace}");
+    }
 }
 
 /// Waits for a `NodeLost` event on the ComputeDomain `cd_uid` that names `node`.

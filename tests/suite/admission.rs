@@ -205,7 +205,7 @@ async fn a_node_daemons_token_writes_only_its_own_nodes_slices_and_its_domains_s
     // ComputeDomain status: the writer must be listed before or after its write.
     install_crd_and_device_classes(&admin).await;
     let namespace = format!("domaind-admission-{pid}");
-    create_namespace(&admin, &namespace).await;
+    let _cleared_on_panic = create_namespace(&admin, &namespace).await;
     let cds = Api::<ComputeDomain>::namespaced(admin.clone(), &namespace);
     let cd: ComputeDomain = serde_json::from_value(json!({
         "apiVersion": "resource.nvidia.com/v1beta1",

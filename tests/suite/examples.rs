@@ -141,7 +141,7 @@ async fn every_example_is_accepted_by_the_api_server_as_a_dry_run() {
     install_crd_and_device_classes(&client).await;
     install_mpijob_crd(&client).await;
     let namespace = format!("examples-{}", std::process::id());
-    create_namespace(&client, &namespace).await;
+    let _cleared_on_panic = create_namespace(&client, &namespace).await;
 
     let files = examples();
     let names: Vec<String> = files

@@ -47,7 +47,7 @@ async fn formation_on_a_real_api_server() {
         .unwrap_or(18);
     install_crd_and_device_classes(&client).await;
     let namespace = format!("domaind-formation-{}", std::process::id());
-    create_namespace(&client, &namespace).await;
+    let _cleared_on_panic = create_namespace(&client, &namespace).await;
     let cds = Api::<ComputeDomain>::namespaced(client.clone(), &namespace);
     let cd: ComputeDomain = serde_json::from_value(json!({
         "apiVersion": "resource.nvidia.com/v1beta1",

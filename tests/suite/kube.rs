@@ -57,7 +57,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     // 1. The CRD and DeviceClasses, then a namespace and a ComputeDomain.
     install_crd_and_device_classes(&client).await;
     let namespace = format!("domaind-e2e-{}", std::process::id());
-    create_namespace(&client, &namespace).await;
+    let _cleared_on_panic = create_namespace(&client, &namespace).await;
     let cds = Api::<ComputeDomain>::namespaced(client.clone(), &namespace);
     let cd: ComputeDomain = serde_json::from_value(json!({
         "apiVersion": "resource.nvidia.com/v1beta1",

@@ -443,7 +443,7 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
     }
     install_crd_and_device_classes(&client).await;
     let namespace = format!("domaind-kubelet-e2e-{}", std::process::id());
-    create_namespace(&client, &namespace).await;
+    let _cleared_on_panic = create_namespace(&client, &namespace).await;
 
     let tmp = short_temp_dir("dmkl").unwrap();
     let controller = spawn_controller(&domaind_e2e::binaries().domaind, &namespace, tmp.path());

@@ -84,7 +84,7 @@ async fn the_check_finds_what_nvidias_stack_left_and_exits_non_zero() {
     let client = Client::try_default().await.unwrap();
     install_crd_and_device_classes(&client).await;
     let ns = format!("migrate-{}", std::process::id());
-    create_namespace(&client, &ns).await;
+    let _cleared_on_panic = create_namespace(&client, &ns).await;
     let node = format!("{ns}-gb200-n01");
 
     // The pod the real claim is reserved for: the claim controller drops a reservation

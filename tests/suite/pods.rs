@@ -133,7 +133,7 @@ async fn pod_access_finds_deletes_and_restarts_the_charts_pods() {
             .unwrap();
     }
     let namespace = format!("domaind-pods-{}", std::process::id());
-    create_namespace(&client, &namespace).await;
+    let _cleared_on_panic = create_namespace(&client, &namespace).await;
     let _namespace = NamespaceGuard {
         client: client.clone(),
         name: namespace.clone(),

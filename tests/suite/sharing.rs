@@ -112,7 +112,7 @@ async fn two_sharing_domains_run_pods_on_the_same_nodes_each_with_its_own_channe
     );
     install_crd_and_device_classes(&client).await;
     let namespace = format!("domaind-share-e2e-{}", std::process::id());
-    create_namespace(&client, &namespace).await;
+    let _cleared_on_panic = create_namespace(&client, &namespace).await;
     let tmp = short_temp_dir("dmsh").unwrap();
     let controller = spawn_controller(&domaind_e2e::binaries().domaind, &namespace, tmp.path());
     let (mut rack, _tokens) = start_daemons(&client, &names, &ips, tmp.path(), "share-e2e").await;
