@@ -7,10 +7,11 @@
 //!   becomes one write, always of the newest document.
 //! - The domain turning Ready is written at once: users and Domain-policy prepares wait
 //!   for it.
-//! - A Ready domain that degrades is held for `degradation_hold` (by default
-//!   `max_delay`): a node loss shows first as IMEX links dropping, seconds before
-//!   gossip's verdict and the recovery without the node. Waiting makes the whole change
-//!   one write (or none, when the domain comes back as it was).
+//! - A Ready domain that degrades is held for `degradation_hold` (at least
+//!   `max_delay`; the daemon's is `ActorConfig::status_degradation_hold`, 5 s): a node
+//!   loss shows first as IMEX links dropping, seconds before gossip's verdict and the
+//!   recovery without the node. Waiting makes the whole change one write (or none,
+//!   when the domain comes back as it was).
 //! - A document already written is not written again: written by this writer, or, for
 //!   a writer that has written nothing yet, by a predecessor that published its digest.
 //! - Another node's write can land after ours: a former reporter's, in flight when the
