@@ -149,7 +149,14 @@ pub(crate) fn kube_state_dir() -> PathBuf {
 /// A GB200 node's four GPUs, as GPU feature discovery would advertise them: the blog's
 /// pods ask for all four.
 pub(crate) async fn advertise_gpus(client: &Client, node: &str, gpus: u32) {
-    let patch = json!({"status": {"capacity": {"nvidia.com/gpu": gpus.to_string()}}});
+    // Allocatable too: the scheduler places by allocatable, which the kubelet copies
+    // from capacity only at its next status sync (10 s); with capacity alone every pod
+    // waited for it ("Insufficient nvidia.com/gpu").
+    let gpus = gpus.to_string();
+    let patch = json!({"status": {
+        "capacity": {"nvidia.com/gpu": gpus},
+        "allocatable": {"nvidia.com/gpu": gpus},
+    }});
     Api::<Node>::all(client.clone())
         .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await

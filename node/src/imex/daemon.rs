@@ -126,6 +126,9 @@ struct Inner {
     keeper: Option<Arc<dyn ImexKeeper>>,
     /// As the domain last said before a start ([`Imex::claims_in_use`]).
     claims_in_use: std::sync::atomic::AtomicBool,
+    /// An adopted daemon still serves peers this node has not asked for (yet): its
+    /// domains are catching up ([`ImexDaemon::catching_up`]).
+    catching_up: watch::Sender<bool>,
 }
 
 #[derive(Debug, Default)]
@@ -256,21 +259,42 @@ impl ImexDaemon {
     }
 
     fn build(settings: ImexSettings, credentials: Option<Credentials>) -> Self {
-        Self {
+        let keeper = keeper(&settings);
+        // With a keeper, a daemon of ours may be running, for this node to adopt once
+        // its domains resume: caught up only once that is known.
+        let catching_up = watch::Sender::new(keeper.is_some());
+        let daemon = Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State::default()),
                 exits: Arc::default(),
                 spawner: Spawner::new(),
                 credentials,
-                keeper: keeper(&settings),
+                keeper,
                 claims_in_use: Default::default(),
+                catching_up,
                 settings,
             }),
+        };
+        if daemon.inner.keeper.is_some()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(settle_catching_up(Arc::downgrade(&daemon.inner)));
         }
+        daemon
     }
 
     pub fn settings(&self) -> &ImexSettings {
         &self.inner.settings
+    }
+
+    /// Whether an adopted daemon still serves peers this node has not asked for yet,
+    /// as of the last status query: the node is catching up with its domains after a
+    /// restart, at most for the adoption hold. `/readyz` waits on it, so that a rolling
+    /// update restarts the next node only once this one has caught up: two nodes
+    /// catching up together each wait for the other's advertisement, and the first
+    /// hold to end would drop the other from its IMEX.
+    pub fn catching_up(&self) -> watch::Receiver<bool> {
+        self.inner.catching_up.subscribe()
     }
 
     /// The daemon's process id, while it runs.
@@ -545,6 +569,8 @@ impl Inner {
             state.kept = Some(reason);
             state.adopted = true;
             state.hold_until = Some(Instant::now() + self.settings.adoption_hold);
+            // Caught up once a status query finds the node asks for all it serves.
+            self.catching_up.send_replace(true);
             state.nodes_config =
                 std::fs::read_to_string(self.settings.nodes_config_path()).unwrap_or_default();
             return Ok(true);
@@ -563,6 +589,8 @@ impl Inner {
                 None,
             );
             state.hold_until = Some(Instant::now() + self.settings.adoption_hold);
+            // Caught up once a status query finds the node asks for all it serves.
+            self.catching_up.send_replace(true);
             state.adopted = true;
             // What it was started with, not what this node knows of its peers yet.
             state.nodes_config =
@@ -752,6 +780,30 @@ fn follow_keeper(keeper: Arc<dyn ImexKeeper>, instance: &Instance, exits: Arc<No
     running
 }
 
+/// At start with a keeper: nothing to catch up with unless it runs a daemon on our
+/// config; one that no domain of this node adopts within twice the adoption hold (no
+/// domain resumed IMEX) is not this node's to catch up with either.
+async fn settle_catching_up(inner: std::sync::Weak<Inner>) {
+    let Some((keeper, config, hold)) = inner.upgrade().and_then(|i| {
+        let keeper = i.keeper.clone()?;
+        Some((keeper, i.settings.config_path(), i.settings.adoption_hold))
+    }) else {
+        return;
+    };
+    let running = keeper.instances().await.is_ok_and(|found| {
+        found
+            .iter()
+            .any(|i| i.config == config && i.ended.is_none())
+    });
+    if running {
+        tokio::time::sleep(hold * 2).await;
+    }
+    let Some(inner) = inner.upgrade() else { return };
+    if !inner.state.lock().await.adopted {
+        inner.catching_up.send_replace(false);
+    }
+}
+
 /// Ends an adopted daemon's hold once it is over: from then on it serves the peers asked
 /// for last, and those it kept that nobody asked for go. `generation`: the adoption's;
 /// a daemon started since has no hold.
@@ -765,6 +817,7 @@ async fn end_hold(inner: std::sync::Weak<Inner>, generation: u64) {
     if state.generation != generation || state.hold_until.take().is_none() {
         return;
     }
+    inner.catching_up.send_replace(false);
     if !inner.alive(&mut state) {
         return;
     }
@@ -1009,6 +1062,9 @@ impl Imex for ImexDaemon {
             let catching_up = state.adopted && state.holding() && self.inner.serves_beyond(&state);
             (state.kept.clone(), state.adopted, catching_up)
         };
+        self.inner
+            .catching_up
+            .send_if_modified(|was| std::mem::replace(was, catching_up) != catching_up);
         Ok(ImexStatus {
             running: true,
             ready,

@@ -178,6 +178,7 @@ async fn serve(
         imex_settings(&args, &paths.cert)?,
         imex_credentials,
     ));
+    let imex_catching_up = imex.catching_up();
     let mut kube = None;
     let mut local_dir = None;
     let ports = match args.backend {
@@ -243,6 +244,12 @@ async fn serve(
         readiness.clone(),
         "checkpoint",
         readiness::persistence_hold,
+    ));
+    let _imex_readiness = tokio::spawn(readiness::hold_while(
+        imex_catching_up,
+        readiness.clone(),
+        "imex",
+        readiness::catch_up_hold,
     ));
     let mut config = NodeConfig::new(node.as_str(), args.pod_ip, clique);
     config.max_slots = args.max_slots;

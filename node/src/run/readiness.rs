@@ -1,7 +1,8 @@
 //! What holds the node daemon's `/readyz` down while it runs: a checkpoint not on disk,
-//! and (with `--ready-needs-kubelet`) a plugin the kubelet has not registered. Neither
-//! is liveness: a restart would lose what the daemon holds in memory, and would not
-//! make a kubelet register it sooner.
+//! (with `--ready-needs-kubelet`) a plugin the kubelet has not registered, and an
+//! adopted IMEX daemon whose node is still catching up with its domains. None is
+//! liveness: a restart would lose what the daemon holds in memory, and would not make
+//! a kubelet register it sooner.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +30,17 @@ pub(super) fn registration_hold(state: &RegistrationState, socket: &Path) -> Opt
             Some(format!("the kubelet refused the DRA plugin: {error}"))
         }
     }
+}
+
+/// Why `/readyz` waits on IMEX, if it does: a restarted daemon that adopted its IMEX
+/// serves peers it has not heard from yet (`ImexDaemon::catching_up`). A rolling update
+/// paced by `/readyz` then restarts the next node only once this one caught up.
+pub(super) fn catch_up_hold(catching_up: &bool) -> Option<String> {
+    catching_up.then(|| {
+        "the adopted IMEX daemon serves peers this node has not heard from since its \
+         restart: catching up with its domains (at most the adoption hold)"
+            .to_owned()
+    })
 }
 
 /// Why `/readyz` waits on the checkpoint, if it does.
@@ -65,6 +77,13 @@ mod tests {
     use super::*;
 
     const SOCKET: &str = "/var/lib/kubelet/plugins_registry/compute-domain.nvidia.com-reg.sock";
+
+    #[test]
+    fn a_node_catching_up_with_its_domains_is_not_ready() {
+        let held = catch_up_hold(&true).unwrap();
+        assert!(held.contains("catching up"), "{held}");
+        assert_eq!(catch_up_hold(&false), None);
+    }
 
     #[test]
     fn only_a_registered_plugin_is_ready() {

@@ -103,7 +103,9 @@ async fn a_new_adapter_adopts_the_daemon_the_last_one_left_running() {
 }
 
 /// A restarted node knows few of its peers at first: the daemon it adopts keeps the
-/// peers it served until the hold is over, and only then serves those asked for.
+/// peers it served until the hold is over, and only then serves those asked for. It is
+/// catching up (what `/readyz` waits on) from the adoption to the hold's end; with no
+/// daemon of ours at the runner, there is nothing to catch up with.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adopted_daemon_keeps_the_peers_it_served_until_its_hold_is_over() {
     let dir = tempfile::tempdir().unwrap();
@@ -125,6 +127,11 @@ async fn an_adopted_daemon_keeps_the_peers_it_served_until_its_hold_is_over() {
     };
 
     let first = ImexDaemon::new(s.clone());
+    let mut caught_up = first.catching_up();
+    tokio::time::timeout(LIMIT, caught_up.wait_for(|catching_up| !catching_up))
+        .await
+        .expect("nothing at the runner to adopt: not catching up")
+        .unwrap();
     first.start(&two).await.unwrap();
     let pid = first.pid().await.unwrap();
     drop(first);
@@ -133,6 +140,7 @@ async fn an_adopted_daemon_keeps_the_peers_it_served_until_its_hold_is_over() {
     let second = ImexDaemon::new(s.clone());
     second.start(&alone(ip)).await.unwrap();
     assert_eq!(second.pid().await, Some(pid));
+    assert!(*second.catching_up().borrow(), "adopted: catching up");
     assert_eq!(
         slot_1(&s),
         Resolution::Ip(IpAddr::from([127, 0, 0, 94])),
@@ -147,6 +155,7 @@ async fn an_adopted_daemon_keeps_the_peers_it_served_until_its_hold_is_over() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(second.pid().await, Some(pid), "a reload, not a restart");
+    assert!(!*second.catching_up().borrow(), "the hold is over");
     second.stop().await.unwrap();
 }
 

@@ -7,7 +7,12 @@
 //! the same IMEX process.
 
 use std::collections::BTreeSet;
-use std::time::Instant;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use domaind_node::rack::http_get;
 
 use nix::sys::signal::Signal;
 
@@ -237,6 +242,33 @@ impl Harness {
                         START_LIMIT.as_secs()
                     ),
                 );
+                continue;
+            }
+            // As a DaemonSet paces its rolling update: on /readyz, which holds while a
+            // node that adopted its IMEX catches up with its domains.
+            let serving = Arc::new(AtomicBool::new(false));
+            let poll = self
+                .rack
+                .node(target)
+                .info()
+                .map(|info| tokio::spawn(poll_readyz(info.http_addr, serving.clone())));
+            let answered = self
+                .wait_until(START_LIMIT, |_, _, o| {
+                    note_held(o);
+                    serving.load(Ordering::Relaxed)
+                })
+                .await;
+            if let Some(poll) = poll {
+                poll.abort();
+            }
+            if answered.is_none() {
+                self.liveness(
+                    Some(target),
+                    format!(
+                        "upgraded, its /readyz did not answer 200 within {}s",
+                        START_LIMIT.as_secs()
+                    ),
+                );
             }
         }
         let ended = Instant::now();
@@ -279,5 +311,16 @@ impl Harness {
         );
         let _ = tokio::task::block_in_place(|| self.rack.kill(target));
         self.world.set_life(target, Life::Down, Instant::now());
+    }
+}
+
+/// Sets `serving` once the daemon at `http` answers `/readyz` with 200.
+async fn poll_readyz(http: SocketAddr, serving: Arc<AtomicBool>) {
+    loop {
+        if matches!(http_get(http, "/readyz").await, Ok((200, _))) {
+            serving.store(true, Ordering::Relaxed);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
