@@ -36,9 +36,8 @@ pub struct NodeConfig {
     /// ...unless changes keep coming: then it is written at least this often.
     pub status_max_delay: Duration,
     /// A Ready domain's degradation is held this long before it is written: a dead
-    /// node's IMEX links drop at once, gossip's verdict (its pulse silent for the
-    /// dead-after time, 2 s) and the peers' recovery without it follow; held past them,
-    /// a node loss is one write.
+    /// node is lost, then dropped from the IMEX peer set, then the survivors' IMEX
+    /// daemons are ready again without it; held past them, a node loss is one write.
     pub status_degradation_hold: Duration,
     /// A node that just joined a domain sees few of its members until gossip has run a
     /// few rounds; it does not act as the domain's reporter before this long, so that
@@ -93,7 +92,7 @@ impl NodeConfig {
             prepare_deadline: Duration::from_secs(10),
             status_quiet: Duration::from_millis(400),
             status_max_delay: Duration::from_secs(3),
-            status_degradation_hold: Duration::from_secs(5),
+            status_degradation_hold: Duration::from_millis(1500),
             reporter_settle: Duration::from_millis(200),
             reporter_settle_max: Duration::from_secs(2),
             peer_health: PeerHealthConfig::default(),

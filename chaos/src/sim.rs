@@ -299,6 +299,7 @@ impl SimCluster {
         if let Some(gossip) = node.gossip.take() {
             let _ = gossip.stop().await;
         }
+        self.pulses.close(node.addr);
         self.fabric.crash(&node.name);
         info!(node = %node.name, "simulated node killed");
     }

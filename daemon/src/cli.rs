@@ -54,7 +54,8 @@ pub enum Command {
     /// Ctrl-C too.
     Demo(crate::demo::DemoArgs),
     /// Measure the product on a rack of real daemons on loopback, as the demo runs it:
-    /// prepare latency through a node's DRA socket (`bench prepare`). Prints the
+    /// prepare latency through a node's DRA socket (`bench prepare`), and the demo's
+    /// figures as distributions over many runs (`bench demo`). Prints the
     /// figures docs/BENCHMARKS.md records.
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),

@@ -265,3 +265,91 @@ async fn a_peer_heard_from_is_dialled_at_once_whatever_the_backoff_said() {
     )
     .await;
 }
+
+/// A node whose daemon is gone (here: stopped, its listener and connections closed, as
+/// a crash closes them) is dead to its peers at once: the connection it had to them
+/// closed and a dial finds nothing listening. The dead-after time is set far beyond the
+/// test's limit, so only that evidence can pass it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_whose_daemon_is_gone_is_dead_at_once_not_after_its_silence() {
+    let pki = Pki::new();
+    let timing = domaind_gossip::GossipTiming {
+        pulse: domaind_gossip::pulse::PulseTiming {
+            dead_after: Duration::from_secs(120),
+            ..Default::default()
+        },
+        ..domaind_gossip::GossipTiming::default()
+    };
+    let start = |node: &'static str, octet: u8, seeds: Vec<String>| {
+        let mut config =
+            GossipConfig::new(name(node), any_port(octet), cluster_id_for_clique("c.1"));
+        config.seeds = seeds;
+        config.timing = timing.clone();
+        GossipNode::start_tls(config, pki.node_tls(node), TransportLimits::default())
+    };
+    let a = start("node-a", 71, vec![]).await.unwrap();
+    let b = start("node-b", 72, vec![a.gossip_addr().to_string()])
+        .await
+        .unwrap();
+    let c = start("node-c", 73, vec![a.gossip_addr().to_string()])
+        .await
+        .unwrap();
+    let all = ["node-a", "node-b", "node-c"];
+    common::wait_until(LIMIT, "all three see each other", || {
+        [&a, &b, &c].iter().all(|n| sees(n, &all))
+    })
+    .await;
+    // Each survivor has heard c's pulses on a connection of c's own.
+    common::wait_until(LIMIT, "c to have pulsed both", || {
+        a.live_nodes().contains_key("node-c") && b.live_nodes().contains_key("node-c")
+    })
+    .await;
+    c.shutdown().await.unwrap();
+    common::wait_until(
+        Duration::from_secs(10),
+        "both survivors to count node-c dead, long before its silence would say so",
+        || [&a, &b].iter().all(|n| sees(n, &["node-a", "node-b"])),
+    )
+    .await;
+}
+
+/// A peer that closes its connections while it lives (idle, here after 200 ms between
+/// pulses a second apart) is dialled, found listening and stays live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_only_closes_idle_connections_stays_live() {
+    let pki = Pki::new();
+    let timing = domaind_gossip::GossipTiming {
+        pulse: domaind_gossip::pulse::PulseTiming {
+            interval: Duration::from_secs(1),
+            dead_after: Duration::from_secs(120),
+        },
+        ..domaind_gossip::GossipTiming::default()
+    };
+    let limits = TransportLimits {
+        outbound_idle_timeout: Duration::from_millis(200),
+        inbound_idle_timeout: Duration::from_millis(400),
+        ..TransportLimits::default()
+    };
+    let start = |node: &'static str, octet: u8, seeds: Vec<String>| {
+        let mut config =
+            GossipConfig::new(name(node), any_port(octet), cluster_id_for_clique("c.1"));
+        config.seeds = seeds;
+        config.timing = timing.clone();
+        GossipNode::start_tls(config, pki.node_tls(node), limits.clone())
+    };
+    let a = start("node-a", 74, vec![]).await.unwrap();
+    let b = start("node-b", 75, vec![a.gossip_addr().to_string()])
+        .await
+        .unwrap();
+    let both = ["node-a", "node-b"];
+    common::wait_until(LIMIT, "both see each other", || {
+        [&a, &b].iter().all(|n| sees(n, &both))
+    })
+    .await;
+    // Five pulse intervals: each side's connection closes idle after every pulse.
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < until {
+        assert!(sees(&a, &both) && sees(&b, &both), "a live peer counted dead");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

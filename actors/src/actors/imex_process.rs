@@ -565,6 +565,7 @@ impl Handler<QueryNow> for ImexProcessActor {
     type Result = ();
 
     fn handle(&mut self, _: QueryNow, ctx: &mut Self::Context) {
+        self.schedule.watch();
         // A question already out may predate what prompted this one: `poll` asks
         // again once it is answered.
         self.poll(ctx);

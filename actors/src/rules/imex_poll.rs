@@ -86,6 +86,13 @@ impl PollSchedule {
         self.delay
     }
 
+    /// A peer went silent: whether its link drops decides whether it stays (a node
+    /// whose daemon died first and its IMEX a moment later), so the answers after the
+    /// one asked now come quickly again, doubling from `quick`.
+    pub fn watch(&mut self) {
+        self.delay = self.config.quick;
+    }
+
     /// The delay [`Self::answered`] returned last.
     pub fn delay(&self) -> Duration {
         self.delay
@@ -123,6 +130,18 @@ mod tests {
 
     fn ms(ms: u64) -> Duration {
         Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_watch_asks_quickly_again_even_at_the_steady_interval() {
+        let mut s = schedule();
+        s.changed();
+        delays(&mut s, ready(), 20);
+        assert_eq!(s.delay(), ms(5_000));
+        s.watch();
+        assert_eq!(delays(&mut s, ready(), 3), [ms(60), ms(120), ms(240)]);
+        // What it watched for: the link dropped.
+        assert_eq!(s.answered(link_down()), ms(30));
     }
 
     #[test]

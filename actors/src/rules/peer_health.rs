@@ -17,6 +17,12 @@
 //! finds its link down too (the node itself is gone). While that answer says the link
 //! is up the peer is *held*: admitted, a member as it last advertised. No answer within
 //! the dead grace is no evidence of life either, and the peer is dropped as before.
+//!
+//! **Lost for sure.** Silent in gossip *and* its link down in an answer asked after the
+//! silence began: two independent signals agree the node is gone, and the peer is
+//! dropped at once, without waiting out the dead grace. That is how a node loss leaves
+//! every survivor's IMEX within a fraction of a second when its processes die (gossip
+//! learns of it from the refused connection, `domaind_gossip::pulse`).
 
 use std::time::Duration;
 
@@ -268,9 +274,20 @@ impl PeerHealth {
         }
     }
 
+    /// Gossip is silent and our IMEX, asked since, finds its link down too.
+    fn lost_for_sure(&self) -> bool {
+        !self.gossip_alive
+            && !self.link_up
+            && self
+                .silent_since
+                .zip(self.link_asked_at)
+                .is_some_and(|(silent, asked)| asked >= silent)
+    }
+
     fn expire(&mut self, now: Instant) -> Option<Verdict> {
         if let PeerState::Suspect { since, cause } = self.state
-            && now >= since + self.grace(cause)
+            && (now >= since + self.grace(cause)
+                || (cause == Cause::GossipDead && self.lost_for_sure()))
         {
             self.state = PeerState::Dropped { cause };
             return Some(Verdict::Drop(cause));
@@ -442,22 +459,38 @@ mod tests {
         );
     }
 
-    /// The node itself died: its gossip and its IMEX link go together.
+    /// The node itself died: its gossip and its IMEX link go together, and together
+    /// they are enough: dropped at once, not a dead grace later.
     #[test]
-    fn a_silent_peer_whose_link_is_down_is_dropped_after_the_dead_grace() {
-        let (mut h, t0) = health();
-        h.advertisement(outliving(1), t0);
-        h.gossip(false, t0);
-        assert_eq!(h.imex_link(link(false, t0 + MS), t0 + 2 * MS), None);
-        assert_eq!(h.deadline(), Some(t0 + Duration::from_secs(1)));
-        assert_eq!(
-            h.tick(t0 + Duration::from_secs(1)),
-            Some(Verdict::Drop(Cause::GossipDead))
-        );
+    fn a_silent_peer_whose_link_is_down_is_dropped_at_once() {
+        for advertised in [outliving(1), ad(1, true, false)] {
+            let (mut h, t0) = health();
+            h.advertisement(advertised, t0);
+            h.gossip(false, t0);
+            assert_eq!(
+                h.imex_link(link(false, t0 + MS), t0 + 2 * MS),
+                Some(Verdict::Drop(Cause::GossipDead)),
+                "{advertised:?}"
+            );
+        }
     }
 
-    /// Held, then the node dies: its link goes down and it is dropped a dead grace
-    /// later; its link coming back does not re-admit it while gossip is silent.
+    /// Either signal alone is not enough to drop at once: a link down while gossip
+    /// hears the peer waits out the link grace, and a silence the link was seen down
+    /// only before waits out the dead grace.
+    #[test]
+    fn one_signal_alone_waits_out_its_grace() {
+        let (mut h, t0) = health();
+        assert_eq!(h.imex_link(link(false, t0), t0), None);
+        assert_eq!(h.deadline(), Some(t0 + Duration::from_secs(30)));
+        let (mut h, t0) = health();
+        h.imex_link(link(false, t0), t0);
+        assert_eq!(h.gossip(false, t0 + MS), None);
+        assert_eq!(h.deadline(), Some(t0 + MS + Duration::from_secs(1)));
+    }
+
+    /// Held, then the node dies: its link goes down and it is dropped at once; its
+    /// link coming back does not re-admit it while gossip is silent.
     #[test]
     fn a_held_peer_whose_link_goes_down_is_dropped() {
         let (mut h, t0) = health();
@@ -465,12 +498,11 @@ mod tests {
         h.gossip(false, t0);
         h.imex_link(link(true, t0 + MS), t0 + MS);
         let t1 = t0 + Duration::from_secs(60);
-        assert_eq!(h.imex_link(link(false, t1), t1), None);
-        assert_eq!(h.deadline(), Some(t1 + Duration::from_secs(1)));
-        // A late answer, asked before the one that saw the link down, changes nothing.
-        assert_eq!(h.imex_link(link(true, t1 - MS), t1 + MS), None);
+        // A late answer, asked before one that saw the link up, changes nothing.
+        assert_eq!(h.imex_link(link(false, t0), t1), None);
+        assert!(matches!(h.state(), PeerState::Held { .. }));
         assert_eq!(
-            h.tick(t1 + Duration::from_secs(1)),
+            h.imex_link(link(false, t1), t1),
             Some(Verdict::Drop(Cause::GossipDead))
         );
         let t2 = t1 + Duration::from_secs(2);

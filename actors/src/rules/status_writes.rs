@@ -7,11 +7,11 @@
 //!   becomes one write, always of the newest document.
 //! - The domain turning Ready is written at once: users and Domain-policy prepares wait
 //!   for it.
-//! - A Ready domain that degrades is held for `degradation_hold` (at least
-//!   `max_delay`; the daemon's is `ActorConfig::status_degradation_hold`, 5 s): a node
-//!   loss shows first as IMEX links dropping, seconds before gossip's verdict and the
-//!   recovery without the node. Waiting makes the whole change one write (or none,
-//!   when the domain comes back as it was).
+//! - A Ready domain that degrades is held for `degradation_hold` (at least `quiet`;
+//!   the daemon's is `ActorConfig::status_degradation_hold`, 1.5 s): a node loss shows
+//!   as the node lost, then dropped from the IMEX peer set, then the survivors' IMEX
+//!   daemons ready again without it. Waiting makes the whole change one write (or
+//!   none, when the domain comes back as it was).
 //! - A document already written is not written again: written by this writer, or, for
 //!   a writer that has written nothing yet, by a predecessor that published its digest.
 //! - Another node's write can land after ours: a former reporter's, in flight when the
@@ -175,10 +175,10 @@ impl StatusWrites {
         }
     }
 
-    /// Holds a Ready domain's degradation this long (at least `max_delay`): long enough
-    /// for gossip's verdict on a dead node and its IMEX peers' recovery without it.
+    /// Holds a Ready domain's degradation this long (at least `quiet`): long enough
+    /// for a dead node's IMEX peers to recover without it.
     pub fn holding_degradation(mut self, hold: Duration) -> Self {
-        self.degradation_hold = hold.max(self.max_delay);
+        self.degradation_hold = hold.max(self.quiet);
         self
     }
 
@@ -591,10 +591,10 @@ mod tests {
             writes.publish(doc(1, 3), BTreeMap::new(), t0),
             vec![Effect::Arm(t0 + QUIET)]
         );
-        // A hold shorter than the maximum delay is the maximum delay.
+        // A hold shorter than the quiet time is the quiet time.
         let writes = StatusWrites::new(QUIET, MAX_DELAY, None, TERM)
-            .holding_degradation(Duration::from_secs(1));
-        assert_eq!(writes.degradation_hold, MAX_DELAY);
+            .holding_degradation(Duration::from_millis(100));
+        assert_eq!(writes.degradation_hold, QUIET);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! with the command that produced them. Never asserted by a test: a test only runs a
 //! bench tiny, so that it keeps working.
 
+mod demo;
 mod latency;
 mod prepare;
 
@@ -20,10 +21,15 @@ pub enum BenchCommand {
     /// then unprepared at once. Prints p50, p90, p99 and max per case. Everything it
     /// started and wrote is removed at the end, on Ctrl-C too.
     Prepare(prepare::PrepareBenchArgs),
+    /// The demo's scenario (`domaind demo`: form, daemon kill, node kill, rejoin) run
+    /// --runs times, each a fresh rack; prints p50, p90, p99 and max of each figure
+    /// over the runs, with the load average before them. Stops at the first failed run.
+    Demo(demo::DemoBenchArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Prepare(args) => prepare::run(args),
+        BenchCommand::Demo(args) => demo::run(args),
     }
 }

@@ -110,7 +110,7 @@ pub struct Summary {
     /// SIGKILL → every survivor dropped the node from its IMEX peers.
     pub heal_ms: u64,
     /// SIGKILL → the status lists the node NotReady. Later than `heal_ms`: a Ready
-    /// domain's degradation is held ~5 s so that the whole loss is one write.
+    /// domain's degradation is held 1.5 s so that the whole loss is one write.
     pub status_ms: u64,
     /// Restart → the status Ready with every node again.
     pub rejoin_ms: u64,

@@ -11,14 +11,14 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::mpsc;
 
-use super::{PulseEndpoint, PulseNetwork, PulseOut};
+use super::{PulseArrival, PulseEndpoint, PulseNetwork, PulseOut};
 use crate::transport::NetworkFaults;
 use crate::transport::fault::Verdict;
 
 /// Sees every pulse sent: sender, receiver, bytes.
 pub type PulseObserver = Arc<dyn Fn(SocketAddr, SocketAddr, usize) + Send + Sync>;
 
-type Inbox = mpsc::Sender<(SocketAddr, Bytes)>;
+type Inbox = mpsc::Sender<PulseArrival>;
 
 /// An in-memory network for pulses; clones share it.
 #[derive(Clone, Default)]
@@ -53,6 +53,23 @@ impl MemoryPulses {
     pub fn observed_by(mut self, observer: PulseObserver) -> Self {
         self.observer = Some(observer);
         self
+    }
+
+    /// The node at `addr` died on a live host: its address refuses from now on, and
+    /// every node that can reach it learns so, as the TLS transport's nodes do when its
+    /// connections close (`PulseArrival::Gone`).
+    pub fn close(&self, addr: SocketAddr) {
+        let mut inboxes = self.inboxes.lock().unwrap_or_else(|p| p.into_inner());
+        inboxes.remove(&addr);
+        for (to, inbox) in inboxes.iter() {
+            let cut_off = self
+                .faults
+                .as_ref()
+                .is_some_and(|faults| faults.partitioned(addr, *to));
+            if !cut_off {
+                let _ = inbox.try_send(PulseArrival::Gone(addr));
+            }
+        }
     }
 }
 
@@ -110,7 +127,7 @@ impl PulseOut for MemoryOut {
         else {
             return;
         };
-        let message = (self.from, pulse);
+        let message = PulseArrival::Pulse(self.from, pulse);
         if delay.is_zero() {
             let _ = inbox.try_send(message);
         } else {
@@ -145,7 +162,7 @@ mod tests {
         a.out.send(addr(2), Bytes::from_static(b"hi"));
         assert_eq!(
             b.inbox.recv().await,
-            Some((addr(1), Bytes::from_static(b"hi")))
+            Some(PulseArrival::Pulse(addr(1), Bytes::from_static(b"hi")))
         );
         faults.cut(addr(1), addr(2));
         a.out.send(addr(2), Bytes::from_static(b"lost"));

@@ -53,6 +53,8 @@ pub const PULSES_REFUSED: &str = "domaind_gossip_pulses_refused_total";
 pub const MENDS: &str = "domaind_gossip_mends_total";
 /// Nodes this node stopped counting as live because their pulse stopped.
 pub const NODES_SILENT: &str = "domaind_gossip_nodes_silent_total";
+/// Peers found gone: their connection closed and nothing listened at their address.
+pub const PEERS_GONE: &str = "domaind_gossip_peers_gone_total";
 
 /// How often pulses go out and how long a silent node stays live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,11 +78,21 @@ pub trait PulseOut: Send + Sync {
     fn send(&self, to: SocketAddr, pulse: Bytes);
 }
 
+/// What reaches a node's pulse task from its network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PulseArrival {
+    /// A pulse, with its sender's gossip address.
+    Pulse(SocketAddr, Bytes),
+    /// Nothing listens at this gossip address any more: a connection from it closed and
+    /// one to it was refused. Its daemon is gone (crashed, killed, stopped), which a
+    /// silence would show only after the dead-after time.
+    Gone(SocketAddr),
+}
+
 /// One node's end of a pulse network.
 pub struct PulseEndpoint {
     pub(crate) out: Arc<dyn PulseOut>,
-    /// Pulses received, with their sender's gossip address.
-    pub(crate) inbox: mpsc::Receiver<(SocketAddr, Bytes)>,
+    pub(crate) inbox: mpsc::Receiver<PulseArrival>,
 }
 
 impl std::fmt::Debug for PulseEndpoint {
@@ -263,9 +275,26 @@ async fn run(
                 }
             }
             received = inbox.recv() => {
-                let Some((from, bytes)) = received else {
-                    debug!("pulse inbox closed; pulses stop");
-                    return;
+                let (from, bytes) = match received {
+                    Some(PulseArrival::Pulse(from, bytes)) => (from, bytes),
+                    Some(PulseArrival::Gone(addr)) => {
+                        let now = Instant::now();
+                        let live = {
+                            let mut table = liveness.table();
+                            table.gone(addr, now, timing.dead_after)
+                                .then(|| table.live(now, timing.dead_after).into_iter().collect::<LiveIds>())
+                        };
+                        if let Some(live) = live {
+                            metrics::counter!(PEERS_GONE).increment(1);
+                            info!(peer = %addr, "gossip peer gone: its connection closed and nothing listens at its address; dead now");
+                            liveness.publish(&live);
+                        }
+                        continue;
+                    }
+                    None => {
+                        debug!("pulse inbox closed; pulses stop");
+                        return;
+                    }
                 };
                 let pulse = match Pulse::read(&bytes) {
                     Ok(read) => {
@@ -289,7 +318,8 @@ async fn run(
                 let (received, live) = {
                     let mut table = liveness.table();
                     let received = table.receive(&pulse, now);
-                    let live: Option<LiveIds> = (received.advanced > 0)
+                    let back = table.heard_directly(from, now);
+                    let live: Option<LiveIds> = (received.advanced > 0 || back)
                         .then(|| table.live(now, timing.dead_after).into_iter().collect());
                     (received, live)
                 };

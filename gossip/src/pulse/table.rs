@@ -7,6 +7,11 @@
 //! its state's version rose), or it has just appeared. A node is live while its last evidence is younger than
 //! `dead_after`. The first count heard of a node only sets where it stands: a count
 //! relayed long after its node died says nothing about now.
+//!
+//! A node can also be found *gone*: its connection to us closed and nothing listens at
+//! its address any more (the transport's evidence, [`PulseTable::gone`]). A gone node is
+//! dead at once, whatever its count or chitchat says, until a pulse comes straight from
+//! its address: its last counts, still relayed by others, are no proof that it lives.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -36,6 +41,8 @@ struct Node {
     beat: Option<u64>,
     evidence: Instant,
     mark: Mark,
+    /// Nothing listened at its address after its connection closed.
+    gone: bool,
 }
 
 impl Node {
@@ -226,6 +233,7 @@ impl PulseTable {
                     beat: None,
                     evidence: now,
                     mark,
+                    gone: false,
                 },
             })
             .collect();
@@ -235,6 +243,7 @@ impl PulseTable {
             beat: Some(my_beat.unwrap_or(0)),
             evidence: now,
             mark: my_mark,
+            gone: false,
         });
         nodes.sort_by(|a, b| a.id.cmp(&b.id));
         self.mine = nodes
@@ -364,8 +373,44 @@ impl PulseTable {
     }
 
     fn node_is_live(&self, place: usize, now: Instant, dead_after: Duration) -> bool {
+        let node = &self.nodes[place];
         place == self.mine
-            || now.saturating_duration_since(self.nodes[place].evidence) <= dead_after
+            || (!node.gone && now.saturating_duration_since(node.evidence) <= dead_after)
+    }
+
+    /// Nothing listens at `addr` any more, after a connection from it closed: the nodes
+    /// at that address are dead now. Whether any node was live and is no longer.
+    pub fn gone(&mut self, addr: SocketAddr, now: Instant, dead_after: Duration) -> bool {
+        let mut ended = false;
+        for place in 0..self.nodes.len() {
+            if place == self.mine || self.nodes[place].id.gossip_advertise_addr != addr {
+                continue;
+            }
+            ended |= self.node_is_live(place, now, dead_after);
+            self.nodes[place].gone = true;
+        }
+        ended
+    }
+
+    /// A pulse came straight from `from`: the newest node at that address lives, gone
+    /// or not. Whether it was gone.
+    pub fn heard_directly(&mut self, from: SocketAddr, now: Instant) -> bool {
+        let mine = self.mine;
+        let newest = self
+            .nodes
+            .iter_mut()
+            .enumerate()
+            .filter(|(place, node)| *place != mine && node.id.gossip_advertise_addr == from)
+            .map(|(_, node)| node)
+            .max_by_key(|node| node.id.generation_id);
+        match newest {
+            Some(node) if node.gone => {
+                node.gone = false;
+                node.evidence = now;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Whether `id` (this node included) is live now.
@@ -609,6 +654,65 @@ mod tests {
         assert!(a.receive(&received.reply.unwrap(), t0).states_differ);
         b.sync([(id("a"), mark(1)), (id("c"), newer)], t0);
         assert!(!b.receive(&a.push(), t0).states_differ);
+    }
+
+    fn at(name: &str, generation: u64, port: u16) -> ChitchatId {
+        ChitchatId::new(
+            name.to_owned(),
+            generation,
+            SocketAddr::from(([127, 0, 0, 1], port)),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gone_node_is_dead_at_once_and_relayed_counts_do_not_revive_it() {
+        let t0 = Instant::now();
+        let ids = [at("a", 1, 7001), at("b", 1, 7002), at("c", 1, 7003)];
+        let table = |me: &ChitchatId| {
+            let mut table = PulseTable::new(me.clone());
+            table.sync(ids.iter().map(|id| (id.clone(), mark(1))), t0);
+            table
+        };
+        let (mut a, mut b, mut c) = (table(&ids[0]), table(&ids[1]), table(&ids[2]));
+        for _ in 0..3 {
+            c.beat();
+            b.receive(&c.push(), t0);
+            a.receive(&c.push(), t0);
+        }
+        c.beat();
+        b.receive(&c.push(), t0);
+        let soon = t0 + Duration::from_millis(50);
+        assert!(a.gone(ids[2].gossip_advertise_addr, soon, DEAD_AFTER));
+        assert!(!a.is_live(&ids[2], soon, DEAD_AFTER));
+        assert!(a.is_live(&ids[1], soon, DEAD_AFTER), "only the node at that address");
+        assert!(!a.gone(ids[2].gossip_advertise_addr, soon, DEAD_AFTER), "told once");
+        // b relays c's last count, newer than a's: no proof that c lives.
+        assert_eq!(a.receive(&b.push(), soon).advanced, 1);
+        assert!(!a.is_live(&ids[2], soon, DEAD_AFTER));
+        // Nor is chitchat's news of it.
+        a.sync(
+            [(ids[1].clone(), mark(1)), (ids[2].clone(), mark(9))],
+            soon,
+        );
+        assert!(!a.is_live(&ids[2], soon, DEAD_AFTER));
+        // A pulse straight from c's address is.
+        assert!(!a.heard_directly(ids[1].gossip_advertise_addr, soon), "b was not gone");
+        assert!(a.heard_directly(ids[2].gossip_advertise_addr, soon));
+        assert!(a.is_live(&ids[2], soon, DEAD_AFTER));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_restarted_at_a_gone_address_speaks_for_itself_only() {
+        let t0 = Instant::now();
+        let old = at("b", 1, 7002);
+        let mut a = PulseTable::new(at("a", 1, 7001));
+        a.sync([(old.clone(), mark(1))], t0);
+        assert!(a.gone(old.gossip_advertise_addr, t0, DEAD_AFTER));
+        let new = at("b", 2, 7002);
+        a.sync([(old.clone(), mark(1)), (new.clone(), mark(1))], t0);
+        assert!(a.is_live(&new, t0, DEAD_AFTER), "a new node is live as it appears");
+        assert!(!a.heard_directly(new.gossip_advertise_addr, t0));
+        assert!(!a.is_live(&old, t0, DEAD_AFTER), "the old generation stays gone");
     }
 
     #[tokio::test(start_paused = true)]

@@ -82,6 +82,12 @@ impl NetworkFaults {
         self.state().isolated.insert(node);
     }
 
+    /// Whether a partition lies between `a` and `b` (loss aside).
+    pub fn partitioned(&self, a: SocketAddr, b: SocketAddr) -> bool {
+        let state = self.state();
+        state.isolated.contains(&a) || state.isolated.contains(&b) || state.cut.contains(&link(a, b))
+    }
+
     /// Restores every cut link and isolated node; loss and delay stay.
     pub fn heal(&self) {
         let mut state = self.state();
@@ -94,14 +100,12 @@ impl NetworkFaults {
     }
 
     pub(crate) fn verdict(&self, from: SocketAddr, to: SocketAddr, rng: &mut SmallRng) -> Verdict {
-        let mut state = self.state();
-        if state.isolated.contains(&from)
-            || state.isolated.contains(&to)
-            || state.cut.contains(&link(from, to))
-        {
+        if self.partitioned(from, to) {
+            let mut state = self.state();
             state.stats.partitioned += 1;
             return Verdict::Drop;
         }
+        let mut state = self.state();
         if state.loss > 0.0 && rng.random_bool(state.loss) {
             state.stats.lost += 1;
             return Verdict::Drop;

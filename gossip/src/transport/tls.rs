@@ -12,7 +12,7 @@
 //! polls `recv()` whenever it is not busy, and dropping the socket then closes the
 //! listener and every connection at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -25,6 +25,7 @@ use chitchat::{ChitchatId, ChitchatMessage};
 use domaind_backoff::Backoff;
 use futures::{SinkExt, StreamExt};
 use rustls_pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -39,7 +40,7 @@ use super::limits::TransportLimits;
 use super::{frame, guard};
 use crate::identity::{NodeName, node_name_of};
 use crate::metrics::{self, RefusedConnection};
-use crate::pulse::{PulseEndpoint, PulseOut};
+use crate::pulse::{PulseArrival, PulseEndpoint, PulseOut};
 use crate::signed::{StateCheck, Verdict};
 use crate::tls::NodeTls;
 use crate::version::{NewerVersions, WireVersion};
@@ -54,8 +55,8 @@ pub struct TlsTransport {
     prebound: Mutex<Option<TcpListener>>,
     state: Option<Arc<StateCheck>>,
     /// Pulses ride the gossip connections: received ones go here...
-    pulses_in: mpsc::Sender<(SocketAddr, Bytes)>,
-    pulse_inbox: Mutex<Option<mpsc::Receiver<(SocketAddr, Bytes)>>>,
+    pulses_in: mpsc::Sender<PulseArrival>,
+    pulse_inbox: Mutex<Option<mpsc::Receiver<PulseArrival>>>,
     /// ...and sent ones through the open socket's peer queues, once there is one.
     opened: Arc<OnceLock<Weak<Shared>>>,
     wire: WireVersion,
@@ -174,6 +175,7 @@ impl Transport for TlsTransport {
             wire: self.wire,
             newer: NewerVersions::default(),
             heard: Mutex::new(HashMap::new()),
+            probing: Mutex::new(HashSet::new()),
         });
         let _ = self.opened.set(Arc::downgrade(&shared));
         info!(node = %self.tls.node(), listen = %local, advertise = %advertise, "gossip listening (mutual TLS)");
@@ -206,8 +208,10 @@ struct Shared {
     /// One queue per peer, drained by its writer task; chitchat's messages and pulses
     /// share them.
     peers: Mutex<HashMap<SocketAddr, mpsc::Sender<Bytes>>>,
-    /// Where pulses received go.
-    pulses: mpsc::Sender<(SocketAddr, Bytes)>,
+    /// Where pulses received go, and word of peers found gone.
+    pulses: mpsc::Sender<PulseArrival>,
+    /// Peers whose address is being dialled to learn whether they are gone.
+    probing: Mutex<HashSet<SocketAddr>>,
     /// The version frames are written in.
     wire: WireVersion,
     /// Peers met speaking a newer frame version.
@@ -237,6 +241,50 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .get(&peer)
             .is_some_and(|at| *at > since)
+    }
+
+    /// Nothing listens at `peer`'s gossip address: its daemon is gone.
+    fn tell_gone(&self, peer: SocketAddr) {
+        if let Err(mpsc::error::TrySendError::Full(_)) =
+            self.pulses.try_send(PulseArrival::Gone(peer))
+        {
+            metrics::frame_dropped("pulse_queue_full");
+        }
+    }
+
+    /// A connection from `peer` ended without our closing it: its daemon may have
+    /// died, or only closed an idle connection. A dial tells which at once: refused,
+    /// nothing listens there any more. Waiting for its pulses to stop would take the
+    /// dead-after time.
+    fn check_gone(self: &Arc<Self>, peer: SocketAddr) {
+        if !self
+            .probing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(peer)
+        {
+            return;
+        }
+        let shared = self.clone();
+        tokio::spawn(async move {
+            match timeout(shared.limits.connect_timeout, connect(peer, &shared)).await {
+                Ok(Err(error)) if error.kind() == io::ErrorKind::ConnectionRefused => {
+                    shared.tell_gone(peer);
+                }
+                // It lives. Closed with a TLS close_notify, as a connection that never
+                // carried a frame: the peer neither logs it nor dials back.
+                Ok(Ok(open)) => {
+                    let _ = open.closed.unsplit(open.writer.into_inner()).shutdown().await;
+                }
+                // Unreachable or slow is no proof of death: the pulses will tell.
+                _ => {}
+            }
+            shared
+                .probing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&peer);
+        });
     }
 
     /// Queues a frame for `to`, starting its writer if there is none; never waits.
@@ -453,6 +501,8 @@ async fn serve_connection(
     debug!(%peer, %node, "gossip connection accepted");
 
     let mut frames = FramedRead::new(tls_stream, frame::codec(limits.max_frame_bytes));
+    // The gossip address the peer sends from: where to look when the connection ends.
+    let mut sent_from: Option<SocketAddr> = None;
     loop {
         let next = match timeout(limits.inbound_idle_timeout, frames.next()).await {
             Ok(next) => next,
@@ -462,11 +512,19 @@ async fn serve_connection(
             }
         };
         let body = match next {
-            None => return,
+            None => {
+                if let Some(from) = sent_from {
+                    shared.check_gone(from);
+                }
+                return;
+            }
             Some(Ok(body)) => body,
             Some(Err(error)) => {
                 let partial = !frames.read_buffer().is_empty();
                 report_read_error(&peer, &node, &error, partial);
+                if let Some(from) = sent_from {
+                    shared.check_gone(from);
+                }
                 return;
             }
         };
@@ -490,6 +548,7 @@ async fn serve_connection(
             Ok(Accepted::Skipped) => {}
             Ok(Accepted::Chitchat(inbound_message)) => {
                 shared.heard_from(inbound_message.0);
+                sent_from = Some(inbound_message.0);
                 match inbound.try_send(inbound_message) {
                     Ok(()) => {}
                     Err(mpsc::error::TrySendError::Full(_)) => {
@@ -502,8 +561,9 @@ async fn serve_connection(
             // should: chitchat may still be talking.
             Ok(Accepted::Pulse(from, pulse)) => {
                 shared.heard_from(from);
+                sent_from = Some(from);
                 if let Err(mpsc::error::TrySendError::Full(_)) =
-                    shared.pulses.try_send((from, pulse))
+                    shared.pulses.try_send(PulseArrival::Pulse(from, pulse))
                 {
                     metrics::frame_dropped("pulse_queue_full");
                 }
@@ -633,10 +693,37 @@ fn classify_handshake_error(error: &io::Error) -> RefusedConnection {
     }
 }
 
-type TlsWriter = FramedWrite<
-    tokio_rustls::client::TlsStream<TcpStream>,
-    tokio_util::codec::LengthDelimitedCodec,
->;
+type TlsClient = tokio_rustls::client::TlsStream<TcpStream>;
+
+/// One outbound connection: frames go out on the write half; the read half carries
+/// nothing from the peer but TLS records, and ends when the peer's end closes.
+struct Outbound {
+    writer: FramedWrite<WriteHalf<TlsClient>, tokio_util::codec::LengthDelimitedCodec>,
+    closed: ReadHalf<TlsClient>,
+}
+
+/// Resolves once the peer's end of an outbound connection closed or broke: with
+/// `true` when it went away (a close, a reset), which a dead process does, and `false`
+/// when it refused us in TLS (an alert: it does not trust our certificate, say), which
+/// says nothing about whether it lives.
+async fn until_closed(closed: &mut ReadHalf<TlsClient>) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        match closed.read(&mut buf).await {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(error) => {
+                return matches!(
+                    error.kind(),
+                    io::ErrorKind::UnexpectedEof
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::ConnectionAborted
+                        | io::ErrorKind::BrokenPipe
+                );
+            }
+        }
+    }
+}
 
 /// Drains one peer's queue into one connection, (re)connecting on demand. After a
 /// failed connect, frames are dropped until the backoff's next attempt, or until the
@@ -644,12 +731,29 @@ type TlsWriter = FramedWrite<
 /// exchanges (dropped, the two would learn each other's news only at the next round).
 async fn write_to_peer(peer: SocketAddr, mut queue: mpsc::Receiver<Bytes>, shared: Arc<Shared>) {
     let limits = &shared.limits;
-    let mut connection: Option<TlsWriter> = None;
+    let mut connection: Option<Outbound> = None;
     let mut backoff = Backoff::new(limits.reconnect_backoff_min, limits.reconnect_backoff_max);
     // The last failed connect, and when the backoff allows the next.
     let mut failed: Option<(Instant, Instant)> = None;
     loop {
-        let body = match timeout(limits.outbound_idle_timeout, queue.recv()).await {
+        let next = tokio::select! {
+            next = timeout(limits.outbound_idle_timeout, queue.recv()) => next,
+            went_away = async {
+                match connection.as_mut() {
+                    Some(open) => until_closed(&mut open.closed).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                debug!(%peer, went_away, "gossip peer closed our connection");
+                connection = None;
+                // Its daemon died, or it closed an idle connection: a dial tells which.
+                if went_away {
+                    shared.check_gone(peer);
+                }
+                continue;
+            }
+        };
+        let body = match next {
             Ok(Some(body)) => body,
             // The socket was dropped.
             Ok(None) => return,
@@ -669,17 +773,22 @@ async fn write_to_peer(peer: SocketAddr, mut queue: mpsc::Receiver<Bytes>, share
                 continue;
             }
             match timeout(limits.connect_timeout, connect(peer, &shared)).await {
-                Ok(Ok(writer)) => {
+                Ok(Ok(open)) => {
                     if backoff.failures() > 0 {
                         info!(%peer, "gossip peer reachable again");
                     }
                     backoff.succeed();
                     failed = None;
-                    connection = Some(writer);
+                    connection = Some(open);
                 }
                 outcome => {
                     let error = match outcome {
-                        Ok(Err(error)) => error.to_string(),
+                        Ok(Err(error)) => {
+                            if error.kind() == io::ErrorKind::ConnectionRefused {
+                                shared.tell_gone(peer);
+                            }
+                            error.to_string()
+                        }
                         _ => format!("timed out after {:?}", limits.connect_timeout),
                     };
                     metrics::connect_failed();
@@ -696,11 +805,11 @@ async fn write_to_peer(peer: SocketAddr, mut queue: mpsc::Receiver<Bytes>, share
                 }
             }
         }
-        let Some(writer) = connection.as_mut() else {
+        let Some(open) = connection.as_mut() else {
             continue;
         };
         let size = body.len() + 4;
-        match timeout(limits.write_timeout, writer.send(body)).await {
+        match timeout(limits.write_timeout, open.writer.send(body)).await {
             Ok(Ok(())) => metrics::frame_sent(size),
             outcome => {
                 let error = match outcome {
@@ -715,7 +824,7 @@ async fn write_to_peer(peer: SocketAddr, mut queue: mpsc::Receiver<Bytes>, share
     }
 }
 
-async fn connect(peer: SocketAddr, shared: &Shared) -> io::Result<TlsWriter> {
+async fn connect(peer: SocketAddr, shared: &Shared) -> io::Result<Outbound> {
     // Receivers check that a frame comes from the IP it advertises.
     let socket = bind_source(shared.sender.gossip_advertise_addr.ip(), |port| {
         shared.limits.avoid_source_ports.contains(&port)
@@ -728,10 +837,11 @@ async fn connect(peer: SocketAddr, shared: &Shared) -> io::Result<TlsWriter> {
     let tls_stream = connector
         .connect(ServerName::IpAddress(peer.ip().into()), stream)
         .await?;
-    Ok(FramedWrite::new(
-        tls_stream,
-        frame::codec(shared.limits.max_frame_bytes),
-    ))
+    let (closed, writer) = tokio::io::split(tls_stream);
+    Ok(Outbound {
+        writer: FramedWrite::new(writer, frame::codec(shared.limits.max_frame_bytes)),
+        closed,
+    })
 }
 
 /// Peers remembered as heard from before the old ones are pruned: well above an NVL72

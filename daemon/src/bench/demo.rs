@@ -1,0 +1,226 @@
+//! `domaind bench demo`: the demo's scenario run again and again, its figures as
+//! distributions. One run proves nothing: a figure is its p50, p90, p99 and max over
+//! many runs, beside the machine's load.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use super::latency::{Latency, table};
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoBenchArgs {
+    /// Demo runs, one after the other.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub runs: u32,
+
+    /// Nodes in the rack, 2 to 18.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=18))]
+    pub nodes: u16,
+
+    /// The rack's loopback subnet (127.0.<subnet>.x).
+    #[arg(long, default_value_t = 79)]
+    pub subnet: u8,
+
+    /// Keep each run's JSON summary and log here (run-N.json, run-N.log), with the
+    /// load before it (load.txt).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+
+    /// Print the distributions as JSON rather than a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The part of the demo's `--json` summary measured here.
+#[derive(Debug, Clone, Deserialize)]
+struct Run {
+    formed_ms: u64,
+    heal_ms: u64,
+    status_ms: u64,
+    rejoin_ms: u64,
+    imports_broken_ms: u64,
+    daemon_kill: DaemonKillRun,
+    ok: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct DaemonKillRun {
+    ready_throughout: bool,
+    imports_broken: usize,
+    back_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Report {
+    runs: usize,
+    nodes: u16,
+    /// The 1-minute load average before each run: the least and the most.
+    load_min: f64,
+    load_max: f64,
+    /// Runs whose daemon kill left the domain Ready in every look, and imports it broke.
+    daemon_kill_ready_throughout: usize,
+    daemon_kill_imports_broken: usize,
+    figures: Vec<Latency>,
+}
+
+pub fn run(args: DemoBenchArgs) -> anyhow::Result<()> {
+    let domaind = std::env::current_exe().context("cannot find the domaind binary")?;
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out)
+            .with_context(|| format!("cannot make {}", out.display()))?;
+    }
+    let mut runs = Vec::new();
+    let mut loads = Vec::new();
+    for index in 1..=args.runs {
+        let load = load_average()?;
+        loads.push(load);
+        let output = Command::new(&domaind)
+            .args(["--log", "warn", "demo", "--json"])
+            .args(["--nodes", &args.nodes.to_string()])
+            .args(["--subnet", &args.subnet.to_string()])
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run the demo")?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let summary = stdout.lines().last().unwrap_or_default();
+        if let Some(out) = &args.out {
+            std::fs::write(out.join(format!("run-{index}.json")), summary)?;
+            std::fs::write(out.join(format!("run-{index}.log")), &output.stderr)?;
+            let line = format!("run-{index} load {load:.2} exit {}\n", output.status);
+            append(&out.join("load.txt"), &line)?;
+        }
+        let run: Run = serde_json::from_str(summary).with_context(|| {
+            format!(
+                "run {index} ({}) printed no summary; its log:\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })?;
+        if !output.status.success() || !run.ok {
+            bail!(
+                "run {index} failed ({}): {summary}\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        eprintln!(
+            "run {index}/{}: formed {} ms, heal {} ms, status {} ms, rejoin {} ms (load {load:.2})",
+            args.runs, run.formed_ms, run.heal_ms, run.status_ms, run.rejoin_ms
+        );
+        runs.push(run);
+    }
+    let report = report(&runs, &loads, args.nodes);
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "{} runs of {} nodes, load {:.2}-{:.2}; daemon kill Ready throughout in {}, imports broken by it {}",
+            report.runs,
+            report.nodes,
+            report.load_min,
+            report.load_max,
+            report.daemon_kill_ready_throughout,
+            report.daemon_kill_imports_broken
+        );
+        print!("{}", table(&report.figures));
+    }
+    Ok(())
+}
+
+fn report(runs: &[Run], loads: &[f64], nodes: u16) -> Report {
+    let figure = |case: &'static str, ms: fn(&Run) -> u64| {
+        let samples: Vec<Duration> = runs
+            .iter()
+            .map(|run| Duration::from_millis(ms(run)))
+            .collect();
+        Latency::of(case, &samples)
+    };
+    let figures = [
+        figure("formed_ms", |r| r.formed_ms),
+        figure("daemon_kill.back_ms", |r| r.daemon_kill.back_ms),
+        figure("heal_ms", |r| r.heal_ms),
+        figure("status_ms", |r| r.status_ms),
+        figure("imports_broken_ms", |r| r.imports_broken_ms),
+        figure("rejoin_ms", |r| r.rejoin_ms),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    Report {
+        runs: runs.len(),
+        nodes,
+        load_min: loads.iter().copied().fold(f64::INFINITY, f64::min),
+        load_max: loads.iter().copied().fold(0.0, f64::max),
+        daemon_kill_ready_throughout: runs
+            .iter()
+            .filter(|r| r.daemon_kill.ready_throughout)
+            .count(),
+        daemon_kill_imports_broken: runs.iter().map(|r| r.daemon_kill.imports_broken).sum(),
+        figures,
+    }
+}
+
+fn load_average() -> anyhow::Result<f64> {
+    let text = std::fs::read_to_string("/proc/loadavg").context("cannot read /proc/loadavg")?;
+    text.split_whitespace()
+        .next()
+        .and_then(|first| first.parse().ok())
+        .context("/proc/loadavg has no load average")
+}
+
+fn append(path: &std::path::Path, line: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    file.write_all(line.as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(formed_ms: u64, ready: bool) -> Run {
+        Run {
+            formed_ms,
+            heal_ms: 200,
+            status_ms: 1400,
+            rejoin_ms: 260,
+            imports_broken_ms: 1400,
+            daemon_kill: DaemonKillRun {
+                ready_throughout: ready,
+                imports_broken: usize::from(!ready),
+                back_ms: 240,
+            },
+            ok: true,
+        }
+    }
+
+    #[test]
+    fn the_report_is_each_figures_distribution_over_the_runs() {
+        let runs: Vec<Run> = (1..=20).map(|i| run(i * 10, i != 7)).collect();
+        let report = report(&runs, &[0.5, 1.5, 0.9], 4);
+        assert_eq!((report.load_min, report.load_max), (0.5, 1.5));
+        assert_eq!(report.daemon_kill_ready_throughout, 19);
+        assert_eq!(report.daemon_kill_imports_broken, 1);
+        let formed = &report.figures[0];
+        assert_eq!(formed.case, "formed_ms");
+        assert_eq!(formed.calls, 20);
+        assert_eq!(
+            (formed.p50_ms, formed.p90_ms, formed.p99_ms, formed.max_ms),
+            (100.0, 180.0, 200.0, 200.0)
+        );
+        // The demo's summary parses as printed.
+        let line = r#"{"nodes":4,"formed_ms":247,"killed":"node-04","daemon_kill":{"ready_throughout":true,"imports":4,"imports_broken":0,"same_imex":true,"back_ms":428},"imports_broken_by_node_kill":4,"imports_broken_ms":1458,"heal_ms":228,"status_ms":1457,"rejoin_ms":268,"events":5,"ok":true}"#;
+        let parsed: Run = serde_json::from_str(line).unwrap();
+        assert_eq!((parsed.heal_ms, parsed.daemon_kill.back_ms), (228, 428));
+    }
+}
