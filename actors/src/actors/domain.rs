@@ -1223,15 +1223,19 @@ impl DomainActor {
             .collect();
         for (slot, node) in peers {
             let silent = self.roster.lost().contains_key(&node);
-            let up = match links.get(&slot) {
-                Some(up) => *up,
-                None if silent => false,
+            let (up, listed) = match links.get(&slot) {
+                Some(up) => (*up, true),
+                None if silent => (false, false),
                 None => continue,
             };
             if silent || self.links.get(&node) != Some(&up) {
                 self.links.insert(node.clone(), up);
                 self.peer(&node, ctx)
-                    .do_send(PeerSignal::ImexLink(LinkAnswer { up, asked_at }));
+                    .do_send(PeerSignal::ImexLink(LinkAnswer {
+                        up,
+                        listed,
+                        asked_at,
+                    }));
             }
         }
     }

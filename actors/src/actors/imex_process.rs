@@ -76,7 +76,7 @@ pub struct ImexReport {
     /// [`ImexStatus::catching_up`].
     pub catching_up: bool,
     /// When the status question this report answers was asked (none when no question
-    /// was: a start that failed). Whether a silent peer's IMEX still answers is judged
+    /// was answered: a start that failed, a status tool that failed or timed out). Whether a silent peer's IMEX still answers is judged
     /// only on questions asked after the silence began (`rules::peer_health`).
     pub asked_at: Option<Instant>,
     /// The failure episode under way, if the daemon is failing.
@@ -376,6 +376,9 @@ impl ImexProcessActor {
         ctx.spawn(async move { imex.status().await }.into_actor(self).map(
             move |result: Result<ImexStatus, PortError>, act, ctx| {
                 act.polling = false;
+                // An unanswered question says nothing of any link: a slow or failed
+                // status tool must not read as every link down.
+                let answered_at = result.is_ok().then_some(asked_at);
                 let status = match result {
                     Ok(status) => status,
                     Err(error) => {
@@ -423,7 +426,7 @@ impl ImexProcessActor {
                     ready,
                     status.links,
                     (status.kept, status.adopted, status.catching_up),
-                    Some(asked_at),
+                    answered_at,
                 );
             },
         ));

@@ -19,8 +19,10 @@
 //! the dead grace is no evidence of life either, and the peer is dropped as before.
 //!
 //! **Lost for sure.** Silent in gossip *and* its link down in an answer asked after the
-//! silence began: two independent signals agree the node is gone, and the peer is
-//! dropped at once, without waiting out the dead grace. That is how a node loss leaves
+//! silence began, before any answer vouched for it: two independent signals agree the
+//! node is gone, and the peer is dropped at once, without waiting out the dead grace.
+//! A held peer whose link then goes down waits out the grace instead: its restarted
+//! daemon reloading its IMEX can drop the link for a moment. That is how a node loss leaves
 //! every survivor's IMEX within a fraction of a second when its processes die (gossip
 //! learns of it from the refused connection, `domaind_gossip::pulse`).
 
@@ -89,6 +91,9 @@ pub struct Advertised {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkAnswer {
     pub up: bool,
+    /// The answer listed the link. A link it does not list (a peer not configured
+    /// yet) is not up, but it is no evidence that the peer is gone either.
+    pub listed: bool,
     /// When the status question was asked: an answer vouches for a silent peer only
     /// if it was asked after the silence began.
     pub asked_at: Instant,
@@ -104,6 +109,10 @@ pub struct PeerHealth {
     link_up: bool,
     /// When the newest link answer was asked.
     link_asked_at: Option<Instant>,
+    /// Whether the newest answer listed the link.
+    link_listed: bool,
+    /// An answer vouched for the peer since its silence began.
+    vouched_in_silence: bool,
     /// (generation, imex_ready, imex_failing) as last advertised.
     last_ad: Option<(u64, bool, bool)>,
     outlives_daemon: bool,
@@ -118,6 +127,8 @@ impl PeerHealth {
             silent_since: None,
             link_up: true,
             link_asked_at: None,
+            link_listed: false,
+            vouched_in_silence: false,
             last_ad: None,
             outlives_daemon: false,
         }
@@ -137,6 +148,7 @@ impl PeerHealth {
             self.silent_since = None;
         } else if self.gossip_alive || self.silent_since.is_none() {
             self.silent_since = Some(now);
+            self.vouched_in_silence = false;
         }
         self.gossip_alive = alive;
         self.reevaluate(now)
@@ -149,6 +161,7 @@ impl PeerHealth {
             return None;
         }
         self.link_up = answer.up;
+        self.link_listed = answer.listed;
         self.link_asked_at = Some(answer.asked_at);
         self.reevaluate(now)
     }
@@ -206,8 +219,11 @@ impl PeerHealth {
                 .is_some_and(|(silent, asked)| asked >= silent)
     }
 
-    fn current_trouble(&self) -> Option<Cause> {
+    fn current_trouble(&mut self) -> Option<Cause> {
         if !self.gossip_alive {
+            if self.vouched_for() {
+                self.vouched_in_silence = true;
+            }
             (!self.vouched_for()).then_some(Cause::GossipDead)
         } else if !self.link_up {
             Some(Cause::ImexLinkDown)
@@ -274,10 +290,12 @@ impl PeerHealth {
         }
     }
 
-    /// Gossip is silent and our IMEX, asked since, finds its link down too.
+    /// Gossip is silent and our IMEX, asked since, lists its link down too.
     fn lost_for_sure(&self) -> bool {
         !self.gossip_alive
+            && !self.vouched_in_silence
             && !self.link_up
+            && self.link_listed
             && self
                 .silent_since
                 .zip(self.link_asked_at)
@@ -322,7 +340,11 @@ mod tests {
     }
 
     fn link(up: bool, asked_at: Instant) -> LinkAnswer {
-        LinkAnswer { up, asked_at }
+        LinkAnswer {
+            up,
+            listed: true,
+            asked_at,
+        }
     }
 
     #[test]
@@ -475,6 +497,24 @@ mod tests {
         }
     }
 
+    /// A link our IMEX does not list (not configured yet) is no evidence of a loss:
+    /// the silent peer waits out the dead grace.
+    #[test]
+    fn an_unlisted_link_is_no_evidence_of_a_loss() {
+        let (mut h, t0) = health();
+        h.gossip(false, t0);
+        let unlisted = LinkAnswer {
+            up: false,
+            listed: false,
+            asked_at: t0 + MS,
+        };
+        assert_eq!(h.imex_link(unlisted, t0 + MS), None);
+        assert_eq!(
+            h.tick(t0 + Duration::from_secs(1)),
+            Some(Verdict::Drop(Cause::GossipDead))
+        );
+    }
+
     /// Either signal alone is not enough to drop at once: a link down while gossip
     /// hears the peer waits out the link grace, and a silence the link was seen down
     /// only before waits out the dead grace.
@@ -489,8 +529,10 @@ mod tests {
         assert_eq!(h.deadline(), Some(t0 + MS + Duration::from_secs(1)));
     }
 
-    /// Held, then the node dies: its link goes down and it is dropped at once; its
-    /// link coming back does not re-admit it while gossip is silent.
+    /// Held, then the node dies: its link goes down and it is dropped a dead grace
+    /// later (a link that comes back within it keeps it held: a restarted daemon
+    /// reloading its IMEX drops the link for a moment); its link coming back does not
+    /// re-admit it while gossip is silent.
     #[test]
     fn a_held_peer_whose_link_goes_down_is_dropped() {
         let (mut h, t0) = health();
@@ -501,17 +543,25 @@ mod tests {
         // A late answer, asked before one that saw the link up, changes nothing.
         assert_eq!(h.imex_link(link(false, t0), t1), None);
         assert!(matches!(h.state(), PeerState::Held { .. }));
+        // A flap.
+        assert_eq!(h.imex_link(link(false, t1), t1), None);
+        assert_eq!(h.deadline(), Some(t1 + Duration::from_secs(1)));
+        assert_eq!(h.imex_link(link(true, t1 + MS), t1 + MS), None);
+        assert!(matches!(h.state(), PeerState::Held { .. }));
+        // Down for good.
+        let t2 = t1 + Duration::from_secs(10);
+        assert_eq!(h.imex_link(link(false, t2), t2), None);
         assert_eq!(
-            h.imex_link(link(false, t1), t1),
+            h.tick(t2 + Duration::from_secs(1)),
             Some(Verdict::Drop(Cause::GossipDead))
         );
-        let t2 = t1 + Duration::from_secs(2);
-        assert_eq!(h.imex_link(link(true, t2), t2), None);
+        let t3 = t2 + Duration::from_secs(2);
+        assert_eq!(h.imex_link(link(true, t3), t3), None);
         assert!(
             !h.admitted(),
             "only gossip re-admits a node dropped as dead"
         );
-        assert_eq!(h.gossip(true, t2), Some(Verdict::Readmit));
+        assert_eq!(h.gossip(true, t3), Some(Verdict::Readmit));
     }
 
     /// A peer whose IMEX dies with its daemon is dropped on silence, whatever a link

@@ -45,7 +45,17 @@ struct Run {
     rejoin_ms: u64,
     imports_broken_ms: u64,
     daemon_kill: DaemonKillRun,
+    #[serde(default)]
+    busy_percent: Option<Busy>,
     ok: bool,
+}
+
+/// How busy the machine's cores were during a step, in percent.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+struct Busy {
+    formed: u32,
+    heal: u32,
+    rejoin: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -66,6 +76,8 @@ struct Report {
     daemon_kill_ready_throughout: usize,
     daemon_kill_imports_broken: usize,
     figures: Vec<Latency>,
+    /// The median over the runs of how busy the machine was during each step.
+    busy_percent_p50: Option<Busy>,
 }
 
 pub fn run(args: DemoBenchArgs) -> anyhow::Result<()> {
@@ -128,6 +140,12 @@ pub fn run(args: DemoBenchArgs) -> anyhow::Result<()> {
             report.daemon_kill_imports_broken
         );
         print!("{}", table(&report.figures));
+        if let Some(busy) = report.busy_percent_p50 {
+            println!(
+                "machine busy (p50 of the runs): formation {}%, heal {}%, rejoin {}%",
+                busy.formed, busy.heal, busy.rejoin
+            );
+        }
     }
     Ok(())
 }
@@ -162,7 +180,25 @@ fn report(runs: &[Run], loads: &[f64], nodes: u16) -> Report {
             .count(),
         daemon_kill_imports_broken: runs.iter().map(|r| r.daemon_kill.imports_broken).sum(),
         figures,
+        busy_percent_p50: busy_median(runs),
     }
+}
+
+fn busy_median(runs: &[Run]) -> Option<Busy> {
+    let busy: Vec<Busy> = runs.iter().filter_map(|r| r.busy_percent).collect();
+    if busy.is_empty() {
+        return None;
+    }
+    let median = |field: fn(&Busy) -> u32| {
+        let mut values: Vec<u32> = busy.iter().map(field).collect();
+        values.sort_unstable();
+        values[(values.len() - 1) / 2]
+    };
+    Some(Busy {
+        formed: median(|b| b.formed),
+        heal: median(|b| b.heal),
+        rejoin: median(|b| b.rejoin),
+    })
 }
 
 fn load_average() -> anyhow::Result<f64> {
@@ -200,6 +236,11 @@ mod tests {
                 imports_broken: usize::from(!ready),
                 back_ms: 240,
             },
+            busy_percent: Some(Busy {
+                formed: formed_ms as u32,
+                heal: 90,
+                rejoin: 80,
+            }),
             ok: true,
         }
     }
@@ -220,7 +261,16 @@ mod tests {
         );
         // The demo's summary parses as printed.
         let line = r#"{"nodes":4,"formed_ms":247,"killed":"node-04","daemon_kill":{"ready_throughout":true,"imports":4,"imports_broken":0,"same_imex":true,"back_ms":428},"imports_broken_by_node_kill":4,"imports_broken_ms":1458,"heal_ms":228,"status_ms":1457,"rejoin_ms":268,"events":5,"ok":true}"#;
+        assert_eq!(
+            report.busy_percent_p50,
+            Some(Busy {
+                formed: 100,
+                heal: 90,
+                rejoin: 80
+            })
+        );
         let parsed: Run = serde_json::from_str(line).unwrap();
         assert_eq!((parsed.heal_ms, parsed.daemon_kill.back_ms), (228, 428));
+        assert_eq!(parsed.busy_percent, None);
     }
 }

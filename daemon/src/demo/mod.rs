@@ -5,6 +5,7 @@
 //! and the demo checks on every look that no node has a gossip member or IMEX peer
 //! of another clique.
 
+mod busy;
 mod idle;
 mod restart;
 mod sharing;
@@ -114,6 +115,11 @@ pub struct Summary {
     pub status_ms: u64,
     /// Restart → the status Ready with every node again.
     pub rejoin_ms: u64,
+    /// How busy the machine's cores were (percent, from /proc/stat) during the
+    /// formation, the heal and the rejoin: near 100, a step waited for CPU that the
+    /// rack's nodes share here and would not on a real rack.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy_percent: Option<BusyPercent>,
     /// Status documents the rack's reporters wrote, as the status file's history shows
     /// through the events.
     pub events: usize,
@@ -123,6 +129,13 @@ pub struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle: Option<idle::IdleCost>,
     pub ok: bool,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct BusyPercent {
+    pub formed: u32,
+    pub heal: u32,
+    pub rejoin: u32,
 }
 
 /// What `--json` prints at the end with `--cliques` above 1.
@@ -334,6 +347,7 @@ async fn scenario(
         "Preparing one claim per node for {which}, as each node's kubelet would"
     ));
     let started = Instant::now();
+    let formed_cpu = busy::CpuMark::now();
     let prepares = futures::future::join_all(rack.nodes().iter().enumerate().map(|(i, node)| {
         let domain = &domains[rack.clique_of(i)];
         let (socket, claim) = (node.dra_socket(), claim_ref(node.name(), domain));
@@ -350,6 +364,7 @@ async fn scenario(
         }
     }
     let formed_ms = since(started, &formed_at);
+    let formed_busy = formed_cpu.and_then(|mark| mark.busy_percent_since());
     for (c, ms) in formed_ms.iter().enumerate() {
         observer.say(&format!(
             "{}Domain formed: Ready {n}/{n} in {ms} ms",
@@ -398,6 +413,7 @@ async fn scenario(
         killed.join(", ")
     ));
     let started = Instant::now();
+    let heal_cpu = busy::CpuMark::now();
     tokio::task::block_in_place(|| victims.iter().try_for_each(|v| rack.kill_node(*v)))?;
     let (_, healed_at, _) = observer
         .watch_each(
@@ -408,6 +424,7 @@ async fn scenario(
         )
         .await?;
     let heal_ms = since(started, &healed_at);
+    let heal_busy = heal_cpu.and_then(|mark| mark.busy_percent_since());
     for c in 0..cliques.len() {
         observer.say(&format!(
             "{}Survivors dropped {} from their IMEX peers in {} ms",
@@ -463,6 +480,7 @@ async fn scenario(
         if fleet { "each" } else { "it" }
     ));
     let started = Instant::now();
+    let rejoin_cpu = busy::CpuMark::now();
     tokio::task::block_in_place(|| -> anyhow::Result<()> {
         for victim in &victims {
             rack.start(*victim)?;
@@ -481,6 +499,15 @@ async fn scenario(
         )
         .await?;
     let rejoin_ms = since(started, &rejoined_at);
+    let rejoin_busy = rejoin_cpu.and_then(|mark| mark.busy_percent_since());
+    let busy_percent = match (formed_busy, heal_busy, rejoin_busy) {
+        (Some(formed), Some(heal), Some(rejoin)) => Some(BusyPercent {
+            formed,
+            heal,
+            rejoin,
+        }),
+        _ => None,
+    };
     for c in 0..cliques.len() {
         observer.say(&format!(
             "{}{} rejoined: Ready {n}/{n} in {} ms",
@@ -521,6 +548,7 @@ async fn scenario(
             heal_ms: heal_ms[c],
             status_ms: status_ms[c],
             rejoin_ms: rejoin_ms[c],
+            busy_percent,
             events: rack.local().read_events(&domain.uid)?.len(),
             rack_dir: rack.spec().root.clone(),
             // The whole rack's, measured once: on the first clique's summary.
