@@ -16,7 +16,8 @@
 //! evidence: the peer is dropped only if our IMEX, asked *after* the silence began,
 //! finds its link down too (the node itself is gone). While that answer says the link
 //! is up the peer is *held*: admitted, a member as it last advertised. No answer within
-//! the dead grace is no evidence of life either, and the peer is dropped as before.
+//! the answer wait (5 s: a loaded node's status tool can be slow) is no evidence of
+//! life either, and the peer is dropped.
 //!
 //! **Lost for sure.** Silent in gossip *and* its link down in an answer asked after the
 //! silence began, before any answer vouched for it: two independent signals agree the
@@ -37,6 +38,10 @@ pub struct PeerHealthConfig {
     pub dead_grace: Duration,
     /// Grace for an IMEX link that is down while gossip sees the peer alive.
     pub link_grace: Duration,
+    /// For a silent peer whose IMEX outlives its daemon, how long our IMEX has to
+    /// answer at all: a status tool slow on a loaded node must not drop a peer whose
+    /// job runs on. An answer ends the wait: up holds the peer, down drops it.
+    pub answer_wait: Duration,
 }
 
 impl Default for PeerHealthConfig {
@@ -44,6 +49,7 @@ impl Default for PeerHealthConfig {
         Self {
             dead_grace: Duration::from_secs(1),
             link_grace: Duration::from_secs(30),
+            answer_wait: Duration::from_secs(5),
         }
     }
 }
@@ -203,6 +209,9 @@ impl PeerHealth {
 
     fn grace(&self, cause: Cause) -> Duration {
         match cause {
+            Cause::GossipDead if self.outlives_daemon && !self.answered_in_silence() => {
+                self.config.answer_wait
+            }
             Cause::GossipDead => self.config.dead_grace,
             Cause::ImexLinkDown => self.config.link_grace,
         }
@@ -290,16 +299,20 @@ impl PeerHealth {
         }
     }
 
+    /// Our IMEX answered a question asked since the silence began.
+    fn answered_in_silence(&self) -> bool {
+        self.silent_since
+            .zip(self.link_asked_at)
+            .is_some_and(|(silent, asked)| asked >= silent)
+    }
+
     /// Gossip is silent and our IMEX, asked since, lists its link down too.
     fn lost_for_sure(&self) -> bool {
         !self.gossip_alive
             && !self.vouched_in_silence
             && !self.link_up
             && self.link_listed
-            && self
-                .silent_since
-                .zip(self.link_asked_at)
-                .is_some_and(|(silent, asked)| asked >= silent)
+            && self.answered_in_silence()
     }
 
     fn expire(&mut self, now: Instant) -> Option<Verdict> {
@@ -474,10 +487,11 @@ mod tests {
                 ..
             }
         ));
+        assert_eq!(h.tick(t0 + 10 * MS + Duration::from_secs(1)), None);
         assert_eq!(
-            h.tick(t0 + 10 * MS + Duration::from_secs(1)),
+            h.tick(t0 + 10 * MS + Duration::from_secs(5)),
             Some(Verdict::Drop(Cause::GossipDead)),
-            "no fresh answer within the dead grace"
+            "no fresh answer within the answer wait"
         );
     }
 
@@ -495,6 +509,20 @@ mod tests {
                 "{advertised:?}"
             );
         }
+    }
+
+    /// Our IMEX slow to answer (a loaded node) does not drop a peer whose IMEX outlives
+    /// its daemon at the dead grace; the first answer decides.
+    #[test]
+    fn a_slow_answer_does_not_drop_a_peer_whose_imex_outlives_its_daemon() {
+        let (mut h, t0) = health();
+        h.advertisement(outliving(1), t0);
+        h.gossip(false, t0);
+        assert_eq!(h.deadline(), Some(t0 + Duration::from_secs(5)));
+        let late = t0 + Duration::from_secs(3);
+        assert_eq!(h.tick(late), None);
+        assert_eq!(h.imex_link(link(true, t0 + MS), late), None);
+        assert!(matches!(h.state(), PeerState::Held { .. }));
     }
 
     /// A link our IMEX does not list (not configured yet) is no evidence of a loss:

@@ -310,20 +310,33 @@ pub fn ready_in_status(obs: &ClusterObservation, node: &str) -> bool {
         })
 }
 
-/// Whether each other member's daemon (that answers) still counts `node`: live, or
-/// held (silent, its IMEX vouched for).
-fn kept_by_others<'a>(
+/// Whether a member counts another: as a live member only, or held too (silent, its
+/// IMEX vouched for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    LiveOnly,
+    LiveOrHeld,
+}
+
+/// Whether each other member's daemon (that answers) still counts `node`, and not
+/// lost.
+pub fn counted_by_others<'a>(
     obs: &'a ClusterObservation,
     domain: &'a str,
     node: &'a str,
     nodes: &'a [String],
+    counting: Counting,
 ) -> impl Iterator<Item = bool> + 'a {
     nodes
         .iter()
         .filter(move |o| *o != node)
         .filter_map(move |other| {
             let seen = obs.view(other)?.domains.iter().find(|d| d.uid == domain)?;
-            let counted = seen.members.iter().chain(&seen.held).any(|m| m == node);
+            let held = match counting {
+                Counting::LiveOnly => &[][..],
+                Counting::LiveOrHeld => &seen.held[..],
+            };
+            let counted = seen.members.iter().chain(held).any(|m| m == node);
             Some(counted && !seen.lost.iter().any(|m| m == node))
         })
 }
@@ -353,7 +366,7 @@ pub fn not_kept(
             "only its daemon went (its IMEX lives on), yet the status lists it not Ready",
         ));
     }
-    if kept_by_others(obs, domain, node, nodes).any(|kept| !kept) {
+    if counted_by_others(obs, domain, node, nodes, Counting::LiveOrHeld).any(|kept| !kept) {
         found.push(Violation::new(
             Invariant::Agreement,
             Some(node),

@@ -6,7 +6,9 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, EvictParams};
 
-use super::checks::{Persistent, held_by_another, not_kept, ready_in_status};
+use super::checks::{
+    Counting, Persistent, counted_by_others, held_by_another, not_kept, ready_in_status,
+};
 use super::harness::{ClusterRun, DETECT_LIMIT, set_cordon};
 use super::observe::ClusterObservation;
 use crate::invariants::{Invariant, Violation};
@@ -20,34 +22,18 @@ fn ms(from: Instant, to: Instant) -> u64 {
     to.saturating_duration_since(from).as_millis() as u64
 }
 
-/// Whether each other member's daemon (that answers) counts `node` a live member.
-fn counted_by_others<'a>(
-    obs: &'a ClusterObservation,
-    domain: &'a str,
-    node: &'a str,
-    nodes: &'a [String],
-) -> impl Iterator<Item = bool> + 'a {
-    nodes
-        .iter()
-        .filter(move |o| *o != node)
-        .filter_map(move |other| {
-            let seen = obs.view(other)?.domains.iter().find(|d| d.uid == domain)?;
-            Some(seen.members.iter().any(|m| m == node) && !seen.lost.iter().any(|m| m == node))
-        })
-}
-
 /// Whether the domain stopped counting `node` among its Ready members: in the status,
 /// or for another member.
 fn dropped(obs: &ClusterObservation, domain: &str, node: &str, nodes: &[String]) -> bool {
     !ready_in_status(obs, node)
-        || counted_by_others(obs, domain, node, nodes).any(|counted| !counted)
+        || counted_by_others(obs, domain, node, nodes, Counting::LiveOnly).any(|counted| !counted)
 }
 
 /// Whether no part of the domain counts `node` any more: not Ready in the status, and
 /// no other member's daemon has it as a live member.
 fn gone_from_domain(obs: &ClusterObservation, domain: &str, node: &str, nodes: &[String]) -> bool {
     !ready_in_status(obs, node)
-        && !counted_by_others(obs, domain, node, nodes).any(|counted| counted)
+        && !counted_by_others(obs, domain, node, nodes, Counting::LiveOnly).any(|counted| counted)
 }
 
 impl ClusterRun {
