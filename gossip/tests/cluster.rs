@@ -349,7 +349,10 @@ async fn a_peer_that_only_closes_idle_connections_stays_live() {
     // Five pulse intervals: each side's connection closes idle after every pulse.
     let until = tokio::time::Instant::now() + Duration::from_secs(5);
     while tokio::time::Instant::now() < until {
-        assert!(sees(&a, &both) && sees(&b, &both), "a live peer counted dead");
+        assert!(
+            sees(&a, &both) && sees(&b, &both),
+            "a live peer counted dead"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

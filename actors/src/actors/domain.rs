@@ -186,6 +186,9 @@ pub struct DomainActor {
     peer_version: u64,
     imex_report: Option<ImexReport>,
     links: BTreeMap<NodeId, bool>,
+    /// For each lost member, whether its ImexPeer was last told its daemon lives (a
+    /// restarted daemon, a newer generation, that has not advertised yet).
+    lost_daemon_alive: BTreeMap<NodeId, bool>,
     readiness: Option<Readiness>,
     progress: Option<Progress>,
     status_writer: Option<Addr<StatusWriterActor>>,
@@ -273,6 +276,7 @@ impl DomainActor {
             peer_version: 0,
             imex_report: None,
             links: BTreeMap::new(),
+            lost_daemon_alive: BTreeMap::new(),
             readiness: None,
             progress: None,
             status_writer: None,
@@ -494,12 +498,7 @@ impl DomainActor {
                 }
                 Change::Lost { node, .. } => {
                     info!(domain = %self.domain, %node, "member lost: its daemon is silent in gossip");
-                    self.peer(&node, ctx)
-                        .do_send(PeerSignal::Gossip { alive: false });
-                    // Whether its IMEX still runs decides if it stays: ask ours now.
-                    if self.role != Role::Sharing {
-                        self.imex.do_send(QueryNow);
-                    }
+                    self.lost_daemon_alive.insert(node.clone(), true);
                 }
                 Change::Back(node) => {
                     info!(domain = %self.domain, %node, "lost member is back");
@@ -513,6 +512,7 @@ impl DomainActor {
                 }
             }
         }
+        self.tell_lost_daemons(&live, ctx);
         let remote: Vec<(NodeId, Advertised)> = self
             .roster
             .members()
@@ -893,6 +893,7 @@ impl DomainActor {
         // the rebuild must not reconfigure it.
         self.imex_report = None;
         self.links.clear();
+        self.lost_daemon_alive.clear();
         self.readiness = None;
         self.progress = None;
         self.status_writer = None;
@@ -1202,6 +1203,27 @@ impl DomainActor {
             self.schedule_recompute(ctx);
         } else {
             ctx.run_later(due - now, |act, ctx| act.end_adoption_wait(ctx));
+        }
+    }
+
+    /// Tells each lost member's ImexPeer whether its daemon is silent: no generation
+    /// of it live in gossip. A restarted daemon that has not advertised yet is a lost
+    /// member, but not a silent one: it is reloading the IMEX it adopted, and a link
+    /// down for that moment is no sign that the node is gone. A daemon going silent
+    /// makes our IMEX answer now: whether its IMEX still runs decides if it stays.
+    fn tell_lost_daemons(&mut self, live: &Membership, ctx: &mut Context<Self>) {
+        self.lost_daemon_alive
+            .retain(|node, _| self.roster.lost().contains_key(node));
+        let lost: Vec<NodeId> = self.roster.lost().keys().cloned().collect();
+        for node in lost {
+            let alive = live.contains_key(&node);
+            if self.lost_daemon_alive.insert(node.clone(), alive) == Some(alive) {
+                continue;
+            }
+            self.peer(&node, ctx).do_send(PeerSignal::Gossip { alive });
+            if !alive && self.role != Role::Sharing {
+                self.imex.do_send(QueryNow);
+            }
         }
     }
 

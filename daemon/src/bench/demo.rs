@@ -83,8 +83,7 @@ struct Report {
 pub fn run(args: DemoBenchArgs) -> anyhow::Result<()> {
     let domaind = std::env::current_exe().context("cannot find the domaind binary")?;
     if let Some(out) = &args.out {
-        std::fs::create_dir_all(out)
-            .with_context(|| format!("cannot make {}", out.display()))?;
+        std::fs::create_dir_all(out).with_context(|| format!("cannot make {}", out.display()))?;
     }
     let mut runs = Vec::new();
     let mut loads = Vec::new();

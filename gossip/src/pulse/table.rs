@@ -684,19 +684,25 @@ mod tests {
         let soon = t0 + Duration::from_millis(50);
         assert!(a.gone(ids[2].gossip_advertise_addr, soon, DEAD_AFTER));
         assert!(!a.is_live(&ids[2], soon, DEAD_AFTER));
-        assert!(a.is_live(&ids[1], soon, DEAD_AFTER), "only the node at that address");
-        assert!(!a.gone(ids[2].gossip_advertise_addr, soon, DEAD_AFTER), "told once");
+        assert!(
+            a.is_live(&ids[1], soon, DEAD_AFTER),
+            "only the node at that address"
+        );
+        assert!(
+            !a.gone(ids[2].gossip_advertise_addr, soon, DEAD_AFTER),
+            "told once"
+        );
         // b relays c's last count, newer than a's: no proof that c lives.
         assert_eq!(a.receive(&b.push(), soon).advanced, 1);
         assert!(!a.is_live(&ids[2], soon, DEAD_AFTER));
         // Nor is chitchat's news of it.
-        a.sync(
-            [(ids[1].clone(), mark(1)), (ids[2].clone(), mark(9))],
-            soon,
-        );
+        a.sync([(ids[1].clone(), mark(1)), (ids[2].clone(), mark(9))], soon);
         assert!(!a.is_live(&ids[2], soon, DEAD_AFTER));
         // A pulse straight from c's address is.
-        assert!(!a.heard_directly(ids[1].gossip_advertise_addr, soon), "b was not gone");
+        assert!(
+            !a.heard_directly(ids[1].gossip_advertise_addr, soon),
+            "b was not gone"
+        );
         assert!(a.heard_directly(ids[2].gossip_advertise_addr, soon));
         assert!(a.is_live(&ids[2], soon, DEAD_AFTER));
     }
@@ -710,9 +716,15 @@ mod tests {
         assert!(a.gone(old.gossip_advertise_addr, t0, DEAD_AFTER));
         let new = at("b", 2, 7002);
         a.sync([(old.clone(), mark(1)), (new.clone(), mark(1))], t0);
-        assert!(a.is_live(&new, t0, DEAD_AFTER), "a new node is live as it appears");
+        assert!(
+            a.is_live(&new, t0, DEAD_AFTER),
+            "a new node is live as it appears"
+        );
         assert!(!a.heard_directly(new.gossip_advertise_addr, t0));
-        assert!(!a.is_live(&old, t0, DEAD_AFTER), "the old generation stays gone");
+        assert!(
+            !a.is_live(&old, t0, DEAD_AFTER),
+            "the old generation stays gone"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -85,7 +85,9 @@ impl NetworkFaults {
     /// Whether a partition lies between `a` and `b` (loss aside).
     pub fn partitioned(&self, a: SocketAddr, b: SocketAddr) -> bool {
         let state = self.state();
-        state.isolated.contains(&a) || state.isolated.contains(&b) || state.cut.contains(&link(a, b))
+        state.isolated.contains(&a)
+            || state.isolated.contains(&b)
+            || state.cut.contains(&link(a, b))
     }
 
     /// Restores every cut link and isolated node; loss and delay stay.

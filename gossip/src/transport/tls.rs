@@ -274,7 +274,11 @@ impl Shared {
                 // It lives. Closed with a TLS close_notify, as a connection that never
                 // carried a frame: the peer neither logs it nor dials back.
                 Ok(Ok(open)) => {
-                    let _ = open.closed.unsplit(open.writer.into_inner()).shutdown().await;
+                    let _ = open
+                        .closed
+                        .unsplit(open.writer.into_inner())
+                        .shutdown()
+                        .await;
                 }
                 // Unreachable or slow is no proof of death: the pulses will tell.
                 _ => {}
