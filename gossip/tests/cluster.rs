@@ -5,8 +5,9 @@ mod common;
 use std::time::Duration;
 
 use common::{Pki, any_port, name, within};
+use domaind_gossip::pulse::PulseTiming;
 use domaind_gossip::transport::TransportLimits;
-use domaind_gossip::{GossipConfig, GossipEvent, GossipNode, cluster_id_for_clique};
+use domaind_gossip::{GossipConfig, GossipEvent, GossipNode, GossipTiming, cluster_id_for_clique};
 use futures::StreamExt;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -18,14 +19,40 @@ async fn start(
     seeds: &[&GossipNode],
     generation: u64,
 ) -> GossipNode {
+    let tuning = Tuning {
+        generation: Some(generation),
+        ..Tuning::default()
+    };
+    start_tuned(pki, node, octet, seeds, &tuning).await
+}
+
+/// What a test may change of a node's defaults.
+#[derive(Default)]
+struct Tuning {
+    /// The config's own (the clock) unless set.
+    generation: Option<u64>,
+    timing: GossipTiming,
+    limits: TransportLimits,
+}
+
+async fn start_tuned(
+    pki: &Pki,
+    node: &str,
+    octet: u8,
+    seeds: &[&GossipNode],
+    tuning: &Tuning,
+) -> GossipNode {
     let mut config = GossipConfig::new(
         name(node),
         any_port(octet),
         cluster_id_for_clique("cluster-1.0"),
     );
     config.seeds = seeds.iter().map(|s| s.gossip_addr().to_string()).collect();
-    config.generation = generation;
-    GossipNode::start_tls(config, pki.node_tls(node), TransportLimits::default())
+    if let Some(generation) = tuning.generation {
+        config.generation = generation;
+    }
+    config.timing = tuning.timing.clone();
+    GossipNode::start_tls(config, pki.node_tls(node), tuning.limits.clone())
         .await
         .unwrap()
 }
@@ -273,27 +300,19 @@ async fn a_peer_heard_from_is_dialled_at_once_whatever_the_backoff_said() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_whose_daemon_is_gone_is_dead_at_once_not_after_its_silence() {
     let pki = Pki::new();
-    let timing = domaind_gossip::GossipTiming {
-        pulse: domaind_gossip::pulse::PulseTiming {
-            dead_after: Duration::from_secs(120),
-            ..Default::default()
+    let tuning = Tuning {
+        timing: GossipTiming {
+            pulse: PulseTiming {
+                dead_after: Duration::from_secs(120),
+                ..Default::default()
+            },
+            ..GossipTiming::default()
         },
-        ..domaind_gossip::GossipTiming::default()
+        ..Tuning::default()
     };
-    let start = |node: &'static str, octet: u8, seeds: Vec<String>| {
-        let mut config =
-            GossipConfig::new(name(node), any_port(octet), cluster_id_for_clique("c.1"));
-        config.seeds = seeds;
-        config.timing = timing.clone();
-        GossipNode::start_tls(config, pki.node_tls(node), TransportLimits::default())
-    };
-    let a = start("node-a", 71, vec![]).await.unwrap();
-    let b = start("node-b", 72, vec![a.gossip_addr().to_string()])
-        .await
-        .unwrap();
-    let c = start("node-c", 73, vec![a.gossip_addr().to_string()])
-        .await
-        .unwrap();
+    let a = start_tuned(&pki, "node-a", 71, &[], &tuning).await;
+    let b = start_tuned(&pki, "node-b", 72, &[&a], &tuning).await;
+    let c = start_tuned(&pki, "node-c", 73, &[&a], &tuning).await;
     let all = ["node-a", "node-b", "node-c"];
     common::wait_until(LIMIT, "all three see each other", || {
         [&a, &b, &c].iter().all(|n| sees(n, &all))
@@ -318,29 +337,23 @@ async fn a_peer_whose_daemon_is_gone_is_dead_at_once_not_after_its_silence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_only_closes_idle_connections_stays_live() {
     let pki = Pki::new();
-    let timing = domaind_gossip::GossipTiming {
-        pulse: domaind_gossip::pulse::PulseTiming {
-            interval: Duration::from_secs(1),
-            dead_after: Duration::from_secs(120),
+    let tuning = Tuning {
+        timing: GossipTiming {
+            pulse: PulseTiming {
+                interval: Duration::from_secs(1),
+                dead_after: Duration::from_secs(120),
+            },
+            ..GossipTiming::default()
         },
-        ..domaind_gossip::GossipTiming::default()
+        limits: TransportLimits {
+            outbound_idle_timeout: Duration::from_millis(200),
+            inbound_idle_timeout: Duration::from_millis(400),
+            ..TransportLimits::default()
+        },
+        ..Tuning::default()
     };
-    let limits = TransportLimits {
-        outbound_idle_timeout: Duration::from_millis(200),
-        inbound_idle_timeout: Duration::from_millis(400),
-        ..TransportLimits::default()
-    };
-    let start = |node: &'static str, octet: u8, seeds: Vec<String>| {
-        let mut config =
-            GossipConfig::new(name(node), any_port(octet), cluster_id_for_clique("c.1"));
-        config.seeds = seeds;
-        config.timing = timing.clone();
-        GossipNode::start_tls(config, pki.node_tls(node), limits.clone())
-    };
-    let a = start("node-a", 74, vec![]).await.unwrap();
-    let b = start("node-b", 75, vec![a.gossip_addr().to_string()])
-        .await
-        .unwrap();
+    let a = start_tuned(&pki, "node-a", 74, &[], &tuning).await;
+    let b = start_tuned(&pki, "node-b", 75, &[&a], &tuning).await;
     let both = ["node-a", "node-b"];
     common::wait_until(LIMIT, "both see each other", || {
         [&a, &b].iter().all(|n| sees(n, &both))

@@ -11,6 +11,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use super::latency::{Latency, table};
+use crate::demo::busy::Work;
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoBenchArgs {
@@ -27,7 +28,8 @@ pub struct DemoBenchArgs {
     pub subnet: u8,
 
     /// Keep each run's JSON summary and log here (run-N.json, run-N.log), with the
-    /// load before it (load.txt).
+    /// load before it (load.txt); and the nodes' logs of a run that failed or whose
+    /// daemon kill was not Ready throughout (run-N-logs/).
     #[arg(long)]
     pub out: Option<PathBuf>,
 
@@ -47,7 +49,17 @@ struct Run {
     daemon_kill: DaemonKillRun,
     #[serde(default)]
     busy_percent: Option<Busy>,
+    #[serde(default)]
+    work_ms: Option<StepWork>,
     ok: bool,
+}
+
+/// The CPU each part of the rack used in a step, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+struct StepWork {
+    formed: Work,
+    heal: Work,
+    rejoin: Work,
 }
 
 /// How busy the machine's cores were during a step, in percent.
@@ -78,6 +90,8 @@ struct Report {
     figures: Vec<Latency>,
     /// The median over the runs of how busy the machine was during each step.
     busy_percent_p50: Option<Busy>,
+    /// The median over the runs of each part's CPU in each step.
+    work_ms_p50: Option<StepWork>,
 }
 
 pub fn run(args: DemoBenchArgs) -> anyhow::Result<()> {
@@ -90,10 +104,18 @@ pub fn run(args: DemoBenchArgs) -> anyhow::Result<()> {
     for index in 1..=args.runs {
         let load = load_average()?;
         loads.push(load);
-        let output = Command::new(&domaind)
-            .args(["--log", "warn", "demo", "--json"])
+        let logs = args
+            .out
+            .as_ref()
+            .map(|out| out.join(format!("run-{index}-logs")));
+        let mut demo = Command::new(&domaind);
+        demo.args(["--log", "warn", "demo", "--json"])
             .args(["--nodes", &args.nodes.to_string()])
-            .args(["--subnet", &args.subnet.to_string()])
+            .args(["--subnet", &args.subnet.to_string()]);
+        if let Some(logs) = &logs {
+            demo.arg("--logs").arg(logs);
+        }
+        let output = demo
             .stdin(Stdio::null())
             .output()
             .context("cannot run the demo")?;
@@ -118,6 +140,11 @@ pub fn run(args: DemoBenchArgs) -> anyhow::Result<()> {
                 output.status,
                 String::from_utf8_lossy(&output.stderr)
             );
+        }
+        let clean = run.daemon_kill.ready_throughout && run.daemon_kill.imports_broken == 0;
+        if let Some(logs) = logs.filter(|_| clean) {
+            std::fs::remove_dir_all(&logs)
+                .with_context(|| format!("cannot remove {}", logs.display()))?;
         }
         eprintln!(
             "run {index}/{}: formed {} ms, heal {} ms, status {} ms, rejoin {} ms (load {load:.2})",
@@ -144,6 +171,9 @@ pub fn run(args: DemoBenchArgs) -> anyhow::Result<()> {
                 "machine busy (p50 of the runs): formation {}%, heal {}%, rejoin {}%",
                 busy.formed, busy.heal, busy.rejoin
             );
+        }
+        if let Some(work) = &report.work_ms_p50 {
+            print!("{}", work_table(work));
         }
     }
     Ok(())
@@ -180,7 +210,54 @@ fn report(runs: &[Run], loads: &[f64], nodes: u16) -> Report {
         daemon_kill_imports_broken: runs.iter().map(|r| r.daemon_kill.imports_broken).sum(),
         figures,
         busy_percent_p50: busy_median(runs),
+        work_ms_p50: work_median(runs),
     }
+}
+
+fn work_median(runs: &[Run]) -> Option<StepWork> {
+    let works: Vec<StepWork> = runs.iter().filter_map(|r| r.work_ms).collect();
+    if works.is_empty() {
+        return None;
+    }
+    let step = |of: fn(&StepWork) -> Work| {
+        let median = |part: fn(&Work) -> u64| {
+            let mut values: Vec<u64> = works.iter().map(|w| part(&of(w))).collect();
+            values.sort_unstable();
+            values[(values.len() - 1) / 2]
+        };
+        Work {
+            daemons: median(|w| w.daemons),
+            status_tools: median(|w| w.status_tools),
+            imex: median(|w| w.imex),
+            runners: median(|w| w.runners),
+            demo: median(|w| w.demo),
+            rest: median(|w| w.rest),
+        }
+    };
+    Some(StepWork {
+        formed: step(|w| w.formed),
+        heal: step(|w| w.heal),
+        rejoin: step(|w| w.rejoin),
+    })
+}
+
+/// Where each step's CPU went, p50 of the runs.
+fn work_table(work: &StepWork) -> String {
+    let mut out = format!(
+        "{:<10}{:>9}{:>13}{:>7}{:>9}{:>7}{:>7}   CPU ms, p50 of the runs\n",
+        "STEP", "DAEMONS", "STATUS TOOLS", "IMEX", "RUNNERS", "DEMO", "REST"
+    );
+    for (step, w) in [
+        ("formation", work.formed),
+        ("heal", work.heal),
+        ("rejoin", work.rejoin),
+    ] {
+        out += &format!(
+            "{step:<10}{:>9}{:>13}{:>7}{:>9}{:>7}{:>7}\n",
+            w.daemons, w.status_tools, w.imex, w.runners, w.demo, w.rest
+        );
+    }
+    out
 }
 
 fn busy_median(runs: &[Run]) -> Option<Busy> {
@@ -240,6 +317,13 @@ mod tests {
                 heal: 90,
                 rejoin: 80,
             }),
+            work_ms: Some(StepWork {
+                heal: Work {
+                    daemons: formed_ms,
+                    ..Work::default()
+                },
+                ..StepWork::default()
+            }),
             ok: true,
         }
     }
@@ -268,6 +352,9 @@ mod tests {
                 rejoin: 80
             })
         );
+        let work = report.work_ms_p50.unwrap();
+        assert_eq!((work.heal.daemons, work.formed.daemons), (100, 0));
+        assert!(work_table(&work).contains("heal"), "{}", work_table(&work));
         let parsed: Run = serde_json::from_str(line).unwrap();
         assert_eq!((parsed.heal_ms, parsed.daemon_kill.back_ms), (228, 428));
         assert_eq!(parsed.busy_percent, None);

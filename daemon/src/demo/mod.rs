@@ -5,7 +5,7 @@
 //! and the demo checks on every look that no node has a gossip member or IMEX peer
 //! of another clique.
 
-mod busy;
+pub(crate) mod busy;
 mod idle;
 mod restart;
 mod sharing;
@@ -82,6 +82,11 @@ pub struct DemoArgs {
     /// The daemons' --imex-poll-steady (theirs by default).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub imex_poll_steady: Option<Duration>,
+
+    /// Copy every node's logs (the daemon's, its IMEX runner's and IMEX's) here before
+    /// the rack is deleted, as <DIR>/node-NN/...; for a run to be looked at afterwards.
+    #[arg(long)]
+    pub logs: Option<PathBuf>,
 }
 
 /// The ComputeDomain the demo forms.
@@ -120,6 +125,9 @@ pub struct Summary {
     /// rack's nodes share here and would not on a real rack.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busy_percent: Option<BusyPercent>,
+    /// The CPU each part of the rack used in those steps: where the time went.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_ms: Option<StepWork>,
     /// Status documents the rack's reporters wrote, as the status file's history shows
     /// through the events.
     pub events: usize,
@@ -136,6 +144,18 @@ pub struct BusyPercent {
     pub formed: u32,
     pub heal: u32,
     pub rejoin: u32,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StepWork {
+    pub formed: busy::Work,
+    pub heal: busy::Work,
+    pub rejoin: busy::Work,
+}
+
+/// The pids of the rack's daemons that run now.
+fn daemon_pids(rack: &LocalRack) -> Vec<u32> {
+    rack.nodes().iter().filter_map(|n| n.pid()).collect()
 }
 
 /// What `--json` prints at the end with `--cliques` above 1.
@@ -237,6 +257,9 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     tokio::task::block_in_place(|| rack.stop_all(STOP_LIMIT));
     let crashed = rack.unexpected_exits();
     drop(rack);
+    if let Some(logs) = &args.logs {
+        copy_logs(tmp.path(), logs)?;
+    }
     drop(tmp);
     let mut fleet = outcome?;
     if !crashed.is_empty() {
@@ -247,6 +270,26 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&fleet.cliques.remove(0))?);
         } else {
             println!("{}", serde_json::to_string(&fleet)?);
+        }
+    }
+    Ok(())
+}
+
+/// Every `*.log` under `root`, copied to the same relative path under `to`.
+fn copy_logs(root: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
+    for entry in
+        std::fs::read_dir(root).with_context(|| format!("cannot read {}", root.display()))?
+    {
+        let entry = entry?;
+        let path = entry.path();
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_logs(&path, &target)?;
+        } else if path.extension().is_some_and(|e| e == "log") {
+            std::fs::create_dir_all(to).with_context(|| format!("cannot make {}", to.display()))?;
+            std::fs::copy(&path, &target).with_context(|| {
+                format!("cannot copy {} to {}", path.display(), target.display())
+            })?;
         }
     }
     Ok(())
@@ -364,7 +407,10 @@ async fn scenario(
         }
     }
     let formed_ms = since(started, &formed_at);
-    let formed_busy = formed_cpu.and_then(|mark| mark.busy_percent_since());
+    let formed_busy = formed_cpu
+        .as_ref()
+        .and_then(busy::CpuMark::busy_percent_since);
+    let formed_work = formed_cpu.and_then(|mark| mark.work_since(&daemon_pids(rack)));
     for (c, ms) in formed_ms.iter().enumerate() {
         observer.say(&format!(
             "{}Domain formed: Ready {n}/{n} in {ms} ms",
@@ -424,7 +470,10 @@ async fn scenario(
         )
         .await?;
     let heal_ms = since(started, &healed_at);
-    let heal_busy = heal_cpu.and_then(|mark| mark.busy_percent_since());
+    let heal_busy = heal_cpu
+        .as_ref()
+        .and_then(busy::CpuMark::busy_percent_since);
+    let heal_work = heal_cpu.and_then(|mark| mark.work_since(&daemon_pids(rack)));
     for c in 0..cliques.len() {
         observer.say(&format!(
             "{}Survivors dropped {} from their IMEX peers in {} ms",
@@ -499,7 +548,18 @@ async fn scenario(
         )
         .await?;
     let rejoin_ms = since(started, &rejoined_at);
-    let rejoin_busy = rejoin_cpu.and_then(|mark| mark.busy_percent_since());
+    let rejoin_busy = rejoin_cpu
+        .as_ref()
+        .and_then(busy::CpuMark::busy_percent_since);
+    let rejoin_work = rejoin_cpu.and_then(|mark| mark.work_since(&daemon_pids(rack)));
+    let work_ms = match (formed_work, heal_work, rejoin_work) {
+        (Some(formed), Some(heal), Some(rejoin)) => Some(StepWork {
+            formed,
+            heal,
+            rejoin,
+        }),
+        _ => None,
+    };
     let busy_percent = match (formed_busy, heal_busy, rejoin_busy) {
         (Some(formed), Some(heal), Some(rejoin)) => Some(BusyPercent {
             formed,
@@ -549,6 +609,7 @@ async fn scenario(
             status_ms: status_ms[c],
             rejoin_ms: rejoin_ms[c],
             busy_percent,
+            work_ms,
             events: rack.local().read_events(&domain.uid)?.len(),
             rack_dir: rack.spec().root.clone(),
             // The whole rack's, measured once: on the first clique's summary.

@@ -104,6 +104,9 @@ pub struct ImexSettings {
     /// those asked for: a restarted node re-learns its peers from gossip, and handing
     /// IMEX the few it knows at first would drop the links its jobs import over.
     pub adoption_hold: Duration,
+    /// A ready node whose IMEX we reload stays ready this long while the only links
+    /// down are those the reload restarted ([`super::relink`]).
+    pub relink_hold: Duration,
     /// IMEX's links run over mutual TLS with the node's gossip certificate: the config
     /// turns IMEX's SSL/TLS on and names the files the adapter writes from the
     /// credentials it is given ([`super::ImexDaemon::with_credentials`]).
@@ -173,6 +176,7 @@ impl ImexSettings {
             reload_min_interval: Duration::from_secs(5),
             query_timeout: Duration::from_secs(3),
             adoption_hold: Duration::from_secs(10),
+            relink_hold: Duration::from_secs(2),
             tls: false,
             shared_name: false,
         }

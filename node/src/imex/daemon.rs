@@ -73,6 +73,7 @@ use super::config::{
 use super::host_service::HostService;
 use super::keeper::ImexKeeper;
 use super::output::OutputTail;
+use super::relink::Relinking;
 use super::runner::{Instance, RunnerClient, RunnerSignal, StartRequest};
 use super::spawner::Spawner;
 use super::{guard, holders, hosts, leftover, listen_check};
@@ -156,6 +157,8 @@ struct State {
     kept: Option<String>,
     /// The running daemon was adopted from its keeper, not started by this adapter.
     adopted: bool,
+    /// Links the daemon is making again because we restarted them.
+    relinking: Relinking,
 }
 
 impl State {
@@ -482,6 +485,7 @@ impl Inner {
                 follow_keeper(keeper.clone(), &instance, self.exits.clone()),
                 None,
             );
+            state.relinking.started(self.remote_slots(&state.peers));
             return Ok(());
         }
         let mut child = self
@@ -499,6 +503,7 @@ impl Inner {
         metrics::counter!(IMEX_STARTS).increment(1);
         info!(pid = child.id(), program = %s.daemon.program.display(), guarded = s.guard.is_some(), "IMEX daemon started");
         self.took(state, watch_child(child, self.exits.clone()), Some(output));
+        state.relinking.started(self.remote_slots(&state.peers));
         Ok(())
     }
 
@@ -514,6 +519,18 @@ impl Inner {
         state.hold_until = None;
         state.kept = None;
         state.adopted = false;
+        state.relinking = Relinking::default();
+    }
+
+    /// The slots of `peers` other than this node: the links IMEX makes.
+    fn remote_slots(&self, peers: &PeerSet) -> Vec<Slot> {
+        let me = self.settings.bind_ip;
+        peers
+            .peers
+            .iter()
+            .filter(|(_, p)| p.ip != me)
+            .map(|(slot, _)| *slot)
+            .collect()
     }
 
     /// At start with a keeper: adopts its instance on our config when that serves
@@ -674,7 +691,12 @@ impl Inner {
         child.signal(Signal::SIGUSR1);
         metrics::counter!(IMEX_RELOADS).increment(1);
         info!(pid, "IMEX daemon asked to reload (SIGUSR1)");
-        state.last_reload = Some(Instant::now());
+        let now = Instant::now();
+        state.last_reload = Some(now);
+        let slots = self.remote_slots(&state.peers);
+        state
+            .relinking
+            .reloaded(slots, now, self.settings.relink_hold);
     }
 
     async fn query(&self, extra: &[&str]) -> Result<String, PortError> {
@@ -1057,10 +1079,16 @@ impl Imex for ImexDaemon {
             let listing = self.inner.query(&["-N", "-j"]).await.unwrap_or_default();
             self.inner.links(&listing, &peers)
         };
-        let (kept, adopted, catching_up) = {
-            let state = self.inner.state.lock().await;
+        let (ready, links, kept, adopted, catching_up) = {
+            let mut state = self.inner.state.lock().await;
+            // An answer about a daemon since replaced says nothing of the new one's links.
+            let (ready, links) = if state.generation == generation {
+                state.relinking.judge(ready, links, Instant::now())
+            } else {
+                (ready, links)
+            };
             let catching_up = state.adopted && state.holding() && self.inner.serves_beyond(&state);
-            (state.kept.clone(), state.adopted, catching_up)
+            (ready, links, state.kept.clone(), state.adopted, catching_up)
         };
         self.inner
             .catching_up

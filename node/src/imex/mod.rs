@@ -13,6 +13,7 @@ pub mod leftover;
 pub mod listen_check;
 pub mod output;
 pub mod processes;
+pub mod relink;
 pub mod runner;
 pub mod sim;
 pub mod sim_cli;

@@ -44,8 +44,9 @@ pub struct Sample {
     pub children: BTreeMap<u32, u64>,
 }
 
-/// Reads every process once, for each of `daemons`; `None` for one that is gone.
-pub fn sample(daemons: &[u32]) -> Vec<Option<Sample>> {
+/// Every process's parent and ticks, by pid, read once; those that end while it reads
+/// are left out.
+pub fn every_process() -> BTreeMap<u32, (u32, Ticks)> {
     let mut stats = BTreeMap::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
@@ -60,6 +61,12 @@ pub fn sample(daemons: &[u32]) -> Vec<Option<Sample>> {
             }
         }
     }
+    stats
+}
+
+/// Reads every process once, for each of `daemons`; `None` for one that is gone.
+pub fn sample(daemons: &[u32]) -> Vec<Option<Sample>> {
+    let stats = every_process();
     daemons
         .iter()
         .map(|pid| {

@@ -452,3 +452,70 @@ async fn a_silent_peer_is_seen_disconnected_and_comes_back_the_same() {
     assert!(!imports.contains("broken"), "{imports}");
     stop_all(&nodes).await;
 }
+
+/// Our own reload restarts IMEX's outgoing links (as SIGUSR1 does to IMEX): a link down
+/// until it is up again says nothing of the peer, and a node that was ready stays ready
+/// for the relink hold. Peer `b` is stopped, so `a`'s link to it cannot come back;
+/// without the rule `a` would list `b` down at once (a peer-health rule drops a silent
+/// peer on that) and turn not ready on our reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_our_reload_restarted_is_no_evidence_and_the_node_stays_ready_for_the_hold() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = rack(dir.path(), &[109, 110], AddressingMode::DnsNames);
+    // Long enough that a loaded machine's status questions see it.
+    let hold = Duration::from_secs(3);
+    let mut settings = nodes[0].daemon.settings().clone();
+    settings.relink_hold = hold;
+    nodes[0].daemon = ImexDaemon::new(settings);
+    let all: Vec<&Node> = nodes.iter().collect();
+    for node in &nodes {
+        node.daemon.start(&peer_set(&all)).await.unwrap();
+    }
+    wait_ready(&all, true).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let b_slot = 1;
+    let pid = Pid::from_raw(b.daemon.pid().await.unwrap() as i32);
+
+    kill(pid, Signal::SIGSTOP).unwrap();
+    a.daemon.reload().await.unwrap();
+    // Until the hold is over: ready, and b's link unlisted (once the reload is sent).
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    let mut held = false;
+    loop {
+        let status = a.daemon.status().await.unwrap();
+        if status.ready {
+            assert_ne!(status.links.get(&b_slot), Some(&false), "{status:?}");
+        } else {
+            assert!(held, "not ready before the hold: {status:?}");
+            assert_eq!(
+                status.links.get(&b_slot),
+                None,
+                "never up since: {status:?}"
+            );
+            break;
+        }
+        held |= !status.links.contains_key(&b_slot);
+        assert!(tokio::time::Instant::now() < deadline, "{status:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Back, then silent with no reload of ours: now its link down is evidence.
+    kill(pid, Signal::SIGCONT).unwrap();
+    wait_ready(&all, true).await;
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let status = a.daemon.status().await.unwrap();
+        if status.links.get(&b_slot) == Some(&false) {
+            assert!(!status.ready, "{status:?}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    kill(pid, Signal::SIGCONT).unwrap();
+    stop_all(&nodes).await;
+}
