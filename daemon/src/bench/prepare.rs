@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 
 use super::latency::{Latency, table};
 use crate::demo::Interrupts;
+use crate::demo::busy::{CpuMark, Work};
 
 /// The daemons write run.json within this.
 const START_LIMIT: Duration = Duration::from_secs(60);
@@ -80,6 +81,8 @@ pub struct PrepareBench {
     /// Preparing the held claims, untimed in the cases.
     pub setup_ms: u64,
     pub cases: Vec<Latency>,
+    /// The CPU each concurrent call cost, by whom: where the time of a storm goes.
+    pub work: Vec<CallWork>,
     /// Where the rack's files were; removed when the bench ends.
     pub rack_dir: std::path::PathBuf,
 }
@@ -116,6 +119,9 @@ async fn bench(args: PrepareBenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         print!("{}", table(&report.cases));
+        for work in &report.work {
+            println!("{}", work.line());
+        }
     }
     Ok(())
 }
@@ -215,10 +221,24 @@ async fn measure(rack: &mut LocalRack, args: &PrepareBenchArgs) -> anyhow::Resul
         unprepares.push(timed(&client, claim, Call::Unprepare).await?);
     }
     let (mut concurrent_prepares, mut concurrent_unprepares) = (Vec::new(), Vec::new());
+    let daemons: Vec<u32> = rack.nodes().iter().filter_map(|n| n.pid()).collect();
+    let (mut prepare_work, mut unprepare_work) = (Vec::new(), Vec::new());
     for round in &rounds {
+        let mark = CpuMark::now();
         concurrent_prepares.extend(at_once(&client, round, Call::Prepare).await?);
+        prepare_work.extend(mark.and_then(|m| m.work_since(&daemons)));
+        let mark = CpuMark::now();
         concurrent_unprepares.extend(at_once(&client, round, Call::Unprepare).await?);
+        unprepare_work.extend(mark.and_then(|m| m.work_since(&daemons)));
     }
+    let calls = rounds.iter().map(Vec::len).sum::<usize>();
+    let work = [
+        CallWork::of("concurrent prepare", &prepare_work, calls),
+        CallWork::of("concurrent unprepare", &unprepare_work, calls),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
 
     let cases = [
         Latency::of("sequential prepare", &prepares),
@@ -238,8 +258,47 @@ async fn measure(rack: &mut LocalRack, args: &PrepareBenchArgs) -> anyhow::Resul
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         setup_ms,
         cases,
+        work,
         rack_dir: rack.spec().root.clone(),
     })
+}
+
+/// CPU per call over the concurrent rounds, in milliseconds of one core.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallWork {
+    pub case: &'static str,
+    /// The rack's daemons (the measured node does the work).
+    pub daemons_ms: f64,
+    /// This process: the kubelet's side of the calls.
+    pub client_ms: f64,
+    /// Status tools and IMEX daemons.
+    pub imex_ms: f64,
+    /// Everything else on the machine.
+    pub rest_ms: f64,
+}
+
+impl CallWork {
+    fn of(case: &'static str, rounds: &[Work], calls: usize) -> Option<Self> {
+        if rounds.is_empty() || calls == 0 {
+            return None;
+        }
+        let per_call =
+            |part: fn(&Work) -> u64| rounds.iter().map(part).sum::<u64>() as f64 / calls as f64;
+        Some(Self {
+            case,
+            daemons_ms: per_call(|w| w.daemons),
+            client_ms: per_call(|w| w.demo),
+            imex_ms: per_call(|w| w.status_tools + w.imex + w.runners),
+            rest_ms: per_call(|w| w.rest),
+        })
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{}: CPU per call {:.2} ms in the daemons, {:.2} ms in the client, {:.2} ms in IMEX and its tools, {:.2} ms elsewhere",
+            self.case, self.daemons_ms, self.client_ms, self.imex_ms, self.rest_ms
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

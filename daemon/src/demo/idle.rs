@@ -80,7 +80,7 @@ async fn status_queries(rack: &LocalRack) -> Vec<Option<f64>> {
 }
 
 /// Measures the rack over `window`; it should be formed and left alone.
-pub async fn measure(rack: &LocalRack, window: Duration) -> anyhow::Result<IdleCost> {
+pub async fn measure(rack: &mut LocalRack, window: Duration) -> anyhow::Result<IdleCost> {
     let pids = rack
         .nodes()
         .iter()
@@ -89,11 +89,13 @@ pub async fn measure(rack: &LocalRack, window: Duration) -> anyhow::Result<IdleC
                 .with_context(|| format!("{} does not run", n.name()))
         })
         .collect::<anyhow::Result<Vec<u32>>>()?;
+    // Under an IMEX runner the IMEX daemon is the runner's child, not the daemon's.
+    let imex = tokio::task::block_in_place(|| rack.imex_daemons())?;
     let queries_before = status_queries(rack).await;
     let opened = Instant::now();
-    let before = cpu::sample(&pids);
+    let before = cpu::sample(&pids, &imex);
     tokio::time::sleep(window).await;
-    let after = cpu::sample(&pids);
+    let after = cpu::sample(&pids, &imex);
     let seconds = opened.elapsed().as_secs_f64();
     let queries_after = status_queries(rack).await;
     let hz = cpu::ticks_per_second();

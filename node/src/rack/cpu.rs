@@ -64,16 +64,20 @@ pub fn every_process() -> BTreeMap<u32, (u32, Ticks)> {
     stats
 }
 
-/// Reads every process once, for each of `daemons`; `None` for one that is gone.
-pub fn sample(daemons: &[u32]) -> Vec<Option<Sample>> {
+/// Reads every process once, for each of `daemons`; `None` for one that is gone. A
+/// daemon's long-lived children are its own children and `imex[i]`, the IMEX daemons
+/// that run under its IMEX runner instead.
+pub fn sample(daemons: &[u32], imex: &[Vec<u32>]) -> Vec<Option<Sample>> {
     let stats = every_process();
     daemons
         .iter()
-        .map(|pid| {
+        .enumerate()
+        .map(|(i, pid)| {
             let (_, daemon) = stats.get(pid)?;
+            let kept = imex.get(i).map(Vec::as_slice).unwrap_or_default();
             let children = stats
                 .iter()
-                .filter(|(_, (ppid, _))| ppid == pid)
+                .filter(|(child, (ppid, _))| ppid == pid || kept.contains(child))
                 .map(|(child, (_, ticks))| (*child, ticks.own))
                 .collect();
             Some(Sample {
@@ -177,8 +181,12 @@ mod tests {
     #[test]
     fn this_process_can_be_read() {
         let me = std::process::id();
-        let samples = sample(&[me, u32::MAX]);
-        assert!(samples[0].is_some());
+        // Its parent stands in for an IMEX daemon under a runner: not its child, read
+        // as one because it is named.
+        let parent = std::os::unix::process::parent_id();
+        let samples = sample(&[me, u32::MAX], &[vec![parent]]);
+        let mine = samples[0].as_ref().unwrap();
+        assert!(mine.children.contains_key(&parent), "{mine:?}");
         assert_eq!(samples[1], None);
         assert!(ticks_per_second() > 0.0);
     }
