@@ -1,6 +1,6 @@
 //! Ports: everything the actors need from outside, as traits. Real adapters live
-//! where their dependencies are (the daemon: Kubernetes, IMEX, files); the gossip
-//! adapter is here because gossip is ours. Fakes are in [`crate::testing`].
+//! where their dependencies are (the node's wiring: gossip, the clock, Kubernetes,
+//! IMEX, files), so the core builds without them. Fakes are in [`crate::testing`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
-use domaind_gossip::{GossipNode, Membership};
+use domaind_membership::Membership;
 
 use crate::model::{
     ChannelId, ClaimInfo, ClaimRef, DomainRef, DomainUid, NodeId, ReadinessPolicy, Slot,
@@ -36,25 +36,6 @@ pub trait Gossip: Send + Sync + 'static {
     /// Snapshots of `live()`, starting with the current one; a slow reader skips to
     /// the newest, so bursts of changes cost one snapshot.
     fn updates(&self) -> BoxStream<'static, Membership>;
-}
-
-#[async_trait]
-impl Gossip for GossipNode {
-    fn node(&self) -> NodeId {
-        GossipNode::node(self).to_string()
-    }
-    async fn set(&self, key: &str, value: &str) {
-        GossipNode::set(self, key, value).await;
-    }
-    async fn delete(&self, key: &str) {
-        GossipNode::delete(self, key).await;
-    }
-    fn live(&self) -> Membership {
-        self.live_nodes()
-    }
-    fn updates(&self) -> BoxStream<'static, Membership> {
-        Box::pin(self.membership_updates())
-    }
 }
 
 /// What the local IMEX daemon reports.
@@ -290,16 +271,6 @@ pub trait CheckpointStore: Send + Sync + 'static {
 /// Wall-clock time, for seniority (`joined_at_ms`). Timeouts use tokio's clock.
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> u64;
-}
-
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        domaind_gossip::default_generation()
-    }
 }
 
 /// Every port a node needs.

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use domaind_gossip::{Member, Membership};
+use domaind_membership::{Member, Membership};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tokio::sync::watch;

@@ -23,6 +23,7 @@ use domaind_gossip::transport::{FaultyTransport, NetworkFaults};
 use domaind_gossip::{
     ChannelTransport, GossipConfig, GossipNode, GossipTiming, NodeName, cluster_id_for_clique,
 };
+use domaind_node::run::GossipPort;
 use tracing::info;
 
 use crate::traffic::{CliqueTraffic, Count, CountingTransport};
@@ -263,7 +264,7 @@ impl SimCluster {
         (self.config.node)(&mut node_config);
         let events = FakeEventSink::default();
         let ports = Ports {
-            gossip: gossip.clone(),
+            gossip: Arc::new(GossipPort(gossip.clone())),
             imex: Arc::new(self.fabric.daemon(&name)),
             status: Arc::new(self.status.for_node(&name)),
             events: Arc::new(events.clone()),

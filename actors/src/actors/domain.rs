@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use actix::prelude::*;
-use domaind_gossip::Membership;
+use domaind_membership::Membership;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -910,7 +910,7 @@ impl DomainActor {
     /// advertises the assignment, and tells the node what is confirmed.
     fn assign_channels(
         &mut self,
-        live: &domaind_gossip::Membership,
+        live: &domaind_membership::Membership,
         ad: &mut Advertisement,
         ctx: &mut Context<Self>,
     ) {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use actix::WeakRecipient;
 use actix::prelude::*;
-use domaind_gossip::Membership;
+use domaind_membership::Membership;
 use tracing::warn;
 
 use crate::actors::domain::GossipChanged;

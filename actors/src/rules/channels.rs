@@ -50,7 +50,7 @@
 
 use std::collections::BTreeMap;
 
-use domaind_gossip::Membership;
+use domaind_membership::Membership;
 
 use crate::model::{Advertisement, ChannelId, CliqueId, DomainUid, NodeId};
 use crate::rules::membership::{DOMAIN_KEY_PREFIX, decode_advertisement};
@@ -191,7 +191,7 @@ mod tests {
     use crate::model::Sharing;
     use crate::rules::fixtures::advertisement;
     use crate::rules::membership::encode_advertisement;
-    use domaind_gossip::Member;
+    use domaind_membership::Member;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use domaind_gossip::Membership;
+use domaind_membership::Membership;
 
 use crate::model::{Advertisement, CliqueId, DomainMember, DomainUid, NodeId};
 
@@ -76,7 +76,7 @@ pub fn advertised_domains(keys: &BTreeMap<String, String>) -> Vec<DomainUid> {
 mod tests {
     use super::*;
     use crate::rules::fixtures::advertisement;
-    use domaind_gossip::Member;
+    use domaind_membership::Member;
 
     fn ad(clique: &str, slot: Option<u16>) -> Advertisement {
         Advertisement {

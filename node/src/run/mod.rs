@@ -11,6 +11,7 @@
 mod args;
 mod http;
 mod info;
+mod ports;
 mod readiness;
 pub mod seeds;
 mod state;
@@ -25,7 +26,6 @@ use std::time::Duration;
 use actix::Actor;
 use anyhow::Context as _;
 use domaind_actors::model::CliqueId;
-use domaind_actors::ports::SystemClock;
 use domaind_actors::{Depart, NodeActor, NodeConfig, Ports};
 use domaind_gossip::identity::IMEX_SHARED_NAME;
 use domaind_gossip::pulse::PulseTiming;
@@ -42,6 +42,7 @@ pub use args::{
     RunArgs, SlicesOnExit, TlsMode,
 };
 pub use info::RunInfo;
+pub use ports::{GossipPort, SystemClock};
 pub use seeds::{SeedDiscovery, SeedPlan, StaticSeeds};
 pub use state::{
     CheckpointView, DomainView, GossipView, HandedChannel, ImexView, NodeView, SharedImexView,
@@ -203,7 +204,7 @@ async fn serve(
                 backend.discover_seeds(gossip.clone());
             }
             let ports = Ports {
-                gossip: gossip.clone(),
+                gossip: Arc::new(GossipPort(gossip.clone())),
                 imex,
                 status: backend.status.clone(),
                 events: backend.events.clone(),
@@ -222,7 +223,7 @@ async fn serve(
             );
             local_dir = Some(dir.clone());
             Ports {
-                gossip: gossip.clone(),
+                gossip: Arc::new(GossipPort(gossip.clone())),
                 imex,
                 status: Arc::new(LocalStatusSink::new(dir.clone())),
                 events: Arc::new(LocalEventSink::new(dir.clone(), node.as_str())),
