@@ -2,7 +2,6 @@
 //! and clusters without a certificate manager. In production the chart mounts
 //! certificates issued elsewhere in the same layout (`ca.crt`, `tls.crt`, `tls.key`).
 
-use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -232,20 +231,14 @@ impl NodeCert {
     }
 }
 
-/// Writes through a temporary file in the same directory (created with mode 0600),
-/// then renames it into place.
+/// Replaces the file whole and durably (mode 0600): a node watching the directory
+/// never reads half of it, and a power loss leaves the old file or the new.
 fn write_file(path: &Path, contents: &str) -> Result<(), PkiError> {
     let error = |source| PkiError::Write {
         path: path.to_path_buf(),
         source,
     };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(error)?;
-    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(error)?;
-    file.write_all(contents.as_bytes()).map_err(error)?;
-    file.as_file().sync_all().map_err(error)?;
-    file.persist(path).map_err(|e| error(e.error))?;
-    Ok(())
+    domaind_atomic_file::replace_at(path, contents.as_bytes(), 0o600).map_err(error)
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@
 //! runs several node daemons on one machine for the demo, the chaos harness and the
 //! end-to-end tests.
 
-mod atomic_file;
 pub mod cdi;
 pub mod certs;
 pub mod checkpoint;

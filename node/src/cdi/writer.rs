@@ -9,7 +9,7 @@ use domaind_actors::model::AllocationMode;
 use super::CdiError;
 use super::names::{ClaimUid, Kind};
 use super::spec::{CDI_VERSION, ContainerEdits, Device, DeviceNode, Spec};
-use crate::atomic_file::{self as atomic, Durability};
+use domaind_atomic_file::{self as atomic, Durability};
 
 /// A claim's spec is not flushed to disk: it means nothing after a reboot (the pods
 /// are gone, the checkpoint of the previous boot is discarded, and the kubelet prepares

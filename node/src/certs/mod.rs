@@ -31,8 +31,6 @@ use x509_parser::prelude::{FromDer as _, X509Certificate};
 
 pub use port::{Answer, Signer};
 
-use crate::atomic_file;
-
 pub const KEY_FILE: &str = "tls.key";
 pub const CERT_FILE: &str = "tls.crt";
 
@@ -261,7 +259,7 @@ impl CertClient {
         // The key first: the loader refuses a certificate without its key, and takes
         // the pair at its next look once both are in place.
         let write = |name: &str, bytes: &[u8], mode| {
-            atomic_file::replace(&self.dir, name, bytes, mode).map_err(|e| {
+            domaind_atomic_file::replace(&self.dir, name, bytes, mode).map_err(|e| {
                 Failure::Error(format!(
                     "cannot write {}: {e}",
                     self.dir.join(name).display()

@@ -17,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracing::warn;
 
-use crate::atomic_file as atomic;
+use domaind_atomic_file as atomic;
 
 /// The journal's file name in the state directory.
 pub const JOURNAL_FILE: &str = "checkpoint.journal";

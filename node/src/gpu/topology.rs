@@ -96,7 +96,7 @@ impl Topology {
     }
 
     /// Write the topology where [`Topology::load`] reads it. The file is replaced
-    /// whole (written beside, then renamed), so an inventory reading it meanwhile sees
+    /// whole and durably, so an inventory reading it meanwhile sees
     /// the old topology or the new one, never half of one.
     pub fn write(&self, path: &Path) -> Result<(), TopologyError> {
         let write_error = |source| TopologyError::Write {
@@ -106,11 +106,7 @@ impl Topology {
         let mut text = serde_json::to_string_pretty(self)
             .map_err(|error| write_error(io::Error::other(error)))?;
         text.push('\n');
-        let mut partial = path.as_os_str().to_owned();
-        partial.push(".partial");
-        let partial = PathBuf::from(partial);
-        fs::write(&partial, text).map_err(write_error)?;
-        fs::rename(&partial, path).map_err(write_error)
+        domaind_atomic_file::replace_at(path, text.as_bytes(), 0o644).map_err(write_error)
     }
 
     /// A rack of `nodes`, each with [`GPUS_PER_SIMULATED_NODE`] GPUs, all in one
@@ -606,9 +602,11 @@ mod tests {
     }
 
     #[test]
-    fn writing_where_no_directory_exists_is_named() {
+    fn writing_where_no_directory_can_be_made_is_named() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("missing").join("t.json");
+        // A missing directory is made; one under a regular file cannot be.
+        fs::write(dir.path().join("a-file"), b"").unwrap();
+        let path = dir.path().join("a-file").join("t.json");
         let message = Topology::default().write(&path).unwrap_err().to_string();
         assert!(
             message.starts_with(&format!(

@@ -209,7 +209,7 @@ fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| std::io::Error::other(format!("{} names no file", path.display())))?;
-    crate::atomic_file::replace(dir, name, contents.as_bytes(), 0o644)
+    domaind_atomic_file::replace(dir, name, contents.as_bytes(), 0o644)
 }
 
 /// Writes a file only root may read, atomically; whether it changed. A file that already
@@ -224,7 +224,7 @@ fn write_secret(dir: &Path, name: &str, contents: &[u8]) -> std::io::Result<bool
     if same && private {
         return Ok(false);
     }
-    crate::atomic_file::replace(dir, name, contents, TLS_FILE_MODE)?;
+    domaind_atomic_file::replace(dir, name, contents, TLS_FILE_MODE)?;
     Ok(true)
 }
 

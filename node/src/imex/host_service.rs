@@ -257,7 +257,7 @@ impl HostService {
         let path = self.record_path();
         let dir = path.parent().unwrap_or(Path::new("."));
         let json = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
-        crate::atomic_file::replace(dir, RECORD_FILE, &json, 0o644)
+        domaind_atomic_file::replace(dir, RECORD_FILE, &json, 0o644)
     }
 
     fn instance(&self, state: &UnitState, instance: u64, served: String) -> Instance {

@@ -137,7 +137,7 @@ impl LocalDir {
     pub fn write_claim(&self, claim: &ClaimFile) -> Result<(), LocalError> {
         let name = file_name(&claim.uid, "json")?;
         let bytes = serde_json::to_vec_pretty(claim).expect("a claim file always serialises");
-        crate::atomic_file::replace(&self.claims_dir(), &name, &bytes, FILE_MODE).map_err(
+        domaind_atomic_file::replace(&self.claims_dir(), &name, &bytes, FILE_MODE).map_err(
             |source| LocalError::Write {
                 path: self.claims_dir().join(&name),
                 source,
@@ -148,7 +148,7 @@ impl LocalDir {
     /// Removes a claim file, as when a claim is deleted. Returns whether there was one.
     pub fn remove_claim(&self, claim_uid: &str) -> Result<bool, LocalError> {
         let name = file_name(claim_uid, "json")?;
-        crate::atomic_file::remove(&self.claims_dir(), &name).map_err(|source| LocalError::Write {
+        domaind_atomic_file::remove(&self.claims_dir(), &name).map_err(|source| LocalError::Write {
             path: self.claims_dir().join(&name),
             source,
         })

@@ -51,7 +51,7 @@ impl LocalStatusSink {
             .and_then(|n| n.to_str())
             .expect("status_path names a file")
             .to_owned();
-        crate::atomic_file::replace(&self.dir.status_dir(), &name, &bytes, FILE_MODE)
+        domaind_atomic_file::replace(&self.dir.status_dir(), &name, &bytes, FILE_MODE)
             .map_err(|source| LocalError::Write { path, source })?;
         Ok(garbled)
     }

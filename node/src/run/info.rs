@@ -64,7 +64,7 @@ impl RunInfo {
             info: self,
         })
         .expect("run info always serialises");
-        crate::atomic_file::replace(state_dir, FILE, &bytes, 0o644)
+        domaind_atomic_file::replace(state_dir, FILE, &bytes, 0o644)
     }
 
     /// The file of a daemon that is or was running; `None` if there is none yet.
@@ -92,7 +92,7 @@ impl RunInfo {
     }
 
     pub fn remove(state_dir: &Path) {
-        let _ = crate::atomic_file::remove(state_dir, FILE);
+        let _ = domaind_atomic_file::remove(state_dir, FILE);
     }
 }
 

@@ -1,6 +1,6 @@
 //! Replacing a file so that a reader, or the next start after a crash, sees either the
-//! old content or the new, never a mix. Shared by the checkpoint, the CDI writer and the
-//! IMEX config files.
+//! old content or the new, never a mix. The one writer of every file domaind keeps: the
+//! checkpoint, CDI specs, IMEX config, TLS material, the GPU topology.
 //!
 //! A write goes to a temporary file in the target's own directory (a rename across
 //! file systems is not atomic), is flushed to disk, renamed over the target, and the
@@ -22,7 +22,7 @@ fn temp_prefix(target: &str) -> String {
 }
 
 /// Whether `name` is a temporary file left by a write of `target`.
-pub(crate) fn is_temp_of(name: &str, target: &str) -> bool {
+pub fn is_temp_of(name: &str, target: &str) -> bool {
     name.strip_prefix(&temp_prefix(target))
         .and_then(|rest| rest.strip_suffix(TEMP_SUFFIX))
         .is_some_and(|random| !random.is_empty())
@@ -33,7 +33,7 @@ const DIR_MODE: u32 = 0o755;
 
 /// Whether a write must survive a power loss, or only a crash of the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Durability {
+pub enum Durability {
     /// Flushed to disk (file and directory) before the call returns.
     PowerLoss,
     /// Left in the page cache: readers and a restarted process see it, a reboot may
@@ -44,12 +44,30 @@ pub(crate) enum Durability {
 /// Replaces `dir/target` with `bytes`, created with `mode` (before the umask), durably.
 /// `dir` is created (mode 0755) if missing: a state directory may have been removed
 /// under a running daemon.
-pub(crate) fn replace(dir: &Path, target: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+pub fn replace(dir: &Path, target: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
     replace_with(dir, target, bytes, mode, Durability::PowerLoss)
 }
 
+/// [`replace`] of the file at `path`.
+pub fn replace_at(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let target = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} does not name a file", path.display()),
+            )
+        })?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    replace(dir, target, bytes, mode)
+}
+
 /// [`replace`], as durable as `durability` asks.
-pub(crate) fn replace_with(
+pub fn replace_with(
     dir: &Path,
     target: &str,
     bytes: &[u8],
@@ -80,12 +98,12 @@ pub(crate) fn replace_with(
 
 /// Removes `dir/target`, durably; a file that is already gone is not an error. Returns
 /// whether there was one.
-pub(crate) fn remove(dir: &Path, target: &str) -> io::Result<bool> {
+pub fn remove(dir: &Path, target: &str) -> io::Result<bool> {
     remove_with(dir, target, Durability::PowerLoss)
 }
 
 /// [`remove`], as durable as `durability` asks.
-pub(crate) fn remove_with(dir: &Path, target: &str, durability: Durability) -> io::Result<bool> {
+pub fn remove_with(dir: &Path, target: &str, durability: Durability) -> io::Result<bool> {
     match fs::remove_file(dir.join(target)) {
         Ok(()) => {
             if durability == Durability::PowerLoss {
@@ -101,10 +119,7 @@ pub(crate) fn remove_with(dir: &Path, target: &str, durability: Durability) -> i
 /// Removes the temporary files that writes of any target `belongs` accepts left behind
 /// (a crash between create and rename). Returns their names. Call it only while no
 /// write of those targets is in flight: it would pull the file from under it.
-pub(crate) fn remove_stale_temps(
-    dir: &Path,
-    belongs: impl Fn(&str) -> bool,
-) -> io::Result<Vec<String>> {
+pub fn remove_stale_temps(dir: &Path, belongs: impl Fn(&str) -> bool) -> io::Result<Vec<String>> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -192,6 +207,18 @@ mod tests {
 
         assert_eq!(removed, [".state.json.x1.tmp"]);
         assert!(dir.path().join(".other.json.x2.tmp").exists());
+    }
+
+    #[test]
+    fn replace_at_writes_the_named_file_and_refuses_a_path_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/key.pem");
+        replace_at(&path, b"secret", 0o600).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"secret");
+        assert_eq!(fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+
+        let error = replace_at(Path::new("/"), b"x", 0o600).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
     }
 
     #[test]
