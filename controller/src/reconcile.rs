@@ -16,7 +16,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource as _, ResourceExt as _};
 use time::OffsetDateTime;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::backoff::Failures;
 use crate::census::{self, Census};
@@ -440,14 +440,18 @@ async fn release(
     )
     .await;
     match removed {
-        // Gone already: someone else removed the last finalizer.
-        Err(error) if error.is_not_found() => {}
+        // Gone already: an earlier pass released it (the template's deletion queues a
+        // second pass, which still sees the finalizer in its copy). Released once,
+        // counted once.
+        Err(error) if error.is_not_found() => {
+            debug!("the domain is gone: its finalizer was released already");
+        }
         result => {
             result?;
+            ::metrics::counter!(crate::metrics::FINALIZERS_RELEASED).increment(1);
+            info!("no claim of the domain is allocated any more: finalizer released");
         }
     }
-    ::metrics::counter!(crate::metrics::FINALIZERS_RELEASED).increment(1);
-    info!("no claim of the domain is allocated any more: finalizer released");
     Ok(Action::await_change())
 }
 

@@ -413,6 +413,50 @@ async fn a_deleted_domain_is_released_once_no_claim_is_allocated() {
     assert_eq!(action, Action::await_change());
 }
 
+fn finalizers_released(recorder: &metrics_util::debugging::DebuggingRecorder) -> Option<u64> {
+    recorder
+        .snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .find(|(key, ..)| key.key().name() == crate::metrics::FINALIZERS_RELEASED)
+        .map(|(.., value)| match value {
+            metrics_util::debugging::DebugValue::Counter(n) => n,
+            other => panic!("a counter, not {other:?}"),
+        })
+}
+
+/// The template's deletion queues a second pass, whose copy of the domain still holds
+/// the finalizer the first pass removed: the domain is gone by then, and a release
+/// already counted is not counted again.
+#[tokio::test]
+async fn a_domain_released_by_an_earlier_pass_is_not_counted_again() {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    for answer in [200, 404] {
+        let action = scenario(fixtures::deleting(), |mut server| async move {
+            not_found_template(server.expect(Method::GET, TEMPLATE_PATH).await);
+            server
+                .expect(Method::GET, CLAIMS_PATH)
+                .await
+                .ok(&claim_list(vec![]));
+            let call = server.expect(Method::PATCH, CD_PATH).await;
+            if answer == 200 {
+                let mut released = fixtures::deleting();
+                released.metadata.finalizers = None;
+                call.ok(&released);
+            } else {
+                call.fail(404, "NotFound");
+            }
+            server
+        })
+        .await
+        .unwrap();
+        assert_eq!(action, Action::await_change());
+    }
+    assert_eq!(finalizers_released(&recorder), Some(1));
+}
+
 #[tokio::test]
 async fn a_template_that_is_not_ours_survives_the_domains_deletion() {
     scenario(fixtures::deleting(), |mut server| async move {
