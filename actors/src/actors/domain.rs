@@ -22,9 +22,7 @@ use crate::actors::imex_process::{
     ApplyPeers, ImexProcessActor, ImexReport, QueryNow, ReleaseImex,
 };
 use crate::actors::last_out::LastOut;
-use crate::actors::sharing::{
-    ChannelState, HeldChannels, Role, SharedFault, SharedImexProgress, new_faults,
-};
+use crate::actors::sharing::{ChannelState, HeldChannels, Role, SharedImexProgress};
 use crate::actors::status_writer::{PublishStatus, Retire, StatusWriterActor};
 use crate::config::NodeConfig;
 use crate::model::{
@@ -32,7 +30,10 @@ use crate::model::{
 };
 use crate::outcome::{PrepareError, Prepared};
 use crate::ports::{ClaimRecord, DomainEvent, Ports};
-use crate::rules::channels::{assign_channels, confirmed, sharing_domains};
+use crate::rules::channel_roles::{
+    AssignInput, FollowInput, SharedImexRole, SharingEffect, SharingRole,
+};
+use crate::rules::channels::sharing_domains;
 use crate::rules::local_imex::{DaemonReport, Reconfigure, desired_peers, imex_ready, reconfigure};
 use crate::rules::membership::{
     decode_advertisement, domain_key, domain_members, encode_advertisement, status_key,
@@ -144,21 +145,10 @@ pub struct DomainActor {
     role: Role,
     /// The shared IMEX domain: the node, told of its progress.
     shared_listener: Option<Recipient<SharedImexProgress>>,
-    /// The shared IMEX domain: the progress last told.
-    shared_told: Option<SharedImexProgress>,
-    /// A sharing domain: the shared IMEX domain's progress on this node.
-    shared: Option<SharedImexProgress>,
-    /// A sharing domain, on its reporter: the shared IMEX domain's faults announced.
-    faults_announced: Option<BTreeMap<NodeId, SharedFault>>,
-    /// A sharing domain: the channel this node handed to a pod, to notice a move.
-    channel_handed: Option<ChannelId>,
-    /// A sharing domain: whether the exhaustion was counted, once per episode.
-    exhausted_counted: bool,
-    /// The shared IMEX domain: since when this node has assigned each domain its
-    /// channel (the settle before a channel is confirmed).
-    assigned_at: BTreeMap<crate::model::DomainUid, (ChannelId, Instant)>,
-    /// The shared IMEX domain: the channels this node's pods hold (from the node).
-    held_here: BTreeMap<crate::model::DomainUid, ChannelId>,
+    /// The shared IMEX domain's role (`Role::SharedImex`).
+    shared_imex: SharedImexRole,
+    /// A sharing domain's role (`Role::Sharing`).
+    sharing: SharingRole,
 
     // Everything below is rebuilt on (re)start.
     claims: BTreeMap<String, (ClaimRecord, Addr<ChannelActor>)>,
@@ -254,13 +244,8 @@ impl DomainActor {
             restarts: 0,
             role,
             shared_listener,
-            shared_told: None,
-            shared: None,
-            faults_announced: None,
-            channel_handed: None,
-            exhausted_counted: false,
-            assigned_at: BTreeMap::new(),
-            held_here: BTreeMap::new(),
+            shared_imex: SharedImexRole::default(),
+            sharing: SharingRole::default(),
             claims: BTreeMap::new(),
             my_ad: None,
             awaiting_adoption: false,
@@ -331,19 +316,21 @@ impl DomainActor {
                 Role::SharedImex => Some(Sharing::default()),
                 // The channel its pods were given, or the one held before a restart.
                 Role::Sharing => {
-                    act.channel_handed = checkpoint
-                        .claims
-                        .values()
-                        .filter(|r| r.info.domain.uid == act.domain.uid)
-                        .find_map(|r| r.channel);
+                    act.sharing.restore(
+                        checkpoint
+                            .claims
+                            .values()
+                            .filter(|r| r.info.domain.uid == act.domain.uid)
+                            .find_map(|r| r.channel),
+                    );
                     Some(Sharing {
-                        channel: act.channel_handed.or_else(|| {
+                        channel: act.sharing.handed().or_else(|| {
                             previous
                                 .as_ref()
                                 .and_then(|ad| ad.sharing.as_ref())
                                 .and_then(|s| s.channel)
                         }),
-                        held: act.channel_handed.is_some(),
+                        held: act.sharing.handed().is_some(),
                         ..Sharing::default()
                     })
                 }
@@ -804,9 +791,7 @@ impl DomainActor {
             self.roster
                 .status_document(&self.assignment, readiness, self.domain.num_nodes);
         if self.role == Role::Sharing {
-            document.channel = ChannelState::of(&self.domain.uid, self.shared.as_ref())
-                .confirmed()
-                .or(self.channel_handed);
+            document.channel = self.sharing.status_channel(&self.domain.uid);
         }
         writer.do_send(PublishStatus(document));
         if self.role == Role::Sharing {
@@ -863,9 +848,7 @@ impl DomainActor {
                 _ => crate::model::Isolation::ImexDomain,
             },
             channel: match self.role {
-                Role::Sharing => {
-                    ChannelState::of(&self.domain.uid, self.shared.as_ref()).confirmed()
-                }
+                Role::Sharing => self.sharing.state(&self.domain.uid).confirmed(),
                 _ => None,
             },
             channels: match self.role {
@@ -901,9 +884,8 @@ impl DomainActor {
         self.recompute_scheduled = false;
         self.retention_timer = None;
         self.takeover = TakeoverState::Unread;
-        self.shared_told = None;
-        self.faults_announced = None;
-        self.assigned_at.clear();
+        self.shared_imex.reset();
+        self.sharing.reset();
     }
 
     /// The shared IMEX domain: assigns every sharing domain of the clique its channel,
@@ -920,16 +902,6 @@ impl DomainActor {
             .iter()
             .map(|(node, lost)| (node, &lost.member.ad));
         let candidates = sharing_domains(live, &self.config.clique, away);
-        let assignment = assign_channels(&candidates, self.config.channels);
-        let now = Instant::now();
-        let before = std::mem::take(&mut self.assigned_at);
-        for (uid, channel) in &assignment.channels {
-            let since = match before.get(uid) {
-                Some((held, since)) if held == channel => *since,
-                _ => now,
-            };
-            self.assigned_at.insert(uid.clone(), (*channel, since));
-        }
         let me = self.me().to_owned();
         let others: Vec<BTreeMap<crate::model::DomainUid, ChannelId>> = self
             .roster
@@ -945,133 +917,74 @@ impl DomainActor {
                     .unwrap_or_default()
             })
             .collect();
-        // Agreed by every node, and advertised here long enough (`rules::channels`).
-        let settle = self.config.channel_settle;
-        let mut agreed = confirmed(&assignment.channels, others.iter());
-        let mut settles_at: Option<Instant> = None;
-        agreed.retain(|uid, _| {
-            let since = self.assigned_at.get(uid).map_or(now, |(_, since)| *since);
-            let due = since + settle;
-            if now < due {
-                settles_at = Some(settles_at.map_or(due, |at| at.min(due)));
-            }
-            now >= due
-        });
-        if let Some(at) = settles_at {
-            self.recompute_at(at, ctx);
-        }
-        let mut faults: BTreeMap<NodeId, SharedFault> = self
-            .roster
-            .lost()
-            .keys()
-            .map(|node| (node.clone(), SharedFault::Lost))
-            .collect();
-        for member in self.roster.members().values() {
-            if member.node != me && member.ad.imex_failing {
-                faults.insert(member.node.clone(), SharedFault::ImexFailing);
-            }
-        }
-        ad.sharing = Some(Sharing {
-            channels: assignment.channels.clone(),
-            held_channels: self.held_here.clone(),
-            ..Sharing::default()
-        });
-        let failure = self
-            .imex_report
-            .as_ref()
-            .and_then(|r| r.failure.as_ref())
-            .map(|f| (f.episode, f.reason.clone()));
-        let progress = SharedImexProgress {
+        let assigned = self.shared_imex.assign(AssignInput {
+            candidates: &candidates,
+            capacity: self.config.channels,
+            others: &others,
+            lost: self.roster.lost().keys().cloned().collect(),
+            failing: self
+                .roster
+                .members()
+                .values()
+                .filter(|member| member.node != me && member.ad.imex_failing)
+                .map(|member| member.node.clone())
+                .collect(),
             // Computed by `recompute` for this node's IMEX just before.
             local_ready: ad.imex_ready,
             imex_failing: ad.imex_failing,
-            assigned: assignment.channels,
-            confirmed: agreed,
-            exhausted: assignment.unassigned,
-            faults,
-            failure,
-        };
-        if self.shared_told.as_ref() != Some(&progress)
-            && let Some(listener) = &self.shared_listener
-        {
-            listener.do_send(progress.clone());
-            self.shared_told = Some(progress);
-        }
-    }
-
-    /// A sharing domain: IMEX readiness is the shared IMEX domain's on this node; the
-    /// channel is the one it assigns, held (advertised) until it is confirmed.
-    fn follow_shared_imex(&mut self, ad: &mut Advertisement) -> ChannelState {
-        let shared = self.shared.as_ref();
-        ad.imex_failing = shared.is_some_and(|p| p.imex_failing);
-        let state = ChannelState::of(&self.domain.uid, shared);
-        // A member is ready once its pods can share memory: the shared IMEX domain is
-        // ready here and the domain's channel is confirmed (or already handed out, so
-        // that a newcomer to the shared domain not yet agreeing does not blink it). A
-        // Ready status then always carries the channel.
-        ad.imex_ready = (!self.has_fabric() || shared.is_some_and(|p| p.local_ready))
-            && (state.confirmed().is_some() || self.channel_handed.is_some());
-        let advertised = ad.sharing.as_ref().and_then(|s| s.channel);
-        // A channel handed to a pod is advertised as held until the domain leaves the
-        // node: it outranks any domain not held (`rules::channels`).
-        if let Some(confirmed) = state.confirmed()
-            && !self.claims.is_empty()
-        {
-            self.note_handed(confirmed);
-        }
-        let channel = match (self.channel_handed, &state) {
-            (Some(handed), _) => Some(handed),
-            (None, ChannelState::Unassigned) => advertised,
-            (None, _) => state.held(),
-        };
-        ad.sharing = Some(Sharing {
-            channel,
-            held: self.channel_handed.is_some(),
-            ..Sharing::default()
+            failure: self
+                .imex_report
+                .as_ref()
+                .and_then(|r| r.failure.as_ref())
+                .map(|f| (f.episode, f.reason.clone())),
+            settle: self.config.channel_settle,
+            now: Instant::now(),
         });
-        if state == ChannelState::Exhausted {
-            if !self.exhausted_counted {
-                self.exhausted_counted = true;
-                metrics::counter!(CHANNELS_EXHAUSTED).increment(1);
-                warn!(domain = %self.domain, channels = self.config.channels, "no free channel for the domain: every channel of the shared IMEX domain is taken");
-            }
-        } else {
-            self.exhausted_counted = false;
+        if let Some(at) = assigned.settles_at {
+            self.recompute_at(at, ctx);
         }
-        state
+        ad.sharing = Some(assigned.sharing);
+        if let (Some(progress), Some(listener)) = (assigned.tell, &self.shared_listener) {
+            listener.do_send(progress);
+        }
     }
 
-    /// A confirmed channel never moves while pods hold it; if it does, it is said loudly.
-    fn note_handed(&mut self, channel: ChannelId) {
-        if let Some(before) = self.channel_handed
-            && before != channel
-            && !self.claims.is_empty()
-        {
-            metrics::counter!(CHANNEL_CONFLICTS).increment(1);
-            tracing::error!(domain = %self.domain, before, now = channel, "the domain's confirmed channel moved while this node's pods hold the old one");
+    /// A sharing domain: follows the shared IMEX domain (`SharingRole::follow`), and
+    /// counts and says what it asks.
+    fn follow_shared_imex(&mut self, ad: &mut Advertisement) -> ChannelState {
+        let followed = self.sharing.follow(FollowInput {
+            domain: &self.domain.uid,
+            has_fabric: self.has_fabric(),
+            holds_claims: !self.claims.is_empty(),
+            advertised: ad.sharing.as_ref().and_then(|s| s.channel),
+        });
+        ad.imex_failing = followed.imex_failing;
+        ad.imex_ready = followed.imex_ready;
+        ad.sharing = Some(followed.sharing);
+        for effect in followed.effects {
+            match effect {
+                SharingEffect::Exhausted => {
+                    metrics::counter!(CHANNELS_EXHAUSTED).increment(1);
+                    warn!(domain = %self.domain, channels = self.config.channels, "no free channel for the domain: every channel of the shared IMEX domain is taken");
+                }
+                SharingEffect::ChannelMoved { before, now } => {
+                    metrics::counter!(CHANNEL_CONFLICTS).increment(1);
+                    tracing::error!(domain = %self.domain, before, now, "the domain's confirmed channel moved while this node's pods hold the old one");
+                }
+            }
         }
-        self.channel_handed = Some(channel);
+        followed.state
     }
 
     /// A sharing domain's reporter: a fault of the shared IMEX domain outside this
     /// domain's own members is an event on this domain too, naming the node and the
     /// shared domain.
     fn announce_shared_faults(&mut self) {
-        let now = self
-            .shared
-            .as_ref()
-            .map(|p| p.faults.clone())
-            .unwrap_or_default();
-        let before = self
-            .faults_announced
-            .replace(now.clone())
-            .unwrap_or_default();
-        let events: Vec<DomainEvent> = new_faults(&before, &now)
+        let lost = self.roster.lost();
+        let events: Vec<DomainEvent> = self
+            .sharing
+            .new_faults(|node| lost.contains_key(node))
             .into_iter()
-            .filter(|(node, fault)| {
-                // Its own members' losses are NodeLost events already.
-                !(*fault == SharedFault::Lost && self.roster.lost().contains_key(node))
-            })
             .map(|(node, fault)| DomainEvent::SharedImexFault {
                 node,
                 fault: fault.to_string(),
@@ -1294,8 +1207,7 @@ impl Handler<SharedImexProgress> for DomainActor {
                 self.config.clique
             ));
         }
-        if self.shared.as_ref() != Some(&progress) {
-            self.shared = Some(progress);
+        if self.sharing.progress(progress) {
             self.schedule_recompute(ctx);
         }
     }
@@ -1304,8 +1216,7 @@ impl Handler<SharedImexProgress> for DomainActor {
 impl Handler<HeldChannels> for DomainActor {
     type Result = ();
     fn handle(&mut self, HeldChannels(held): HeldChannels, ctx: &mut Self::Context) {
-        if self.held_here != held {
-            self.held_here = held;
+        if self.shared_imex.hold(held) {
             self.schedule_recompute(ctx);
         }
     }
