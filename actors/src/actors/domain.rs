@@ -41,21 +41,19 @@ use crate::rules::membership::{
 use crate::rules::peer_health::{Advertised, LinkAnswer};
 use crate::rules::peers::PeerSet;
 use crate::rules::readiness::{Readiness, node_ready};
-use crate::rules::reporter::{Announced, announcements, reporter, reporter_from};
+use crate::rules::reporter::{Announced, reporter};
+use crate::rules::reporter_role::{
+    ReadOutcome, ReporterInput, ReporterRole, ReporterStep, ReporterTiming,
+};
 use crate::rules::roster::{Change, Graces, Roster, Tenure, VerdictOutcome, slot_candidates};
 use crate::rules::slots::{SlotAssignment, assign_slots};
-use crate::rules::status::DomainStatus;
-use crate::rules::status_writes::{StatusWrites, next_term};
-use crate::rules::takeover::{Takeover, takeover};
+use crate::rules::status_writes::StatusWrites;
 
 pub const BAD_ADVERTISEMENTS: &str = "domaind_bad_advertisements_total";
 /// Sharing domains that found every channel of the range taken, by this node's count.
 pub const CHANNELS_EXHAUSTED: &str = "domaind_channels_exhausted_total";
 /// A sharing domain whose channel moved after this node handed it to a pod.
 pub const CHANNEL_CONFLICTS: &str = "domaind_channel_conflicts_total";
-
-/// How soon a failed read of the written status is tried again.
-const READ_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Gossip changed: the new live membership.
 #[derive(Debug, Clone, Message)]
@@ -182,39 +180,23 @@ pub struct DomainActor {
     readiness: Option<Readiness>,
     progress: Option<Progress>,
     status_writer: Option<Addr<StatusWriterActor>>,
-    announced: Option<Announced>,
     recompute_scheduled: bool,
     retention_timer: Option<SpawnHandle>,
     leaving: bool,
     /// The newest gossip view, as the bridge delivered it.
     live: Option<Arc<Membership>>,
-    /// When this node joined the domain (its first report), for the reporter settle.
-    joined_domain: Option<Instant>,
     /// The live node names of the last gossip view.
     live_names: Option<BTreeSet<NodeId>>,
     /// When gossip last saw a node come or go, or the domain a member join or leave.
     membership_changed: Option<Instant>,
     /// A recompute due when this node may start reporting.
     reporter_timer: Option<(Instant, SpawnHandle)>,
-    /// Taking the reporter role: what is written, and whether we may write yet.
-    takeover: TakeoverState,
-    /// The term of this node's last tenure as reporter, kept across restarts of this
-    /// actor: a new tenure's stamps must differ from every earlier one's.
-    last_term: Option<u64>,
+    /// The reporter role: settle, takeover, tenure, announcements. Kept across
+    /// restarts of this actor: a new tenure's term must differ from every earlier one's.
+    reporter: ReporterRole,
     /// The last IMEX failure episode told as an event, kept across restarts of this
     /// actor: one event per episode, not per restart of the daemon.
     imex_episode_told: u64,
-}
-
-/// The reporter role's start: the status as written is read once per tenure.
-#[derive(Debug, Clone, Default)]
-enum TakeoverState {
-    #[default]
-    Unread,
-    Reading,
-    Read(Option<DomainStatus>),
-    /// The writer is running.
-    Done,
 }
 
 impl std::fmt::Debug for DomainActor {
@@ -265,17 +247,14 @@ impl DomainActor {
             readiness: None,
             progress: None,
             status_writer: None,
-            announced: None,
             recompute_scheduled: false,
             retention_timer: None,
             leaving: false,
             live: None,
-            joined_domain: None,
             live_names: None,
             membership_changed: None,
             reporter_timer: None,
-            takeover: TakeoverState::Unread,
-            last_term: None,
+            reporter: ReporterRole::default(),
             imex_episode_told: 0,
         }
     }
@@ -661,128 +640,100 @@ impl DomainActor {
         self.reporter_timer = Some((at, timer));
     }
 
-    /// Reads the status as written, for the reporter role's start. A read that fails
-    /// is tried again until the takeover grace has passed; then this node goes on
-    /// without it (a local status file that cannot be read is replaced by the write).
+    /// Reads the status as written, for the reporter role's start.
     fn read_written(&mut self, ctx: &mut Context<Self>) {
-        self.takeover = TakeoverState::Reading;
         let (sink, domain) = (self.ports.status.clone(), self.domain.clone());
         ctx.spawn(async move { sink.read(&domain).await }.into_actor(self).map(
             |read, act, ctx| {
-                if !matches!(act.takeover, TakeoverState::Reading) {
-                    return;
-                }
-                match read {
-                    Ok(written) => act.takeover = TakeoverState::Read(written),
-                    Err(error) => {
-                        let joined = act.joined_domain.unwrap_or_else(Instant::now);
-                        if Instant::now() >= joined + act.config.status_takeover_grace {
-                            warn!(domain = %act.domain, %error, "the written status cannot be read; reporting without it");
-                            act.takeover = TakeoverState::Read(None);
-                        } else {
-                            warn!(domain = %act.domain, %error, "the written status cannot be read; trying again");
-                            act.takeover = TakeoverState::Unread;
-                            act.recompute_at(Instant::now() + READ_RETRY, ctx);
-                            return;
-                        }
+                let error = read.as_ref().err().map(ToString::to_string);
+                let now = Instant::now();
+                match act
+                    .reporter
+                    .read_finished(read, now, act.config.status_takeover_grace)
+                {
+                    ReadOutcome::Stale => {}
+                    ReadOutcome::Read => act.schedule_recompute(ctx),
+                    ReadOutcome::WithoutIt => {
+                        warn!(domain = %act.domain, error = error.unwrap_or_default(), "the written status cannot be read; reporting without it");
+                        act.schedule_recompute(ctx);
+                    }
+                    ReadOutcome::Retry { at } => {
+                        warn!(domain = %act.domain, error = error.unwrap_or_default(), "the written status cannot be read; trying again");
+                        act.recompute_at(at, ctx);
                     }
                 }
-                act.schedule_recompute(ctx);
             },
         ));
     }
 
-    /// Writes status and events, if this node is the reporter.
+    /// Writes status and events, if this node is the reporter (`ReporterRole`).
     fn report(&mut self, readiness: &Readiness, ctx: &mut Context<Self>) {
         if self.role == Role::SharedImex {
             // Not a ComputeDomain: its faults are reported on the sharing domains.
             return;
         }
         let now = Instant::now();
-        let joined = *self.joined_domain.get_or_insert(now);
-        // Alone in gossip is a view that has not started filling up (a rack starting
-        // cold), or a clique of one: either way, nothing says it is complete yet.
-        let alone = self
-            .live_names
-            .as_ref()
-            .is_none_or(|names| names.len() <= 1);
-        let from = reporter_from(
-            joined,
-            if alone {
-                Some(now)
-            } else {
-                self.membership_changed
+        let live = self.live_names.clone().unwrap_or_default();
+        let step = self.reporter.step(ReporterInput {
+            now,
+            now_ms: self.ports.clock.now_ms(),
+            alone: self
+                .live_names
+                .as_ref()
+                .is_none_or(|names| names.len() <= 1),
+            membership_changed: self.membership_changed,
+            named: reporter(self.roster.members()) == Some(self.me()),
+            witnessed: self.roster.witnessed(),
+            live: &live,
+            timing: ReporterTiming {
+                settle: self.config.reporter_settle,
+                settle_max: self.config.reporter_settle_max,
+                takeover_grace: self.config.status_takeover_grace,
             },
-            self.config.reporter_settle,
-            self.config.reporter_settle_max,
-        );
-        if now < from {
-            self.recompute_at(from, ctx);
-            return;
-        }
-        if reporter(self.roster.members()) != Some(self.me()) {
-            if self.status_writer.take().is_some() {
-                info!(domain = %self.domain, "no longer the domain's reporter");
-            }
-            self.takeover = TakeoverState::Unread;
-            self.announced = None;
-            return;
-        }
-        match std::mem::take(&mut self.takeover) {
-            TakeoverState::Unread => return self.read_written(ctx),
-            TakeoverState::Reading => {
-                self.takeover = TakeoverState::Reading;
+        });
+        match step {
+            ReporterStep::Settling { at } => return self.recompute_at(at, ctx),
+            ReporterStep::NotReporter => {
+                if self.status_writer.take().is_some() {
+                    info!(domain = %self.domain, "no longer the domain's reporter");
+                }
                 return;
             }
-            TakeoverState::Read(written) => {
-                let live = self.live_names.clone().unwrap_or_default();
-                match takeover(
-                    written.as_ref(),
-                    self.roster.witnessed(),
-                    &live,
-                    joined,
-                    self.config.status_takeover_grace,
-                    now,
-                ) {
-                    Takeover::Hold { until, unaccounted } => {
-                        debug!(domain = %self.domain, ?unaccounted, "not reporting yet: the written status lists members not seen here yet");
-                        self.takeover = TakeoverState::Read(written);
-                        self.recompute_at(until, ctx);
-                        return;
+            ReporterStep::ReadWritten => return self.read_written(ctx),
+            ReporterStep::Reading => return,
+            ReporterStep::Hold { until, unaccounted } => {
+                debug!(domain = %self.domain, ?unaccounted, "not reporting yet: the written status lists members not seen here yet");
+                return self.recompute_at(until, ctx);
+            }
+            ReporterStep::Report { adopt, start } => {
+                if let Some(tenure) = start {
+                    for row in &adopt {
+                        warn!(domain = %self.domain, node = %row.name, "the written status lists a member nobody here saw leave: listing it lost");
                     }
-                    Takeover::Write { adopt } => {
-                        for row in &adopt {
-                            warn!(domain = %self.domain, node = %row.name, "the written status lists a member nobody here saw leave: listing it lost");
-                        }
-                        self.roster.adopt(adopt, now);
-                        let term = next_term(self.last_term, self.ports.clock.now_ms());
-                        self.last_term = Some(term);
-                        info!(domain = %self.domain, members = self.roster.members().len(), term, "this node is now the domain's reporter");
-                        self.status_writer = Some(
-                            StatusWriterActor::new(
-                                self.domain.clone(),
-                                self.ports.status.clone(),
-                                self.ports.events.clone(),
-                                self.ports.gossip.clone(),
-                                StatusWrites::new(
-                                    self.config.status_quiet,
-                                    self.config.status_max_delay,
-                                    written.as_ref(),
-                                    term,
-                                )
-                                .holding_degradation(self.config.status_degradation_hold),
+                    self.roster.adopt(adopt, now);
+                    info!(domain = %self.domain, members = self.roster.members().len(), term = tenure.term, "this node is now the domain's reporter");
+                    self.status_writer = Some(
+                        StatusWriterActor::new(
+                            self.domain.clone(),
+                            self.ports.status.clone(),
+                            self.ports.events.clone(),
+                            self.ports.gossip.clone(),
+                            StatusWrites::new(
+                                self.config.status_quiet,
+                                self.config.status_max_delay,
+                                tenure.written.as_ref(),
+                                tenure.term,
                             )
-                            .start(),
-                        );
-                        self.takeover = TakeoverState::Done;
-                        if !self.roster.adopted().is_empty() {
-                            // Their retention is timed from now.
-                            self.schedule_recompute(ctx);
-                        }
+                            .holding_degradation(self.config.status_degradation_hold),
+                        )
+                        .start(),
+                    );
+                    if !self.roster.adopted().is_empty() {
+                        // Their retention is timed from now.
+                        self.schedule_recompute(ctx);
                     }
                 }
             }
-            TakeoverState::Done => self.takeover = TakeoverState::Done,
         }
         let Some(writer) = &self.status_writer else {
             return;
@@ -799,7 +750,7 @@ impl DomainActor {
         }
 
         // A held member is not announced lost: no job of it felt anything.
-        let now = Announced {
+        let events = self.reporter.announce(Announced {
             // A held member never left, so its return is no join either.
             members: self
                 .roster
@@ -809,9 +760,7 @@ impl DomainActor {
                 .cloned()
                 .collect(),
             lost: self.roster.unheld_lost().cloned().collect(),
-        };
-        let events = announcements(self.announced.as_ref(), &now);
-        self.announced = Some(now);
+        });
         if !events.is_empty() {
             let sink = self.ports.events.clone();
             let domain = self.domain.clone();
@@ -880,10 +829,9 @@ impl DomainActor {
         self.readiness = None;
         self.progress = None;
         self.status_writer = None;
-        self.announced = None;
         self.recompute_scheduled = false;
         self.retention_timer = None;
-        self.takeover = TakeoverState::Unread;
+        self.reporter.reset();
         self.shared_imex.reset();
         self.sharing.reset();
     }

@@ -10,6 +10,7 @@ pub mod peer_health;
 pub mod peers;
 pub mod readiness;
 pub mod reporter;
+pub mod reporter_role;
 pub mod roster;
 pub mod slots;
 pub mod status;
