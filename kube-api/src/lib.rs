@@ -17,6 +17,8 @@ pub mod health;
 pub mod http_guard;
 pub mod metrics;
 pub mod names;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use api::{ApiError, bounded};
 pub use channel_config::ChannelConfig;

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{Elector, Heartbeat, Leadership, LeaseSettings, Timing};
-use crate::tests::api::{ApiServer, Call, pair};
+use domaind_kube_api::testing::{ApiServer, Call, pair};
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/domaind/leases";
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/domaind/leases/domaind-controller";

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
 use super::*;
-use crate::tests::api::{ApiServer, pair};
 use domaind_kube_api::names::IMEX_SHARED_NAME;
+use domaind_kube_api::testing::{ApiServer, pair};
 
 const SA: &str = "system:serviceaccount:domaind:domaind-node";
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";

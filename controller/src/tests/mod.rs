@@ -1,6 +1,5 @@
-//! The controller's tests against a scripted API server.
+//! The controller's tests against the scripted API server (`domaind_kube_api::testing`).
 
-pub mod api;
 pub mod fixtures;
 mod rack;
 mod reconcile;

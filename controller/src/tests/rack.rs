@@ -6,9 +6,9 @@ use http::{Method, StatusCode};
 use kube::Api;
 use serde_json::json;
 
-use super::api::pair;
 use crate::rack::{RackSettings, create_domains, domain_name, missing};
 use domaind_kube_api::crd::ComputeDomain;
+use domaind_kube_api::testing::pair;
 
 const CDS_PATH: &str = "/apis/resource.nvidia.com/v1beta1/namespaces/gpu-operator/computedomains";
 
@@ -122,7 +122,10 @@ fn node(name: &str, clique: &str, version: &str) -> serde_json::Value {
 
 /// Takes the next two requests, whichever order they come in: the node watch (returned
 /// unanswered) and the creation of the CD named `cd`.
-async fn watch_and_create(server: &mut super::api::ApiServer, cd: &str) -> super::api::Call {
+async fn watch_and_create(
+    server: &mut domaind_kube_api::testing::ApiServer,
+    cd: &str,
+) -> domaind_kube_api::testing::Call {
     let (first, second) = (server.next().await, server.next().await);
     let (watch, create) = if first.method == Method::GET {
         (first, second)
@@ -132,7 +135,7 @@ async fn watch_and_create(server: &mut super::api::ApiServer, cd: &str) -> super
     assert_eq!(watch.path, "/api/v1/nodes");
     watch.assert_query(&[
         ("watch", "true"),
-        ("labelSelector", "nvidia.com%2Fgpu.clique"),
+        ("labelSelector", "nvidia.com/gpu.clique"),
     ]);
     assert_eq!(
         (&create.method, create.path.as_str()),
@@ -167,7 +170,7 @@ async fn nodes_of_a_new_clique_get_a_domain_as_they_appear() {
 
     // The nodes carrying the label, metadata only.
     let list = server.expect(Method::GET, "/api/v1/nodes").await;
-    list.assert_query(&[("labelSelector", "nvidia.com%2Fgpu.clique")]);
+    list.assert_query(&[("labelSelector", "nvidia.com/gpu.clique")]);
     list.ok(&json!({
         "apiVersion": "meta.k8s.io/v1",
         "kind": "PartialObjectMetadataList",

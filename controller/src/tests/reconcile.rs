@@ -8,11 +8,11 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
-use super::api::{ApiServer, Call, pair};
 use super::fixtures::{self, NAMESPACE, TEMPLATE, UID};
 use crate::reconcile::{Context, Timing, error_policy, reconcile};
 use crate::template::TemplateSettings;
 use domaind_kube_api::crd::ComputeDomain;
+use domaind_kube_api::testing::{ApiServer, Call, pair};
 
 const CD_PATH: &str = "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains/training";
 const CD_STATUS_PATH: &str =

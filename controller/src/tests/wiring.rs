@@ -9,9 +9,9 @@ use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::api::{ApiServer, Call, pair};
 use super::fixtures;
 use crate::ControllerArgs;
+use domaind_kube_api::testing::{ApiServer, Call, pair};
 
 const CDS: &str = "/apis/resource.nvidia.com/v1beta1/computedomains";
 const TEMPLATES: &str = "/apis/resource.k8s.io/v1/resourceclaimtemplates";
@@ -37,7 +37,7 @@ async fn next_call(server: &mut ApiServer, held: &mut Vec<Call>, domains: &Value
             (&Method::GET, CDS, false) => call.ok(domains),
             (&Method::GET, TEMPLATES, false) => {
                 // Only our templates are watched.
-                call.assert_query(&[("labelSelector", "resource.nvidia.com%2FcomputeDomain")]);
+                call.assert_query(&[("labelSelector", "resource.nvidia.com/computeDomain")]);
                 call.ok(&json!({
                     "apiVersion": "resource.k8s.io/v1",
                     "kind": "ResourceClaimTemplateList",
