@@ -15,6 +15,7 @@
 //! - [`pki`]: a development CA and node certificates.
 
 pub mod config;
+mod crypto;
 mod eager;
 #[cfg(feature = "forge")]
 pub mod forge;

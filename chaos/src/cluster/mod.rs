@@ -25,7 +25,6 @@ pub mod access;
 pub mod checks;
 mod faults;
 mod harness;
-mod imports;
 pub mod local;
 pub mod observe;
 pub mod plan;

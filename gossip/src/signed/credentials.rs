@@ -13,8 +13,8 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use tokio::sync::watch;
 
+use crate::crypto::crypto_provider;
 use crate::identity::{NodeName, node_name_of};
-use crate::tls::crypto_provider;
 
 /// The signature schemes a node signs with, in order of preference: whichever its key
 /// supports (our CA issues ECDSA P-256).

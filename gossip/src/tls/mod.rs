@@ -8,9 +8,8 @@ mod reload;
 mod verify;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
@@ -22,20 +21,7 @@ use crate::signed::credentials::StateCredentials;
 
 pub use reload::NodeTls;
 
-/// The ring crypto provider, installed as the process default the first time it is
-/// asked for. aws-lc-rs is never compiled in; having both would make rustls unable to
-/// choose, so every config here is built from this provider explicitly.
-pub fn crypto_provider() -> Arc<CryptoProvider> {
-    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    PROVIDER
-        .get_or_init(|| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            // Another library may have installed the same provider first; that is fine.
-            let _ = CryptoProvider::install_default((*provider).clone());
-            provider
-        })
-        .clone()
-}
+pub use crate::crypto::crypto_provider;
 
 /// Where a node's TLS files live.
 #[derive(Debug, Clone, PartialEq, Eq)]

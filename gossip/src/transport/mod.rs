@@ -8,6 +8,7 @@ pub mod frame;
 pub mod guard;
 mod limits;
 mod tls;
+mod violation;
 pub mod wire;
 
 pub use admission::{Admission, Admitted, Refusal};

@@ -17,7 +17,7 @@
 
 use chitchat::{ChitchatId, Deserializable, Serializable};
 
-use super::guard::{MAX_INFLATED_BYTES, Violation};
+use super::violation::{MAX_INFLATED_BYTES, Violation};
 
 pub const MAGIC: u16 = 45_139;
 pub const PROTOCOL_V0: u8 = 0;

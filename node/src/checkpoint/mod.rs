@@ -30,6 +30,7 @@ mod error;
 mod journal;
 mod legacy;
 mod line;
+mod outcome;
 mod replay;
 mod store;
 #[cfg(test)]
@@ -39,8 +40,9 @@ mod writer;
 pub use error::CheckpointError;
 pub use journal::{DirJournal, JOURNAL_FILE, Journal, LEGACY_FILE};
 pub use line::FORMAT_VERSION;
+pub use outcome::{LoadOutcome, Loaded};
 pub use replay::Replay;
-pub use store::{CheckpointConfig, DEFAULT_BOOT_ID_PATH, FileCheckpointStore, LoadOutcome, Loaded};
+pub use store::{CheckpointConfig, DEFAULT_BOOT_ID_PATH, FileCheckpointStore};
 pub use writer::{Persistence, WriterStats};
 
 /// Counter: damaged checkpoint records (or corrupt format-1 files) found and set aside.

@@ -27,8 +27,8 @@ use tracing::{error, info, warn};
 use super::error::CheckpointError;
 use super::journal::{Journal, LEGACY_FILE};
 use super::line::{self, FORMAT_VERSION, Op};
+use super::outcome::{LoadOutcome, Loaded};
 use super::replay::{self, Replay};
-use super::store::{LoadOutcome, Loaded};
 use super::{legacy, metrics_names as names};
 use domaind_gossip::version::NewerVersions;
 

@@ -10,10 +10,20 @@ use domaind_actors::model::{DEFAULT_MAX_SLOTS, ReadinessPolicy, Slot};
 use domaind_gossip::NodeName;
 use domaind_kube_api::args::{HttpArgs, KubeArgs, NodeHttp};
 
-use super::seeds::SeedDiscovery;
 use crate::cdi::DEFAULT_CDI_DIR;
 use crate::certs::ImexNames;
 use crate::imex::{Command, HostUnit};
+
+/// Where a node learns its clique-mates' gossip addresses (`--seed-discovery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SeedDiscovery {
+    /// `api-server` with --backend kube and no --seed; `static` otherwise.
+    Auto,
+    /// The clique-mates' addresses from their ResourceSlices, watched (--backend kube).
+    ApiServer,
+    /// Only --seed.
+    Static,
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {

@@ -39,11 +39,11 @@ use tracing::{error, info, warn};
 
 pub use args::{
     Addressing, Backend, ChannelNodes, DEFAULT_STATE_ADDR, DialledNames, ImexTls, Readiness,
-    RunArgs, SlicesOnExit, TlsMode,
+    RunArgs, SeedDiscovery, SlicesOnExit, TlsMode,
 };
 pub use info::RunInfo;
 pub use ports::{GossipPort, SystemClock};
-pub use seeds::{SeedDiscovery, SeedPlan, StaticSeeds};
+pub use seeds::{SeedPlan, StaticSeeds};
 pub use state::{
     CheckpointView, DomainView, GossipView, HandedChannel, ImexView, NodeView, SharedImexView,
 };

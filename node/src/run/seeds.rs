@@ -16,12 +16,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
-use clap::ValueEnum;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::args::Backend;
+use super::args::{Backend, SeedDiscovery};
 use crate::kube::SeedSink;
 
 /// Addresses taken from one name at most.
@@ -33,16 +32,6 @@ pub const RESOLVE_INTERVAL: Duration = Duration::from_secs(60);
 pub const SEED_ADDRESSES_DROPPED: &str = "domaind_gossip_seed_addresses_dropped_total";
 /// Seed names that did not resolve.
 pub const SEED_RESOLVE_FAILURES: &str = "domaind_gossip_seed_resolve_failures_total";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SeedDiscovery {
-    /// `api-server` with --backend kube and no --seed; `static` otherwise.
-    Auto,
-    /// The clique-mates' addresses from their ResourceSlices, watched (--backend kube).
-    ApiServer,
-    /// Only --seed.
-    Static,
-}
 
 /// What a node seeds from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,8 +2,10 @@
 //! checked (or started, locally), the domain formed, each step of the schedule at its
 //! time with quiet watching in between, the final check, the clean-up and its checks.
 
+mod imports;
 mod namespace;
 
+use imports::ClusterImports;
 pub use namespace::cleanup_after_interrupt;
 use namespace::{TEARDOWN_LIMIT, delete_namespace, make_access, preflight, uncordon_ours};
 
@@ -23,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::access::{ClusterAccess, DaemonInstance};
 use super::checks::{Expected, Persistent, breaches, unwhole};
-use super::imports::ClusterImports;
 use super::local::{LocalAccess, LocalConfig};
 use super::observe::{ClusterObservation, observe};
 use super::report::ClusterReport;

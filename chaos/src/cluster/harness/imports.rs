@@ -1,5 +1,5 @@
 //! The jobs' memory imports in a cluster run, where the access can hold them
-//! ([`super::access::JobImports`]): once the domain is whole, each node's job imports
+//! ([`crate::cluster::access::JobImports`]): once the domain is whole, each node's job imports
 //! from every other node through its IMEX. After each fault heals, and at the end,
 //! every import held is looked at; one that broke is judged by [`import_break`]
 //! (allowed when a fault that may break imports hit its node or the exporter it names,
@@ -11,8 +11,8 @@
 //! injected, as the job's own end would: the unprepare that follows drops the node
 //! from its peers' IMEX.
 
-use super::access::ImportState;
-use super::harness::ClusterRun;
+use super::ClusterRun;
+use crate::cluster::access::ImportState;
 use crate::invariants::{Hit, Invariant, Violation, import_break};
 use crate::report::{BrokenImport, ImportsReport};
 use crate::schedule::Step;
@@ -20,7 +20,7 @@ use crate::schedule::Step;
 /// What the stand-in holds and has seen; `report` is `None` where the access holds no
 /// imports.
 #[derive(Debug, Default)]
-pub(super) struct ClusterImports {
+pub(crate) struct ClusterImports {
     held: Vec<Held>,
     /// Every fault injected so far, in order: what a break may be blamed on.
     hits: Vec<Hit>,
@@ -135,7 +135,7 @@ impl ClusterRun {
             report.broken.push(BrokenImport {
                 node: name,
                 id: held.id,
-                domain: super::workload::DOMAIN_NAME.to_owned(),
+                domain: crate::cluster::workload::DOMAIN_NAME.to_owned(),
                 from,
                 reason,
                 by: by.as_ref().map(|h| h.kind),
