@@ -2,6 +2,7 @@
 //! and the listener goes on serving honest peers.
 
 mod common;
+use common::poll_until_true;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -56,7 +57,7 @@ async fn honest_peer_gets_through(pki: &Pki, listener: &mut Listener) {
     let addr = transport.bind(any_port(2)).await.unwrap();
     let mut socket = transport.open(addr).await.unwrap();
     socket.send(listener.addr, syn("honest")).await.unwrap();
-    let (from, message) = within(LIMIT, "the honest message", listener.received.recv())
+    let (from, message) = within("the honest message", LIMIT, listener.received.recv())
         .await
         .unwrap();
     assert_eq!((from, message), (addr, syn("honest")));
@@ -77,7 +78,7 @@ async fn tls_connect(
 /// Waits until the server has closed the connection.
 async fn closed_by_server<S: tokio::io::AsyncRead + Unpin>(mut stream: S) {
     let mut buf = [0u8; 256];
-    within(LIMIT, "the server to close the connection", async {
+    within("the server to close the connection", LIMIT, async {
         loop {
             match stream.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
@@ -375,7 +376,7 @@ async fn ack_that_would_trip_chitchats_assertion_is_refused_and_gossip_lives_on(
         );
     }
     let all = ["node-0", "node-1", "node-2"];
-    common::wait_until(CLUSTER, "the three nodes to see each other", || {
+    poll_until_true("the three nodes to see each other", CLUSTER, async || {
         nodes.iter().all(|n| sees_all(n, &all))
     })
     .await;
@@ -409,7 +410,7 @@ async fn ack_that_would_trip_chitchats_assertion_is_refused_and_gossip_lives_on(
     // node-1's gossip is alive: it hears news from both sides, and they hear it.
     nodes[0].set("probe/0", "after").await;
     nodes[1].set("probe/1", "after").await;
-    common::wait_until(CLUSTER, "news to cross node-1 both ways", || {
+    poll_until_true("news to cross node-1 both ways", CLUSTER, async || {
         let has = |observer: &GossipNode, node: &str, key: &str| {
             observer
                 .live_nodes()
@@ -456,7 +457,7 @@ async fn bad_pulses_are_refused_and_counted_and_liveness_lives_on() {
         );
     }
     let all = ["node-0", "node-1"];
-    common::wait_until(CLUSTER, "the two nodes to see each other", || {
+    poll_until_true("the two nodes to see each other", CLUSTER, async || {
         nodes.iter().all(|n| sees_all(n, &all))
     })
     .await;
@@ -483,7 +484,7 @@ async fn bad_pulses_are_refused_and_counted_and_liveness_lives_on() {
             .await
             .unwrap();
     }
-    common::wait_until(CLUSTER, "both bad pulses to be counted", || {
+    poll_until_true("both bad pulses to be counted", CLUSTER, async || {
         metrics.counter(PULSES_REFUSED, Some(("reason", "malformed"))) == 1
             && metrics.counter(PULSES_REFUSED, Some(("reason", "oversized"))) == 1
     })

@@ -1,6 +1,7 @@
 //! Real nodes: GossipNode over mutual TLS on 127.0.0.x addresses.
 
 mod common;
+use common::poll_until_true;
 
 use std::time::Duration;
 
@@ -71,14 +72,14 @@ async fn four_nodes_converge_share_keys_and_notice_a_stopped_node() {
     let n3 = start(&pki, "node-3", 14, &[&n0], 1).await;
     let all = ["node-0", "node-1", "node-2", "node-3"];
 
-    common::wait_until(LIMIT, "all four nodes see each other", || {
+    poll_until_true("all four nodes see each other", LIMIT, async || {
         [&n0, &n1, &n2, &n3].iter().all(|n| sees(n, &all))
     })
     .await;
 
     let mut events_on_2 = Box::pin(n2.events());
     n1.set("domain/cd-1", "slot=3").await;
-    within(LIMIT, "node-2 to hear of node-1's key", async {
+    within("node-2 to hear of node-1's key", LIMIT, async {
         while let Some(event) = events_on_2.next().await {
             if event
                 == (GossipEvent::KeySet {
@@ -92,7 +93,7 @@ async fn four_nodes_converge_share_keys_and_notice_a_stopped_node() {
         }
     })
     .await;
-    common::wait_until(LIMIT, "every node to see node-1's key", || {
+    poll_until_true("every node to see node-1's key", LIMIT, async || {
         [&n0, &n2, &n3].iter().all(|n| {
             n.live_nodes()["node-1"]
                 .keys
@@ -104,7 +105,7 @@ async fn four_nodes_converge_share_keys_and_notice_a_stopped_node() {
     .await;
 
     n1.delete("domain/cd-1").await;
-    within(LIMIT, "node-2 to hear of the deletion", async {
+    within("node-2 to hear of the deletion", LIMIT, async {
         while let Some(event) = events_on_2.next().await {
             if event
                 == (GossipEvent::KeyDeleted {
@@ -120,11 +121,11 @@ async fn four_nodes_converge_share_keys_and_notice_a_stopped_node() {
 
     n3.shutdown().await.unwrap();
     let survivors = ["node-0", "node-1", "node-2"];
-    common::wait_until(LIMIT, "the survivors to declare node-3 dead", || {
+    poll_until_true("the survivors to declare node-3 dead", LIMIT, async || {
         [&n0, &n1, &n2].iter().all(|n| sees(n, &survivors))
     })
     .await;
-    within(LIMIT, "node-2's stream to report node-3 gone", async {
+    within("node-2's stream to report node-3 gone", LIMIT, async {
         while let Some(event) = events_on_2.next().await {
             if matches!(&event, GossipEvent::NodeLeft { node, .. } if node == "node-3") {
                 return;
@@ -141,7 +142,7 @@ async fn restarted_node_with_a_new_generation_replaces_its_old_self() {
     let n1 = start(&pki, "node-1", 22, &[&n0], 1).await;
     let old = start(&pki, "node-2", 23, &[&n0], 100).await;
     old.set("domain/cd-old", "slot=1").await;
-    common::wait_until(LIMIT, "node-0 and node-1 to see node-2's key", || {
+    poll_until_true("node-0 and node-1 to see node-2's key", LIMIT, async || {
         [&n0, &n1].iter().all(|n| {
             n.live_nodes()
                 .get("node-2")
@@ -151,7 +152,7 @@ async fn restarted_node_with_a_new_generation_replaces_its_old_self() {
     .await;
     // The stream opens with the current view; read it up to the old generation.
     let mut events_on_0 = Box::pin(n0.events());
-    within(LIMIT, "node-0's stream to show the old generation", async {
+    within("node-0's stream to show the old generation", LIMIT, async {
         while let Some(event) = events_on_0.next().await {
             if matches!(&event, GossipEvent::KeySet { node, key, .. } if node == "node-2" && key == "domain/cd-old") {
                 return;
@@ -165,7 +166,7 @@ async fn restarted_node_with_a_new_generation_replaces_its_old_self() {
     let new = start(&pki, "node-2", 23, &[&n0], 101).await;
     new.set("domain/cd-new", "slot=1").await;
 
-    common::wait_until(LIMIT, "peers to follow the new generation", || {
+    poll_until_true("peers to follow the new generation", LIMIT, async || {
         [&n0, &n1].iter().all(|n| {
             n.live_nodes().get("node-2").is_some_and(|m| {
                 m.generation == 101
@@ -176,8 +177,8 @@ async fn restarted_node_with_a_new_generation_replaces_its_old_self() {
     })
     .await;
     within(
-        LIMIT,
         "node-0's stream to show the generation change",
+        LIMIT,
         async {
             let mut left_old = false;
             while let Some(event) = events_on_0.next().await {
@@ -224,8 +225,8 @@ async fn an_ended_gossip_task_is_reported_and_a_stop_is_not() {
     let ended = crashed.ended();
     crashed.abort();
     let reason = within(
-        LIMIT,
         "the end of an aborted gossip task to be reported",
+        LIMIT,
         ended,
     )
     .await;
@@ -268,7 +269,7 @@ async fn a_peer_heard_from_is_dialled_at_once_whatever_the_backoff_said() {
     let a = GossipNode::start_tls(config, pki.node_tls("node-a"), limits.clone())
         .await
         .unwrap();
-    let (dial, _) = within(LIMIT, "node-a's first dial", stand_in.accept())
+    let (dial, _) = within("node-a's first dial", LIMIT, stand_in.accept())
         .await
         .unwrap();
     drop(dial);
@@ -281,10 +282,10 @@ async fn a_peer_heard_from_is_dialled_at_once_whatever_the_backoff_said() {
     let b = GossipNode::start_tls(config, pki.node_tls("node-b"), limits)
         .await
         .unwrap();
-    common::wait_until(
-        Duration::from_secs(10),
+    poll_until_true(
         "node-b to hear node-a's key through its own exchange with node-a",
-        || {
+        Duration::from_secs(10),
+        async || {
             b.live_nodes()
                 .get("node-a")
                 .is_some_and(|m| m.keys.contains_key("domain/cd-1"))
@@ -314,20 +315,20 @@ async fn a_peer_whose_daemon_is_gone_is_dead_at_once_not_after_its_silence() {
     let b = start_tuned(&pki, "node-b", 72, &[&a], &tuning).await;
     let c = start_tuned(&pki, "node-c", 73, &[&a], &tuning).await;
     let all = ["node-a", "node-b", "node-c"];
-    common::wait_until(LIMIT, "all three see each other", || {
+    poll_until_true("all three see each other", LIMIT, async || {
         [&a, &b, &c].iter().all(|n| sees(n, &all))
     })
     .await;
     // Each survivor has heard c's pulses on a connection of c's own.
-    common::wait_until(LIMIT, "c to have pulsed both", || {
+    poll_until_true("c to have pulsed both", LIMIT, async || {
         a.live_nodes().contains_key("node-c") && b.live_nodes().contains_key("node-c")
     })
     .await;
     c.shutdown().await.unwrap();
-    common::wait_until(
-        Duration::from_secs(10),
+    poll_until_true(
         "both survivors to count node-c dead, long before its silence would say so",
-        || [&a, &b].iter().all(|n| sees(n, &["node-a", "node-b"])),
+        Duration::from_secs(10),
+        async || [&a, &b].iter().all(|n| sees(n, &["node-a", "node-b"])),
     )
     .await;
 }
@@ -355,7 +356,7 @@ async fn a_peer_that_only_closes_idle_connections_stays_live() {
     let a = start_tuned(&pki, "node-a", 74, &[], &tuning).await;
     let b = start_tuned(&pki, "node-b", 75, &[&a], &tuning).await;
     let both = ["node-a", "node-b"];
-    common::wait_until(LIMIT, "both see each other", || {
+    poll_until_true("both see each other", LIMIT, async || {
         [&a, &b].iter().all(|n| sees(n, &both))
     })
     .await;

@@ -99,13 +99,13 @@ async fn recv_waits_and_names_the_senders_gossip_address(subject: &dyn Subject) 
         (b, received)
     });
     a.send(b_addr, syn("conformance")).await.unwrap();
-    let (mut b, (from, message)) = within(LIMIT, "b to receive", receiving).await.unwrap();
+    let (mut b, (from, message)) = within("b to receive", LIMIT, receiving).await.unwrap();
     assert_eq!(from, a_addr, "recv must return the sender's listen address");
     assert_eq!(message, syn("conformance"));
 
     // chitchat replies to the address recv returned: the reply must reach `a`.
     b.send(from, syn("reply")).await.unwrap();
-    let (from, message) = within(LIMIT, "a to receive the reply", a.recv())
+    let (from, message) = within("a to receive the reply", LIMIT, a.recv())
         .await
         .unwrap();
     assert_eq!(from, b_addr);
@@ -127,7 +127,7 @@ async fn a_burst_within_the_queue_bound_arrives_whole(subject: &dyn Subject) {
     }
     let mut received = Vec::new();
     for _ in 0..32 {
-        let (_, message) = within(LIMIT, "the burst", b.recv()).await.unwrap();
+        let (_, message) = within("the burst", LIMIT, b.recv()).await.unwrap();
         received.push(message);
     }
     for i in 0..32 {

@@ -4,6 +4,7 @@
 //! a round cannot be what carried the news.
 
 mod common;
+use common::poll_until_true;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -63,7 +64,7 @@ async fn rack(transport: &ChannelTransport, eager: EagerGossip) -> (Vec<GossipNo
         start,
         "in paused time the nodes start together"
     );
-    common::wait_until(Duration::from_secs(120), "the rack converges", || {
+    poll_until_true("the rack converges", Duration::from_secs(120), async || {
         nodes.iter().all(|n| n.live_nodes().len() == NODES)
     })
     .await;
@@ -94,7 +95,7 @@ async fn news_reaches_every_view_between_rounds() {
     between_rounds(start).await;
     let set_at = Instant::now();
     nodes[5].set("domain/cd-1", "slot=5").await;
-    common::wait_until(ROUND / 4, "every node sees node-05's key", || {
+    poll_until_true("every node sees node-05's key", ROUND / 4, async || {
         seen_by(&nodes, "domain/cd-1") == NODES
     })
     .await;
@@ -115,7 +116,7 @@ async fn without_eager_gossip_pulses_bring_news_before_the_next_round() {
     between_rounds(start).await;
     let set_at = Instant::now();
     nodes[5].set("domain/cd-1", "slot=5").await;
-    common::wait_until(ROUND / 2, "every node sees node-05's key", || {
+    poll_until_true("every node sees node-05's key", ROUND / 2, async || {
         seen_by(&nodes, "domain/cd-1") == NODES
     })
     .await;

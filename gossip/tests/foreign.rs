@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chitchat::ChitchatMessage;
 use chitchat::transport::Transport;
-use common::{Metrics, Pki, any_port, name, syn, wait_until, within};
+use common::{Metrics, Pki, any_port, name, poll_until_true, syn, within};
 use domaind_gossip::metrics::{CONNECT_FAILURES, FOREIGN_CLUSTER};
 use domaind_gossip::transport::{TlsTransport, TransportLimits};
 use domaind_gossip::{GossipConfig, GossipNode, cluster_id_for_clique};
@@ -92,7 +92,7 @@ async fn syns_of_another_clique_are_counted_unanswered_and_logged_once() {
             .await
             .unwrap();
     }
-    wait_until(LIMIT, "five foreign Syns counted", || {
+    poll_until_true("five foreign Syns counted", LIMIT, async || {
         metrics.counter(FOREIGN_CLUSTER, Some(("kind", "syn"))) == 5
     })
     .await;
@@ -103,7 +103,7 @@ async fn syns_of_another_clique_are_counted_unanswered_and_logged_once() {
         .send(node.gossip_addr(), syn(&cluster_id_for_clique(ours)))
         .await
         .unwrap();
-    let (from, answer) = within(LIMIT, "the answer to our cluster's Syn", socket.recv())
+    let (from, answer) = within("the answer to our cluster's Syn", LIMIT, socket.recv())
         .await
         .unwrap();
     assert_eq!(from, node.gossip_addr());
@@ -153,19 +153,23 @@ async fn seeds_set_after_start_form_the_clique_and_seeds_of_other_cliques_are_re
     sorted.sort();
     assert_eq!(a0.seeds(), sorted);
 
-    wait_until(LIMIT, "the clique to form", || {
+    poll_until_true("the clique to form", LIMIT, async || {
         sees(&a0, &["a-0", "a-1"]) && sees(&a1, &["a-0", "a-1"])
     })
     .await;
-    wait_until(LIMIT, "the other clique's node to refuse our Syn", || {
-        metrics.counter(FOREIGN_CLUSTER, Some(("kind", "syn"))) >= 1
-    })
+    poll_until_true(
+        "the other clique's node to refuse our Syn",
+        LIMIT,
+        async || metrics.counter(FOREIGN_CLUSTER, Some(("kind", "syn"))) >= 1,
+    )
     .await;
     assert!(sees(&b0, &["b-0"]), "the other clique stays apart");
     // The dead address is counted (and logged once) by the transport, nothing more.
-    wait_until(LIMIT, "the dead seed's connect failure counted", || {
-        metrics.counter(CONNECT_FAILURES, None) >= 1
-    })
+    poll_until_true(
+        "the dead seed's connect failure counted",
+        LIMIT,
+        async || metrics.counter(CONNECT_FAILURES, None) >= 1,
+    )
     .await;
 
     // Members are not contacted again; the others are.

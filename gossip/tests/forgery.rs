@@ -5,12 +5,13 @@
 //! node's view changes, and gossip goes on.
 
 mod common;
+use common::poll_until_true;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use chitchat::ChitchatId;
-use common::{Metrics, Pki, any_port, loopback, name};
+use common::{Metrics, Pki, any_port, loopback, name, within};
 use domaind_gossip::forge::{Forger, forgeries};
 use domaind_gossip::metrics::STATE_REFUSED;
 use domaind_gossip::transport::TransportLimits;
@@ -56,7 +57,7 @@ impl Rack {
     }
 
     async fn wait_for(&self, what: &str, condition: impl Fn(&Self) -> bool) {
-        common::wait_until(CLUSTER, what, || condition(self)).await;
+        poll_until_true(what, CLUSTER, async || condition(self)).await;
     }
 
     /// Every node sees exactly the three nodes, at their own addresses, with the keys
@@ -140,10 +141,10 @@ async fn forged_state_is_refused_counted_and_changes_no_view() {
                 .await
                 .unwrap();
         }
-        common::wait_until(
-            CLUSTER,
+        poll_until_true(
             &format!("{} to be counted twice", forgery.name),
-            || metrics.counter(STATE_REFUSED, Some(("reason", forgery.reason))) >= before + 2,
+            CLUSTER,
+            async || metrics.counter(STATE_REFUSED, Some(("reason", forgery.reason))) >= before + 2,
         )
         .await;
         assert!(rack.views_are_honest("digest 2"), "after {}", forgery.name);
@@ -208,9 +209,9 @@ async fn a_send_returns_once_the_node_has_read_the_frame() {
     )
     .unwrap();
     let ghost = ChitchatId::new("node-ghost", 1, SocketAddr::new(loopback(56), 7946));
-    common::within(
-        CLUSTER,
+    within(
         "the forger's send",
+        CLUSTER,
         forger.send_digest_naming(addr, "node-1", std::slice::from_ref(&ghost)),
     )
     .await

@@ -4,6 +4,7 @@
 //! differ in detail: the tests assert outcomes within bounds, never a schedule.
 
 mod common;
+use common::poll_until_true;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -73,7 +74,7 @@ impl Rack {
 
     async fn wait_all_see(&self, live: &[usize], what: &str) -> Duration {
         let start = Instant::now();
-        common::wait_until(LIMIT, what, || self.all_see(live)).await;
+        poll_until_true(what, LIMIT, async || self.all_see(live)).await;
         start.elapsed()
     }
 }
@@ -86,7 +87,7 @@ async fn eighteen_nodes_converge_and_heal_a_partition() {
     println!("18 simulated nodes converged in {formed:?} of gossip time");
 
     rack.nodes[5].set("domain/cd-1", "slot=5").await;
-    common::wait_until(LIMIT, "every node sees node-05's key", || {
+    poll_until_true("every node sees node-05's key", LIMIT, async || {
         rack.nodes.iter().all(|n| {
             n.live_nodes()
                 .get("node-05")
@@ -149,7 +150,7 @@ async fn restart_replaces_the_old_generation_under_the_same_address() {
     let mut rack = Rack::start(4, 4).await;
     rack.wait_all_see(&[0, 1, 2, 3], "the rack converges").await;
     rack.nodes[3].set("domain/old", "1").await;
-    common::wait_until(LIMIT, "node-00 sees the old key", || {
+    poll_until_true("node-00 sees the old key", LIMIT, async || {
         rack.nodes[0].live_nodes()["node-03"]
             .keys
             .contains_key("domain/old")
@@ -160,7 +161,7 @@ async fn restart_replaces_the_old_generation_under_the_same_address() {
     old.shutdown().await.unwrap();
     let new = rack.start_node(3, "cluster-1.0", 2).await;
     rack.nodes.push(new);
-    common::wait_until(LIMIT, "every node follows generation 2", || {
+    poll_until_true("every node follows generation 2", LIMIT, async || {
         rack.nodes.iter().all(|n| {
             n.live_nodes()
                 .get("node-03")

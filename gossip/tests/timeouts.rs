@@ -2,6 +2,7 @@
 //! deadline as soon as every task waits, so these tests take no wall time.
 
 mod common;
+use common::poll_until_true;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -50,7 +51,7 @@ async fn idle_outbound_connection_is_closed_after_its_timeout() {
     });
 
     socket.send(peer_addr, syn("hello")).await.unwrap();
-    let held_open = within(LIMIT, "the sender to close its idle connection", peer)
+    let held_open = within("the sender to close its idle connection", LIMIT, peer)
         .await
         .unwrap();
     assert!(
@@ -89,7 +90,7 @@ async fn idle_inbound_connection_is_closed_after_its_timeout() {
         }
         connected.elapsed()
     });
-    let held_open = within(LIMIT, "the receiver to close the idle connection", async {
+    let held_open = within("the receiver to close the idle connection", LIMIT, async {
         tokio::select! {
             held = client => held.unwrap(),
             _ = receiver.recv() => panic!("nothing was sent"),
@@ -114,14 +115,14 @@ async fn connect_timeout_then_backoff_without_blocking_send() {
     let black_hole_addr: SocketAddr = black_hole.local_addr().unwrap();
 
     socket.send(black_hole_addr, syn("one")).await.unwrap();
-    common::wait_until(LIMIT, "the connect attempt to time out", || {
+    poll_until_true("the connect attempt to time out", LIMIT, async || {
         metrics.counter(CONNECT_FAILURES, None) == 1
     })
     .await;
 
     // Inside the backoff window the frame is dropped without a new attempt.
     socket.send(black_hole_addr, syn("two")).await.unwrap();
-    common::wait_until(LIMIT, "the second frame to be dropped", || {
+    poll_until_true("the second frame to be dropped", LIMIT, async || {
         metrics.counter(FRAMES_DROPPED, Some(("reason", "peer_unreachable"))) == 2
     })
     .await;
@@ -143,8 +144,8 @@ async fn send_never_blocks_when_a_peer_queue_is_full() {
     // The writer is stuck connecting; the queue fills, then sends drop at once.
     for i in 0..20 {
         within(
-            Duration::from_millis(1),
             "send to return",
+            Duration::from_millis(1),
             socket.send(addr, syn(&format!("{i}"))),
         )
         .await

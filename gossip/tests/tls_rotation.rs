@@ -1,6 +1,7 @@
 //! Certificates from files, and rotation without restart.
 
 mod common;
+use common::poll_until_true;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,7 +126,7 @@ async fn ca_bundle_rotation_applies_to_a_live_listener() {
     let client_addr = client_transport.bind(any_port(2)).await.unwrap();
     let mut client = client_transport.open(client_addr).await.unwrap();
     client.send(server_addr, syn("before")).await.unwrap();
-    within(Duration::from_secs(10), "the refusal", async {
+    within("the refusal", Duration::from_secs(10), async {
         loop {
             tokio::select! {
                 _ = server.recv() => panic!("a certificate of an untrusted CA got through"),
@@ -146,7 +147,7 @@ async fn ca_bundle_rotation_applies_to_a_live_listener() {
     drop(client);
     let mut client = client_transport.open(client_addr).await.unwrap();
     client.send(server_addr, syn("after")).await.unwrap();
-    let (from, message) = within(Duration::from_secs(10), "the message", server.recv())
+    let (from, message) = within("the message", Duration::from_secs(10), server.recv())
         .await
         .unwrap();
     assert_eq!((from, message), (client_addr, syn("after")));
@@ -160,16 +161,20 @@ async fn reloader_task_rotates_on_its_own() {
     let before = tls.material();
     let reloader = tls.spawn_reloader(Duration::from_secs(10));
     pki.issue("node-a").write(&pki.node_dir("node-a")).unwrap();
-    common::wait_until(Duration::from_secs(60), "the reloader to rotate", || {
-        !Arc::ptr_eq(&before, &tls.material())
-    })
+    poll_until_true(
+        "the reloader to rotate",
+        Duration::from_secs(60),
+        async || !Arc::ptr_eq(&before, &tls.material()),
+    )
     .await;
     assert_eq!(metrics.counter(TLS_RELOADS, Some(("result", "rotated"))), 1);
 
     pki.issue("node-z").write(&pki.node_dir("node-a")).unwrap();
-    common::wait_until(Duration::from_secs(60), "the reloader to refuse", || {
-        metrics.counter(TLS_RELOADS, Some(("result", "refused"))) == 1
-    })
+    poll_until_true(
+        "the reloader to refuse",
+        Duration::from_secs(60),
+        async || metrics.counter(TLS_RELOADS, Some(("result", "refused"))) == 1,
+    )
     .await;
     // Refused once, not on every tick.
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -177,7 +182,7 @@ async fn reloader_task_rotates_on_its_own() {
 
     // The reloader ends with the last handle on the TLS material.
     drop(tls);
-    within(Duration::from_secs(60), "the reloader to stop", reloader)
+    within("the reloader to stop", Duration::from_secs(60), reloader)
         .await
         .unwrap();
 }
@@ -215,10 +220,10 @@ async fn a_rotated_certificate_signs_the_nodes_state_again_and_peers_follow() {
             .get("node-a")
             .is_some_and(|m| m.keys.get("domain/d").map(String::as_str) == Some(value))
     };
-    common::wait_until(
-        Duration::from_secs(30),
+    poll_until_true(
         "node-b to see node-a's value",
-        || sees(&b, "before"),
+        Duration::from_secs(30),
+        async || sees(&b, "before"),
     )
     .await;
     let signed_before = metrics.counter(domaind_gossip::metrics::STATE_SIGNED, None);
@@ -226,17 +231,17 @@ async fn a_rotated_certificate_signs_the_nodes_state_again_and_peers_follow() {
     pki.issue("node-a").write(&pki.node_dir("node-a")).unwrap();
     assert!(a_tls.reload_if_changed().unwrap());
     // The certificate and the one value, signed again.
-    common::wait_until(
-        Duration::from_secs(30),
+    poll_until_true(
         "node-a to sign its state again",
-        || metrics.counter(domaind_gossip::metrics::STATE_SIGNED, None) >= signed_before + 2,
+        Duration::from_secs(30),
+        async || metrics.counter(domaind_gossip::metrics::STATE_SIGNED, None) >= signed_before + 2,
     )
     .await;
     a.set("domain/d", "after").await;
-    common::wait_until(
-        Duration::from_secs(30),
+    poll_until_true(
         "node-b to accept what node-a signs now",
-        || sees(&b, "after"),
+        Duration::from_secs(30),
+        async || sees(&b, "after"),
     )
     .await;
     assert_eq!(

@@ -4,6 +4,7 @@
 //! not refused.
 
 mod common;
+use common::poll_until_true;
 
 use std::time::Duration;
 
@@ -63,17 +64,17 @@ async fn a_rack_with_a_node_of_the_next_version_does_not_split() {
         nodes.push(node);
     }
     let all = ["node-0", "node-1", "node-2", "node-3"];
-    common::wait_until(LIMIT, "every node to see every other", || {
+    poll_until_true("every node to see every other", LIMIT, async || {
         nodes.iter().all(|n| sees_all(n, &all))
     })
     .await;
 
     nodes[0].set("probe/next", "from the next version").await;
     nodes[1].set("probe/current", "from this version").await;
-    common::wait_until(
-        LIMIT,
+    poll_until_true(
         "news to cross between the versions both ways",
-        || {
+        LIMIT,
+        async || {
             nodes[1..]
                 .iter()
                 .all(|n| holds(n, "node-0", "probe/next", "from the next version"))
@@ -83,7 +84,7 @@ async fn a_rack_with_a_node_of_the_next_version_does_not_split() {
         },
     )
     .await;
-    common::wait_until(LIMIT, "each newer format to be counted", || {
+    poll_until_true("each newer format to be counted", LIMIT, async || {
         ["frame", "pulse", "envelope"]
             .iter()
             .all(|format| metrics.counter(NEWER_VERSION, Some(("format", format))) > 0)

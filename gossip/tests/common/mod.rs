@@ -1,7 +1,6 @@
 //! Test fixtures shared by the gossip integration tests.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,7 +9,6 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use std::time::Duration;
 use tokio::net::{TcpSocket, TcpStream};
 
 use chitchat::{ChitchatMessage, Deserializable, Serializable};
@@ -175,25 +173,9 @@ impl Metrics {
     }
 }
 
-/// Polls `condition` until it holds, failing the test after `limit`. Under paused time
-/// the polling interval costs nothing; under real time it bounds the wait.
-pub async fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !condition() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {limit:?} waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Awaits `future`, failing the test if it takes longer than `limit`.
-pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(limit, future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}"))
-}
+// Shared by test binaries that each use some of it.
+#[allow(unused_imports)]
+pub use domaind_testkit::{poll_until_true, within};
 
 pub fn write(path: &Path, contents: &str) {
     std::fs::write(path, contents).unwrap();

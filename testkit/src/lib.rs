@@ -1,0 +1,109 @@
+//! What every test of domaind waits with. A test never sleeps to "let things settle":
+//! it polls for what it waits for, failing with what it waited for once a limit has
+//! passed. Under tokio's paused time the polls cost nothing and the limit is virtual;
+//! under real time the limit bounds the wait.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How often [`poll_until`] looks again.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// Polls `check` every [`POLL`] until it gives a value, failing the test after `limit`
+/// with what `what` says was awaited.
+pub async fn poll_until<T>(
+    what: &str,
+    limit: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`poll_until`] for a condition.
+pub async fn poll_until_true(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    poll_until(what, limit, async || check().await.then_some(())).await;
+}
+
+/// [`poll_until`] outside a runtime, for a synchronous test: the thread sleeps between
+/// looks.
+pub fn poll_until_blocking<T>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {limit:?}: {what}"
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Awaits `future`, failing the test if it takes longer than `limit`.
+pub async fn within<T>(what: &str, limit: Duration, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("not within {limit:?}: {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn polls_until_the_value_comes() {
+        let started = Instant::now();
+        let mut looks = 0;
+        let found = poll_until("the third look", Duration::from_secs(1), async || {
+            looks += 1;
+            (looks == 3).then_some(looks)
+        })
+        .await;
+        assert_eq!(found, 3);
+        assert_eq!(started.elapsed(), 2 * POLL);
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "not within 100ms: what never comes")]
+    async fn fails_naming_what_never_came() {
+        poll_until_true("what never comes", Duration::from_millis(100), async || {
+            false
+        })
+        .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "not within 1s: a future that never ends")]
+    async fn within_fails_naming_the_future() {
+        within(
+            "a future that never ends",
+            Duration::from_secs(1),
+            std::future::pending::<()>(),
+        )
+        .await;
+    }
+
+    #[test]
+    fn the_blocking_poll_gives_the_value() {
+        let mut looks = 0;
+        let found = poll_until_blocking("the second look", Duration::from_secs(5), || {
+            looks += 1;
+            (looks == 2).then_some("found")
+        });
+        assert_eq!(found, "found");
+    }
+}
