@@ -179,15 +179,15 @@ fn supervise(imex: &FakeShortLivedImex) -> (Addr<ImexProcessActor>, Owner) {
 }
 
 async fn wait_for_starts(imex: &FakeShortLivedImex, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while imex.starts().len() < n {
-        assert!(
-            Instant::now() < deadline,
-            "{} starts, not {n}",
-            imex.starts().len()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    domaind_testkit::poll_for(
+        &format!("{n} starts"),
+        Duration::from_secs(600),
+        async || {
+            let starts = imex.starts().len();
+            if starts >= n { Ok(()) } else { Err(starts) }
+        },
+    )
+    .await;
 }
 
 /// The wait before the `n`th restart in a row (0-based): doubling from MIN, capped.

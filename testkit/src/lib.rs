@@ -28,6 +28,27 @@ pub async fn poll_until<T>(
     }
 }
 
+/// [`poll_until`] for a check that says what it saw when it is not done yet
+/// (`Err(seen)`): the failure shows the last of it.
+pub async fn poll_for<T, S: std::fmt::Debug>(
+    what: &str,
+    limit: Duration,
+    mut check: impl AsyncFnMut() -> Result<T, S>,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        let seen = match check().await {
+            Ok(value) => return value,
+            Err(seen) => seen,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "not within {limit:?}: {what}; last seen: {seen:#?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// [`poll_until`] for a condition.
 pub async fn poll_until_true(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
     poll_until(what, limit, async || check().await.then_some(())).await;
@@ -95,6 +116,12 @@ mod tests {
             std::future::pending::<()>(),
         )
         .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "last seen: 7")]
+    async fn a_failure_shows_what_was_last_seen() {
+        poll_for("eight", Duration::from_millis(50), async || Err::<(), _>(7)).await;
     }
 
     #[test]

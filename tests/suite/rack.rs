@@ -1,6 +1,7 @@
 //! End to end: `domaind run` processes on loopback with TLS gossip, `imex-sim` and the
 //! local backend, called over their unix sockets as the kubelet calls them.
 
+use domaind_testkit::poll_for;
 use std::time::{Duration, Instant};
 
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
@@ -117,25 +118,6 @@ async fn get(rack: &LocalRack, node: usize, path: &str) -> (u16, String) {
         .unwrap()
 }
 
-/// Polls until `probe` says done, failing after `LIMIT` with `what` and the last state.
-async fn wait_until<T: std::fmt::Debug, F: std::future::Future<Output = (bool, T)>>(
-    what: &str,
-    mut probe: impl FnMut() -> F,
-) {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let (done, seen) = probe().await;
-        if done {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting until {what}; last seen: {seen:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
     let (_tmp, mut rack) = rack(3, 41, false);
@@ -178,15 +160,19 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
         let spec = cdi(&rack, i).spec_path(&ClaimUid::new(&uid).unwrap());
         assert!(spec.exists(), "{} is written", spec.display());
     }
-    wait_until("the status file shows Ready with three nodes", || async {
-        let status = rack.local().read_status(CD_UID).unwrap();
-        let done = status.as_ref().is_some_and(|s| {
-            s.status == crd::Phase::Ready
-                && s.nodes.len() == 3
-                && s.nodes.iter().all(|n| n.status == crd::Phase::Ready)
-        });
-        (done, status)
-    })
+    poll_for(
+        "the status file shows Ready with three nodes",
+        LIMIT,
+        async || {
+            let status = rack.local().read_status(CD_UID).unwrap();
+            let done = status.as_ref().is_some_and(|s| {
+                s.status == crd::Phase::Ready
+                    && s.nodes.len() == 3
+                    && s.nodes.iter().all(|n| n.status == crd::Phase::Ready)
+            });
+            if done { Ok(()) } else { Err(status) }
+        },
+    )
     .await;
 
     // Concurrent calls for one claim are safe and get the same answer.
@@ -231,7 +217,7 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
 
     // SIGKILL: no retraction, the survivors' failure detector must find out.
     rack.kill(2).unwrap();
-    wait_until("the status shows node-03 lost", || async {
+    poll_for("the status shows node-03 lost", LIMIT, async || {
         let status = rack.local().read_status(CD_UID).unwrap();
         let done = status.as_ref().is_some_and(|s| {
             s.status == crd::Phase::NotReady
@@ -239,17 +225,17 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
                     .iter()
                     .any(|n| n.name == "node-03" && n.status == crd::Phase::NotReady)
         });
-        (done, status)
+        if done { Ok(()) } else { Err(status) }
     })
     .await;
-    wait_until("the survivors drop node-03 from IMEX", || async {
+    poll_for("the survivors drop node-03 from IMEX", LIMIT, async || {
         let views = vec![view(&rack, 0).await, view(&rack, 1).await];
         let done = views.iter().all(|v| {
             v.domains.len() == 1
                 && !v.domains[0].peers.values().any(|n| n == "node-03")
                 && v.domains[0].lost == vec!["node-03".to_string()]
         });
-        (done, views)
+        if done { Ok(()) } else { Err(views) }
     })
     .await;
     let events = rack.local().read_events(CD_UID).unwrap();
@@ -263,20 +249,24 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
     // Back: it restores its checkpoint and rejoins without being asked again.
     rack.start(2).unwrap();
     rack.wait_ready(2, START_LIMIT).unwrap();
-    wait_until("node-03 rejoins from its checkpoint", || async {
+    poll_for("node-03 rejoins from its checkpoint", LIMIT, async || {
         let view = view(&rack, 2).await;
         let done = view.claims == vec!["c-node-03".to_string()]
             && view.domains.first().is_some_and(|d| d.peers.len() == 3);
-        (done, view)
+        if done { Ok(()) } else { Err(view) }
     })
     .await;
-    wait_until("the status is Ready with three nodes again", || async {
-        let status = rack.local().read_status(CD_UID).unwrap();
-        let done = status
-            .as_ref()
-            .is_some_and(|s| s.status == crd::Phase::Ready && s.ready_nodes == 3);
-        (done, status)
-    })
+    poll_for(
+        "the status is Ready with three nodes again",
+        LIMIT,
+        async || {
+            let status = rack.local().read_status(CD_UID).unwrap();
+            let done = status
+                .as_ref()
+                .is_some_and(|s| s.status == crd::Phase::Ready && s.ready_nodes == 3);
+            if done { Ok(()) } else { Err(status) }
+        },
+    )
     .await;
     let restored = prepare(&rack, 2, &claim_ref("c-node-03"), DraVersion::V1).await;
     assert_eq!(restored, answers[2]);
@@ -284,13 +274,17 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
     // SIGTERM: the node retracts itself, so survivors drop it as departed, not lost.
     let imex_dir = rack.node(2).imex_dir();
     assert_eq!(rack.stop(2, LIMIT).unwrap(), Some(0));
-    wait_until("the survivors drop the departed node-03", || async {
-        let views = vec![view(&rack, 0).await, view(&rack, 1).await];
-        let done = views.iter().all(|v| {
-            !v.domains[0].members.iter().any(|n| n == "node-03") && v.domains[0].lost.is_empty()
-        });
-        (done, views)
-    })
+    poll_for(
+        "the survivors drop the departed node-03",
+        LIMIT,
+        async || {
+            let views = vec![view(&rack, 0).await, view(&rack, 1).await];
+            let done = views.iter().all(|v| {
+                !v.domains[0].members.iter().any(|n| n == "node-03") && v.domains[0].lost.is_empty()
+            });
+            if done { Ok(()) } else { Err(views) }
+        },
+    )
     .await;
     assert!(
         domaind_node::run::RunInfo::read(&rack.node(2).state_dir())
@@ -416,14 +410,15 @@ async fn a_claim_deleted_while_the_daemon_was_down_is_released_at_start() {
     rack.start(0).unwrap();
     rack.wait_ready(0, START_LIMIT).unwrap();
 
-    wait_until("the stale claim is released", || async {
+    poll_for("the stale claim is released", LIMIT, async || {
         let events = local.read_events(CD_UID).unwrap();
         let released = events.iter().any(|e| e.reason == "StaleClaimReleased");
         let claims = view(&rack, 0).await.claims;
-        (
-            released && !spec.exists() && claims.is_empty(),
-            (events, claims),
-        )
+        if released && !spec.exists() && claims.is_empty() {
+            Ok(())
+        } else {
+            Err((events, claims))
+        }
     })
     .await;
     let event = local
@@ -462,7 +457,7 @@ async fn forged_gossip_leaves_a_formed_domain_ready_and_its_slots_and_peers_unch
         async move { prepare(rack, i, &claim, DraVersion::V1).await }
     });
     futures::future::join_all(calls).await;
-    wait_until("every node sees the domain Ready 3/3", || async {
+    poll_for("every node sees the domain Ready 3/3", LIMIT, async || {
         let mut views = Vec::new();
         for i in 0..3 {
             views.push(view(&rack, i).await);
@@ -473,7 +468,7 @@ async fn forged_gossip_leaves_a_formed_domain_ready_and_its_slots_and_peers_unch
                 && v.domains[0].ready == 3
                 && v.domains[0].peers.len() == 3
         });
-        (done, views)
+        if done { Ok(()) } else { Err(views) }
     })
     .await;
 
@@ -549,12 +544,16 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
     };
     // The reporter writes the status once the domain has been quiet a moment: after
     // the prepares were answered, not with them.
-    wait_until("the status is written Ready", || async {
+    poll_for("the status is written Ready", LIMIT, async || {
         let written = rack.local().read_status(CD_UID).ok().flatten();
         let ready = written
             .as_ref()
             .is_some_and(|s| s.status == crd::Phase::Ready);
-        (ready, written.is_some())
+        if ready {
+            Ok(())
+        } else {
+            Err(written.is_some())
+        }
     })
     .await;
     let (phase, ready) = ready_condition(&rack);
@@ -598,10 +597,14 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
         );
         rack.start(1).unwrap();
         rack.wait_ready(1, START_LIMIT).unwrap();
-        wait_until(&format!("the daemon after {how} adopts IMEX"), || async {
-            let seen = adoptions(&rack).await;
-            (seen.0.is_some(), seen)
-        })
+        poll_for(
+            &format!("the daemon after {how} adopts IMEX"),
+            LIMIT,
+            async || {
+                let seen = adoptions(&rack).await;
+                if seen.0.is_some() { Ok(()) } else { Err(seen) }
+            },
+        )
         .await;
         let (adopted, touched) = adoptions(&rack).await;
         assert_eq!(
@@ -646,10 +649,18 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
     }
     assert!(rack.imex_daemons().unwrap()[1].is_empty());
     // The survivor drops the dead node from its IMEX, which cleans its import up.
-    wait_until("the survivor's import of the dead node breaks", || async {
-        let broken = rack.broken_imports(&held[..1]).await;
-        (broken.len() == 1, broken)
-    })
+    poll_for(
+        "the survivor's import of the dead node breaks",
+        LIMIT,
+        async || {
+            let broken = rack.broken_imports(&held[..1]).await;
+            if broken.len() == 1 {
+                Ok(())
+            } else {
+                Err(broken)
+            }
+        },
+    )
     .await;
     rack.stop_all(LIMIT);
     assert_eq!(rack.unexpected_exits(), Vec::<String>::new());

@@ -2,11 +2,12 @@
 //! says so (`/readyz`, `/state`, the metric), and writes everything once space returns.
 //! The directory is a small tmpfs of the test's own (root only: CI runs as root).
 
+use domaind_testkit::poll_until;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
 use domaind_node::checkpoint;
@@ -129,17 +130,6 @@ async fn state(addr: SocketAddr) -> NodeView {
     serde_json::from_str(&body).unwrap()
 }
 
-async fn wait_for<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        if let Some(found) = probe().await {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: mounts a tmpfs (CI runs it as root)"]
 async fn a_node_starts_on_a_full_state_directory_serves_from_memory_and_catches_up() {
@@ -167,7 +157,7 @@ async fn a_node_starts_on_a_full_state_directory_serves_from_memory_and_catches_
     let log = rack.node(0).log_path();
     let log_len = std::fs::metadata(&log).unwrap().len() as usize;
     rack.start(0).unwrap();
-    let (http, state_addr) = wait_for("the restarted daemon is ready", async || {
+    let (http, state_addr) = poll_until("the restarted daemon is ready", LIMIT, async || {
         ready_line_addresses(&log, log_len)
     })
     .await;
@@ -217,7 +207,7 @@ async fn a_node_starts_on_a_full_state_directory_serves_from_memory_and_catches_
 
     // Space returns: everything held is written, and the node is ready again.
     std::fs::remove_file(fill).unwrap();
-    wait_for("/readyz is 200 again", async || {
+    poll_until("/readyz is 200 again", LIMIT, async || {
         let (status, _) = http_get(http, "/readyz").await.ok()?;
         (status == 200).then_some(())
     })

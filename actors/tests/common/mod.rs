@@ -211,18 +211,15 @@ impl Rack {
         nodes: &[&str],
         mut check: impl FnMut(&[NodeSnapshot]) -> bool,
     ) {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
+        domaind_testkit::poll_for(what, limit, async || {
             let snapshots = self.snapshots(nodes).await;
             if check(&snapshots) {
-                return;
+                Ok(())
+            } else {
+                Err(snapshots)
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out after {limit:?} waiting until {what}: {snapshots:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
     }
 }
 

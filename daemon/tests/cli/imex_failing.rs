@@ -5,8 +5,9 @@
 //! ImexFailing event; the status names it. Once the port is free the domain forms
 //! again.
 
+use domaind_testkit::poll_until_true;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use domaind_actors::model::{ClaimRef, ReadinessPolicy};
 use domaind_kube_api::crd::{ComputeDomainStatus, Phase};
@@ -55,15 +56,6 @@ fn failing_events(local: &LocalDir) -> Vec<String> {
         .collect()
 }
 
-/// Polls `check` every 50 ms until it holds, failing after `limit`.
-async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !check().await {
-        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn view(info: &RunInfo) -> NodeView {
     node_view(info).await.unwrap()
 }
@@ -106,7 +98,7 @@ async fn a_port_taken_from_imex_is_backed_off_reported_and_named_in_the_status()
     for prepare in prepares {
         prepare.await.unwrap().unwrap().unwrap();
     }
-    wait_for("the domain is Ready", LIMIT, async || {
+    poll_until_true("the domain is Ready", LIMIT, async || {
         status(&local).is_some_and(|s| s.status == Phase::Ready)
     })
     .await;
@@ -114,7 +106,7 @@ async fn a_port_taken_from_imex_is_backed_off_reported_and_named_in_the_status()
     let held = tokio::task::block_in_place(|| rack.take_imex_port(1, &mut 0)).unwrap();
     let me = std::process::id();
     let node2 = &infos[1];
-    wait_for("node-02 says why in /state", LIMIT, async || {
+    poll_until_true("node-02 says why in /state", LIMIT, async || {
         let imex = view(node2).await.imex;
         imex.failing
             && imex.last_failure.is_some_and(|why| {
@@ -122,7 +114,7 @@ async fn a_port_taken_from_imex_is_backed_off_reported_and_named_in_the_status()
             })
     })
     .await;
-    wait_for("the status names node-02", LIMIT, async || {
+    poll_until_true("the status names node-02", LIMIT, async || {
         status(&local).is_some_and(|s| {
             s.status == Phase::NotReady && message(&s).ends_with("IMEX failing on: node-02")
         })
@@ -131,7 +123,7 @@ async fn a_port_taken_from_imex_is_backed_off_reported_and_named_in_the_status()
 
     // The waits double: seen from /state, each longer than the one before.
     let mut delays: Vec<u64> = Vec::new();
-    wait_for("the restart delay grows to 3.2 s", LIMIT, async || {
+    poll_until_true("the restart delay grows to 3.2 s", LIMIT, async || {
         if let Some(delay) = view(node2).await.imex.restart_delay_ms
             && delays.last() != Some(&delay)
         {
@@ -165,7 +157,7 @@ async fn a_port_taken_from_imex_is_backed_off_reported_and_named_in_the_status()
 
     // Free again: the next try starts it, and the domain forms.
     drop(held);
-    wait_for("the domain is Ready again", LIMIT, async || {
+    poll_until_true("the domain is Ready again", LIMIT, async || {
         status(&local).is_some_and(|s| s.status == Phase::Ready && message(&s) == "2/2 nodes ready")
     })
     .await;

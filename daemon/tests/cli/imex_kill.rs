@@ -6,9 +6,10 @@
 //! Every call names the node with `--parent`: other tests of this binary run racks of
 //! their own on this machine at the same time, and their IMEX daemons are not ours.
 
+use domaind_testkit::poll_until;
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use domaind_actors::model::{ClaimRef, ReadinessPolicy};
 use domaind_node::dra::DraVersion;
@@ -68,19 +69,6 @@ async fn imex_view(info: &RunInfo) -> ImexView {
     node_view(info).await.unwrap().imex
 }
 
-/// Polls `check` every 20 ms until it gives a value, failing after [`LIMIT`] with what
-/// `what` says was awaited.
-async fn wait_until<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "not within {LIMIT:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imex_kill_kills_the_nodes_imex_daemon_and_the_node_starts_another() {
     let tmp = short_temp_dir("dik").unwrap();
@@ -128,7 +116,7 @@ async fn imex_kill_kills_the_nodes_imex_daemon_and_the_node_starts_another() {
         .await
         .unwrap()
         .unwrap();
-    let first = wait_until("the node's IMEX daemon runs", async || {
+    let first = poll_until("the node's IMEX daemon runs", LIMIT, async || {
         let daemons = rack.imex_daemons().unwrap().remove(0);
         let view = imex_view(&info).await;
         (view.running && daemons.len() == 1).then(|| (daemons[0], view))
@@ -152,11 +140,11 @@ async fn imex_kill_kills_the_nodes_imex_daemon_and_the_node_starts_another() {
         "{stdout}"
     );
 
-    wait_until("the killed IMEX daemon is gone", async || {
+    poll_until("the killed IMEX daemon is gone", LIMIT, async || {
         (!alive(imex)).then_some(())
     })
     .await;
-    let (again, after) = wait_until("the node runs a new IMEX daemon", async || {
+    let (again, after) = poll_until("the node runs a new IMEX daemon", LIMIT, async || {
         let daemons = rack.imex_daemons().unwrap().remove(0);
         let view = imex_view(&info).await;
         let new = daemons.len() == 1 && daemons[0] != imex && alive(daemons[0]);

@@ -5,8 +5,9 @@
 //! certificate manager would: gossip takes it, the IMEX files follow, the daemon
 //! reloads them (SIGUSR1, no restart) and the domain stays whole.
 
+use domaind_testkit::poll_until_blocking;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use domaind_actors::model::{ClaimRef, ReadinessPolicy};
 use domaind_node::dra::DraVersion;
@@ -52,14 +53,6 @@ fn linked_over_tls(listing: &Value, members: usize) -> bool {
         && listing["tls"]["refused"] == 0
 }
 
-fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !check() {
-        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demos_rack_forms_with_imex_over_mutual_tls_and_follows_a_rotation() {
     let tmp = short_temp_dir("dtl").unwrap();
@@ -97,8 +90,8 @@ async fn the_demos_rack_forms_with_imex_over_mutual_tls_and_follows_a_rotation()
             assert_eq!(config["IMEX_ENABLE_AUTH_ENCRYPTION"], "1", "{config:?}");
             // Every member prepared; the last to join may still be on its way into the
             // others' peer sets.
-            wait_for("every IMEX linked to every other over TLS", LIMIT, || {
-                linked_over_tls(&listing(dir), NODES)
+            poll_until_blocking("every IMEX linked to every other over TLS", LIMIT, || {
+                linked_over_tls(&listing(dir), NODES).then_some(())
             });
         }
         // The files are the node's gossip certificate.
@@ -114,17 +107,18 @@ async fn the_demos_rack_forms_with_imex_over_mutual_tls_and_follows_a_rotation()
             .unwrap();
         let reissued = std::fs::read(tls_dir.join("tls.crt")).unwrap();
         // Gossip re-reads its files every 10 s; IMEX's follow, then its reload.
-        wait_for(
+        poll_until_blocking(
             "node-01's IMEX reloads the reissued certificate",
             LIMIT,
             || {
-                std::fs::read(imex_dirs[0].join("imex-tls.crt")).is_ok_and(|c| c == reissued)
-                    && listing(&imex_dirs[0])["tls"]["reloads"].as_u64() > Some(reloads_before)
+                (std::fs::read(imex_dirs[0].join("imex-tls.crt")).is_ok_and(|c| c == reissued)
+                    && listing(&imex_dirs[0])["tls"]["reloads"].as_u64() > Some(reloads_before))
+                .then_some(())
             },
         );
         for dir in &imex_dirs {
-            wait_for("every link back after the reload", LIMIT, || {
-                linked_over_tls(&listing(dir), NODES)
+            poll_until_blocking("every link back after the reload", LIMIT, || {
+                linked_over_tls(&listing(dir), NODES).then_some(())
             });
         }
         assert!(rack.unexpected_exits().is_empty());

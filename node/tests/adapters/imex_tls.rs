@@ -188,19 +188,16 @@ fn link_of<'a>(listing: &'a Value, peer: &Node) -> &'a Value {
 
 /// Polls `node`'s listing until `holds`, for at most [`LIMIT`]; the last listing.
 async fn until(node: &Node, what: &str, holds: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    loop {
+    let what = format!("{} {what}", node.ip);
+    domaind_testkit::poll_for(&what, LIMIT, async || {
         let listing = listing(node).await;
         if holds(&listing) {
-            return listing;
+            Ok(listing)
+        } else {
+            Err(listing)
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} never {what} in {LIMIT:?}: {listing}",
-            node.ip
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 fn connected(listing: &Value, peer: &Node) -> bool {
