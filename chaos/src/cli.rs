@@ -112,7 +112,7 @@ pub struct RunArgs {
 
     /// The rack's loopback subnet: nodes get 127.0.<subnet>.1, .2, ... Network faults
     /// touch only 127.0.<subnet>.0/24.
-    #[arg(long, default_value_t = 78, value_parser = clap::value_parser!(u8).range(1..=254))]
+    #[arg(long, default_value_t = domaind_loopback::CHAOS_RUN, value_parser = clap::value_parser!(u8).range(1..=254))]
     pub subnet: u8,
 
     /// Isolation: how long after a node unprepared its last claim (or after an

@@ -9,6 +9,7 @@
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
+use domaind_loopback::{CHAOS_REAL_RUN, CHAOS_REAL_RUN_FULL_DISK, CHAOS_REAL_RUN_SHARING};
 use serde_json::Value;
 
 /// One rack of real daemons at a time: two side by side on a 2-core machine would
@@ -38,7 +39,7 @@ fn three_nodes_under_seeded_faults_break_no_invariant() {
             "--duration",
             "25",
             "--subnet",
-            "44",
+            CHAOS_REAL_RUN.to_string().as_str(),
             "--daemon-log",
             "info,domaind_gossip=warn",
             "--quiet",
@@ -158,7 +159,7 @@ fn a_full_state_directory_breaks_no_invariant() {
             "--duration",
             "12",
             "--subnet",
-            "45",
+            CHAOS_REAL_RUN_FULL_DISK.to_string().as_str(),
             "--daemon-log",
             "info,domaind_gossip=warn",
             "--quiet",
@@ -248,7 +249,7 @@ fn sharing_domains_under_kills_pauses_and_domain_churn_break_no_invariant() {
             "--duration",
             "60",
             "--subnet",
-            "173",
+            CHAOS_REAL_RUN_SHARING.to_string().as_str(),
             "--daemon-log",
             "info,domaind_gossip=warn",
         ])

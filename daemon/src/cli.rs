@@ -45,8 +45,8 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a whole rack on this machine, no cluster needed: N `domaind run` processes on
-    /// 127.0.0.x form a ComputeDomain through the kubelet's socket, lose a node to
-    /// SIGKILL, heal, and take it back; a live table shows it happen.
+    /// 127.0.77.x (`--subnet`) form a ComputeDomain through the kubelet's socket, lose a
+    /// node to SIGKILL, heal, and take it back; a live table shows it happen.
     ///
     /// Needs no root and no GPU: each node gets its own certificates, the IMEX
     /// simulator built into domaind, fake GB200 GPUs in one NVLink clique, and the local

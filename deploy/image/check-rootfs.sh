@@ -169,6 +169,7 @@ echo "== domaind run without NVML (as root)"
 in_image "$nonroot" certs init --out /tmp/ca >/dev/null || fail "certs init failed"
 in_image "$nonroot" certs issue --ca /tmp/ca --node node-a --out /tmp/tls >/dev/null ||
   fail "certs issue failed"
+# 127.0.101.x is IMAGE_ROOTFS_CHECK in loopback/src/lib.rs, the table of loopback subnets.
 run_args=(run --node-name node-a --pod-ip 127.0.101.1 --tls-dir /tmp/tls
   --state-dir /tmp/state --backend local --local-dir /tmp/local)
 if out=$(in_image 0:0 "${run_args[@]}"); then

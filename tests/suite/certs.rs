@@ -27,6 +27,7 @@ use domaind_gossip::tls::{NodeTls, TlsPaths};
 use domaind_kube_api::names::{
     GOSSIP_CA_BUNDLE, GOSSIP_CA_BUNDLE_KEY, GOSSIP_CA_SECRET, NODE_NAME_EXTRA,
 };
+use domaind_loopback::{E2E_CERTS, addr};
 use domaind_node::certs::kube::{KubeSigner, csr_object};
 use domaind_node::certs::{self, CertClient};
 use domaind_node::rack::{LocalRack, RackSpec, short_temp_dir};
@@ -265,7 +266,7 @@ async fn nodes_get_certificates_for_their_own_node_only() {
         rack_root.path().join("rack"),
     );
     spec.names = Some(vec![node.clone()]);
-    spec.ips = Some(vec![IpAddr::from([127, 0, 121, 1])]);
+    spec.ips = Some(vec![IpAddr::from(addr(E2E_CERTS, 1))]);
     spec.env = vec![
         ("KUBECONFIG".into(), kubeconfig.display().to_string()),
         ("NO_COLOR".into(), "1".into()),

@@ -133,7 +133,7 @@ async fn three_cliques_form_three_domains_and_nothing_crosses_cliques() {
         tmp.path().into(),
     );
     spec.cliques = CLIQUES;
-    spec.subnet = 46;
+    spec.subnet = domaind_loopback::E2E_CLIQUES;
     // chitchat's own WARN lines must reach the log: they are the evidence.
     spec.log_filter = "info".into();
     spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];

@@ -14,11 +14,13 @@
 //! Needs `KUBECONFIG`. No kubelet is
 //! needed: discovery reads only what the daemons publish. Environment (optional):
 //! `DOMAIND_E2E_NODE_KUBECONFIG` (the chart's node ServiceAccount: its RBAC is what
-//! the daemons get), `DOMAIND_E2E_DISCOVERY_IPS` (default 127.0.131.1-3).
+//! the daemons get), `DOMAIND_E2E_DISCOVERY_IPS` (default 127.0.131.1-3:
+//! `domaind_loopback::E2E_DISCOVERY`).
 
 use std::net::IpAddr;
 use std::time::Duration;
 
+use domaind_loopback::{E2E_DISCOVERY, addr};
 use domaind_node::gpu::Topology;
 use domaind_node::kube::delete_node_slices;
 use domaind_node::kube::slices::{CLIQUE_SLICE_LABEL, GOSSIP_ADDRESS_ANNOTATION};
@@ -96,7 +98,11 @@ async fn daemons_find_only_their_clique_mates_in_the_api_server() {
     let names: Vec<String> = ["k-a1", "k-a2", "k-b1"].map(String::from).to_vec();
     let ips: Vec<IpAddr> = env_list("DOMAIND_E2E_DISCOVERY_IPS")
         .map(|ips| ips.iter().map(|ip| ip.parse().unwrap()).collect())
-        .unwrap_or_else(|| (1..=3).map(|i| IpAddr::from([127, 0, 131, i])).collect());
+        .unwrap_or_else(|| {
+            (1..=3)
+                .map(|i| IpAddr::from(addr(E2E_DISCOVERY, i)))
+                .collect()
+        });
     let tmp = short_temp_dir("dmdisc").unwrap();
     let mut spec = RackSpec::self_contained(
         3,

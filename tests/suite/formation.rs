@@ -12,9 +12,9 @@
 //! `DOMAIND_BENCH_NODES` changes the size (default 18); `DOMAIND_BENCH_BIN` runs another
 //! `domaind` binary than the test's debug one (e.g. `target/dist/domaind`: 18 debug
 //! daemons and their IMEX simulators overload 2 cores). The daemons run on 127.0.47.x
-//! with `--backend kube`; the test plays the scheduler and the kubelets (allocations
-//! through the status subresource, prepares through each node's DRA socket, all at
-//! once) and watches the ComputeDomain.
+//! (`domaind_loopback::E2E_FORMATION`) with `--backend kube`; the test plays the
+//! scheduler and the kubelets (allocations through the status subresource, prepares
+//! through each node's DRA socket, all at once) and watches the ComputeDomain.
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use domaind_actors::model::ClaimRef;
 use domaind_kube_api::crd::ComputeDomain;
 use domaind_kube_api::crd::Phase;
+use domaind_loopback::{E2E_FORMATION, addr};
 use domaind_node::dra::DraVersion;
 use domaind_node::rack::{LocalRack, RackBackend, RackSpec, prepare_until_ready, short_temp_dir};
 use k8s_openapi::api::core::v1::Namespace;
@@ -76,7 +77,7 @@ async fn formation_on_a_real_api_server() {
     spec.names = Some(names.clone());
     spec.ips = Some(
         (1..=size)
-            .map(|i| IpAddr::from([127, 0, 47, i as u8]))
+            .map(|i| IpAddr::from(addr(E2E_FORMATION, i as u8)))
             .collect(),
     );
     spec.backend = RackBackend::Kube;

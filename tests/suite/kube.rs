@@ -12,7 +12,8 @@
 //! - `DOMAIND_E2E_NODES`: the three node names, comma-separated (default
 //!   `domaind-e2e-1,domaind-e2e-2,domaind-e2e-3`). Names of real nodes work: the
 //!   daemons publish ResourceSlices and status for them.
-//! - `DOMAIND_E2E_IPS`: their loopback addresses (default 127.0.46.1-3).
+//! - `DOMAIND_E2E_IPS`: their loopback addresses (default 127.0.46.1-3,
+//!   `domaind_loopback::E2E_KUBE`).
 //! - `DOMAIND_E2E_KUBELET=1`: real kubelets hold those names and call the daemons'
 //!   sockets in the kubelet's directories; the test then creates pods instead of
 //!   calling prepare itself. Run it on such a node, as root.
@@ -27,6 +28,7 @@ use std::time::Duration;
 use domaind_actors::model::ClaimRef;
 use domaind_kube_api::crd::ComputeDomain;
 use domaind_kube_api::crd::Phase;
+use domaind_loopback::{E2E_KUBE, addr};
 use domaind_node::dra::DraVersion;
 use domaind_node::rack::{LocalRack, RackBackend, RackSpec, prepare_until_ready, short_temp_dir};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -51,7 +53,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
         .unwrap_or_else(|| (1..=3).map(|i| format!("domaind-e2e-{i}")).collect());
     let ips: Vec<IpAddr> = env_list("DOMAIND_E2E_IPS")
         .map(|ips| ips.iter().map(|ip| ip.parse().unwrap()).collect())
-        .unwrap_or_else(|| (1..=3).map(|i| IpAddr::from([127, 0, 46, i])).collect());
+        .unwrap_or_else(|| (1..=3).map(|i| IpAddr::from(addr(E2E_KUBE, i))).collect());
     assert_eq!(names.len(), 3, "DOMAIND_E2E_NODES names three nodes");
 
     // 1. The CRD and DeviceClasses, then a namespace and a ComputeDomain.

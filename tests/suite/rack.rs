@@ -120,7 +120,7 @@ async fn get(rack: &LocalRack, node: usize, path: &str) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
-    let (_tmp, mut rack) = rack(3, 41, false);
+    let (_tmp, mut rack) = rack(3, domaind_loopback::E2E_RACK_FORMS, false);
     let names: Vec<String> = rack.nodes().iter().map(|n| n.name().to_owned()).collect();
 
     // Registration, as the kubelet's plugin watcher does it.
@@ -302,7 +302,7 @@ async fn three_daemons_form_a_domain_heal_a_kill_and_rejoin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_claims_get_precise_errors_over_the_socket() {
-    let (_tmp, mut rack) = rack(1, 42, true);
+    let (_tmp, mut rack) = rack(1, domaind_loopback::E2E_RACK_BAD_CLAIMS, true);
     let local = rack.local().clone();
 
     let unknown = prepare_once(&rack, 0, &claim_ref("nobody"), DraVersion::V1).await;
@@ -396,7 +396,7 @@ async fn bad_claims_get_precise_errors_over_the_socket() {
 /// releases it (CDI spec, checkpoint, domain) with an event, and the next domain comes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_deleted_while_the_daemon_was_down_is_released_at_start() {
-    let (_tmp, mut rack) = rack(1, 43, true);
+    let (_tmp, mut rack) = rack(1, domaind_loopback::E2E_RACK_DELETED_CLAIM, true);
     let local = rack.local().clone();
     let mut first = claim_file("first", CD_UID, "training", 0);
     first.readiness = Some(ReadinessPolicy::Local);
@@ -444,7 +444,7 @@ async fn a_claim_deleted_while_the_daemon_was_down_is_released_at_start() {
 /// node outside it, leaves a formed domain as it was (`domaind-chaos forge`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_gossip_leaves_a_formed_domain_ready_and_its_slots_and_peers_unchanged() {
-    let (tmp, rack) = rack(3, 44, true);
+    let (tmp, rack) = rack(3, domaind_loopback::E2E_RACK_FORGED_GOSSIP, true);
     let names: Vec<String> = rack.nodes().iter().map(|n| n.name().to_owned()).collect();
     for name in &names {
         rack.local()
@@ -477,7 +477,7 @@ async fn forged_gossip_leaves_a_formed_domain_ready_and_its_slots_and_peers_unch
     let report = domaind_chaos::forge::forge_rack(
         tmp.path(),
         &cluster,
-        std::net::IpAddr::from([127, 0, 44, 250]),
+        domaind_loopback::addr(domaind_loopback::E2E_RACK_FORGED_GOSSIP, 250).into(),
     )
     .await
     .unwrap();
@@ -513,7 +513,7 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
         domaind_e2e::binaries().domaind.clone(),
         tmp.path().into(),
     );
-    spec.subnet = 50;
+    spec.subnet = domaind_loopback::E2E_RACK_IMEX_RUNNER;
     spec.imex_runner = true;
     spec.log_filter = "info,domaind_gossip=warn".into();
     let mut rack = LocalRack::create(spec).unwrap();

@@ -15,7 +15,7 @@ use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_node::rack::{LocalRack, RackSpec, http_get, prepare_until_ready, short_temp_dir};
 use domaind_node::run::NodeView;
 
-const SUBNET: u8 = 48;
+const SUBNET: u8 = domaind_loopback::E2E_STATEDIR;
 const LIMIT: Duration = Duration::from_secs(60);
 const CD_UID: &str = "0b7c2a8e-5d1f-4c39-9a64-e2e0c0ff5d01";
 

@@ -23,7 +23,7 @@ use domaind_node::rack::{LocalRack, RackSpec, node_view, prepare_until_ready, sh
 use domaind_node::run::NodeView;
 use tokio::task::JoinSet;
 
-const SUBNET: u8 = 47;
+const SUBNET: u8 = domaind_loopback::E2E_STORM;
 const START_LIMIT: Duration = Duration::from_secs(30);
 /// A call that is neither answered nor cut within this is a hang: the daemon's own
 /// shutdown is bounded well below it.

@@ -24,7 +24,7 @@ pub struct DemoBenchArgs {
     pub nodes: u16,
 
     /// The rack's loopback subnet (127.0.<subnet>.x).
-    #[arg(long, default_value_t = 79)]
+    #[arg(long, default_value_t = domaind_loopback::BENCH_DEMO)]
     pub subnet: u8,
 
     /// Keep each run's JSON summary and log here (run-N.json, run-N.log), with the

@@ -60,7 +60,7 @@ pub struct PrepareBenchArgs {
     pub nodes: u16,
 
     /// The rack's loopback subnet: nodes get 127.0.<subnet>.1, .2, ...
-    #[arg(long, default_value_t = 79)]
+    #[arg(long, default_value_t = domaind_loopback::BENCH_PREPARE)]
     pub subnet: u8,
 
     /// Print one JSON object instead of the table.

@@ -70,7 +70,7 @@ pub struct DemoArgs {
     pub json: bool,
 
     /// The rack's loopback subnet: nodes get 127.0.<subnet>.1, .2, ...
-    #[arg(long, default_value_t = 77)]
+    #[arg(long, default_value_t = domaind_loopback::DEMO)]
     pub subnet: u8,
 
     /// The daemons' anti-entropy interval (chitchat's rounds; liveness is pulsed every

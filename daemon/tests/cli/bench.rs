@@ -22,7 +22,7 @@ fn the_prepare_bench_runs_every_case_and_leaves_nothing_behind() {
             "--rounds",
             "2",
             "--subnet",
-            "49",
+            domaind_loopback::CLI_BENCH_PREPARE.to_string().as_str(),
             "--json",
         ])
         .output()

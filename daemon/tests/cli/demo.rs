@@ -2,13 +2,21 @@
 
 use std::process::Command;
 
+use domaind_loopback::{CLI_DEMO, CLI_DEMO_CLIQUES, CLI_DEMO_DOMAINS};
 use serde_json::Value;
 
 #[test]
 fn the_demo_forms_heals_and_rejoins_and_leaves_nothing_behind() {
     let output = Command::new(env!("CARGO_BIN_EXE_domaind"))
         .args([
-            "--log", "warn", "demo", "--json", "--nodes", "3", "--subnet", "43",
+            "--log",
+            "warn",
+            "demo",
+            "--json",
+            "--nodes",
+            "3",
+            "--subnet",
+            CLI_DEMO.to_string().as_str(),
         ])
         .output()
         .unwrap();
@@ -73,7 +81,7 @@ fn a_rack_of_cliques_forms_a_domain_per_clique_and_nothing_crosses() {
             "--cliques",
             "2",
             "--subnet",
-            "48",
+            CLI_DEMO_CLIQUES.to_string().as_str(),
         ])
         .output()
         .unwrap();
@@ -123,7 +131,7 @@ fn two_domains_share_a_rack_each_pod_with_its_own_channel() {
             "--domains",
             "2",
             "--subnet",
-            "174",
+            CLI_DEMO_DOMAINS.to_string().as_str(),
         ])
         .output()
         .unwrap();

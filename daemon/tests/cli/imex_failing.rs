@@ -76,7 +76,7 @@ async fn a_port_taken_from_imex_is_backed_off_reported_and_named_in_the_status()
         PathBuf::from(env!("CARGO_BIN_EXE_domaind")),
         tmp.path().into(),
     );
-    spec.subnet = 49;
+    spec.subnet = domaind_loopback::CLI_IMEX_FAILING;
     spec.log_filter = "info,domaind_gossip=warn".into();
     spec.extra_args = vec!["--prepare-deadline".into(), "2s".into()];
     let mut rack = LocalRack::create(spec).unwrap();

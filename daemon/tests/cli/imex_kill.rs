@@ -77,7 +77,7 @@ async fn imex_kill_kills_the_nodes_imex_daemon_and_the_node_starts_another() {
         PathBuf::from(env!("CARGO_BIN_EXE_domaind")),
         tmp.path().into(),
     );
-    spec.subnet = 58;
+    spec.subnet = domaind_loopback::CLI_IMEX_KILL;
     spec.log_filter = "info,domaind_gossip=warn".into();
     let mut rack = LocalRack::create(spec).unwrap();
     let info = tokio::task::block_in_place(|| {

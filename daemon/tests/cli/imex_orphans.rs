@@ -112,7 +112,7 @@ fn sigkill_at_random_moments_of_start_up_leaves_no_imex_daemon_and_no_port_taken
         PathBuf::from(env!("CARGO_BIN_EXE_domaind")),
         tmp.path().into(),
     );
-    spec.subnet = 47;
+    spec.subnet = domaind_loopback::CLI_IMEX_ORPHANS;
     spec.log_filter = "info,domaind_gossip=warn".into();
     let mut rack = LocalRack::create(spec).unwrap();
     let config = rack.node(0).imex_dir().join("config.cfg");

@@ -61,7 +61,7 @@ async fn the_demos_rack_forms_with_imex_over_mutual_tls_and_follows_a_rotation()
         PathBuf::from(env!("CARGO_BIN_EXE_domaind")),
         tmp.path().into(),
     );
-    spec.subnet = 57;
+    spec.subnet = domaind_loopback::CLI_IMEX_TLS;
     spec.log_filter = "info,domaind_gossip=warn".into();
     let mut rack = LocalRack::create(spec).unwrap();
     tokio::task::block_in_place(|| {

@@ -144,7 +144,7 @@ async fn a_daemon_needing_the_kubelet_is_ready_once_registered() {
         PathBuf::from(env!("CARGO_BIN_EXE_domaind")),
         tmp.path().into(),
     );
-    spec.subnet = 59;
+    spec.subnet = domaind_loopback::CLI_KUBELET_SIM;
     spec.extra_args = vec!["--ready-needs-kubelet".into()];
     let mut rack = LocalRack::create(spec).unwrap();
     let info = tokio::task::block_in_place(|| {

@@ -401,7 +401,7 @@ mod tests {
     fn rack(nodes: usize, cliques: usize, root: &Path) -> anyhow::Result<LocalRack> {
         let mut spec = RackSpec::self_contained(nodes, PathBuf::from("domaind"), root.into());
         spec.cliques = cliques;
-        spec.subnet = 135;
+        spec.subnet = domaind_loopback::NODE_RACK_UNIT_TESTS;
         LocalRack::create(spec)
     }
 

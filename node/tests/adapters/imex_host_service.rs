@@ -23,6 +23,11 @@ const LIMIT: Duration = Duration::from_secs(20);
 const FAKE_SYSTEMCTL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake-systemctl");
 const UNIT: &str = "nvidia-imex.service";
 
+/// The address `host` of this module's own loopback subnet.
+fn loopback(host: u8) -> IpAddr {
+    domaind_loopback::addr(domaind_loopback::NODE_IMEX_HOST_SERVICE_TESTS, host).into()
+}
+
 /// A host of the test's own: the fake systemctl's units and their state. Its unit is
 /// stopped with the test.
 struct FakeHost {
@@ -101,7 +106,7 @@ impl Drop for FakeHost {
 async fn the_unit_keeps_imex_and_a_restarted_daemon_adopts_it() {
     let dir = tempfile::tempdir().unwrap();
     let host = FakeHost::new(dir.path());
-    let ip = IpAddr::from([127, 0, 0, 105]);
+    let ip = loopback(105);
     let s = host.settings(dir.path(), ip);
 
     let first = ImexDaemon::new(s.clone());
@@ -161,7 +166,7 @@ async fn the_unit_keeps_imex_and_a_restarted_daemon_adopts_it() {
 async fn a_daemon_domaind_did_not_start_is_kept_while_claims_use_it_else_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let host = FakeHost::new(dir.path());
-    let ip = IpAddr::from([127, 0, 0, 106]);
+    let ip = loopback(106);
     let s = host.settings(dir.path(), ip);
 
     let first = ImexDaemon::new(s.clone());
@@ -208,7 +213,7 @@ async fn a_daemon_domaind_did_not_start_is_kept_while_claims_use_it_else_replace
 async fn a_unit_that_cannot_run_the_config_domaind_writes_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let host = FakeHost::new(dir.path());
-    let ip = IpAddr::from([127, 0, 0, 107]);
+    let ip = loopback(107);
     let s = host.settings(&dir.path().join("first"), ip);
 
     host.install(&s, Path::new("/etc/nvidia-imex/config.cfg"), "simple");

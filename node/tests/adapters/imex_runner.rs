@@ -20,6 +20,11 @@ use crate::imex_supervisor::{alone, assert_exit_told, settings, wait_ready};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// The address `host` of this module's own loopback subnet.
+fn loopback(host: u8) -> IpAddr {
+    domaind_loopback::addr(domaind_loopback::NODE_IMEX_RUNNER_TESTS, host).into()
+}
+
 /// A runner process of the test's own, killed with the test.
 struct Runner {
     process: Child,
@@ -68,7 +73,7 @@ pub(crate) fn alive(pid: u32) -> bool {
 async fn a_new_adapter_adopts_the_daemon_the_last_one_left_running() {
     let dir = tempfile::tempdir().unwrap();
     let runner = Runner::start(dir.path()).await;
-    let ip = IpAddr::from([127, 0, 0, 90]);
+    let ip = loopback(90);
     let s = runner.settings(dir.path(), ip);
 
     let first = ImexDaemon::new(s.clone());
@@ -110,7 +115,7 @@ async fn a_new_adapter_adopts_the_daemon_the_last_one_left_running() {
 async fn an_adopted_daemon_keeps_the_peers_it_served_until_its_hold_is_over() {
     let dir = tempfile::tempdir().unwrap();
     let runner = Runner::start(dir.path()).await;
-    let ip = IpAddr::from([127, 0, 0, 93]);
+    let ip = loopback(93);
     let mut s = runner.settings(dir.path(), ip);
     s.adoption_hold = Duration::from_millis(500);
     let mut two = alone(ip);
@@ -118,7 +123,7 @@ async fn an_adopted_daemon_keeps_the_peers_it_served_until_its_hold_is_over() {
         1,
         Peer {
             node: "node-b".into(),
-            ip: IpAddr::from([127, 0, 0, 94]),
+            ip: loopback(94),
         },
     );
     let slot_1 = |s: &ImexSettings| {
@@ -135,7 +140,7 @@ async fn an_adopted_daemon_keeps_the_peers_it_served_until_its_hold_is_over() {
     first.start(&two).await.unwrap();
     let pid = first.pid().await.unwrap();
     drop(first);
-    assert_eq!(slot_1(&s), Resolution::Ip(IpAddr::from([127, 0, 0, 94])));
+    assert_eq!(slot_1(&s), Resolution::Ip(loopback(94)));
 
     let second = ImexDaemon::new(s.clone());
     second.start(&alone(ip)).await.unwrap();
@@ -143,7 +148,7 @@ async fn an_adopted_daemon_keeps_the_peers_it_served_until_its_hold_is_over() {
     assert!(*second.catching_up().borrow(), "adopted: catching up");
     assert_eq!(
         slot_1(&s),
-        Resolution::Ip(IpAddr::from([127, 0, 0, 94])),
+        Resolution::Ip(loopback(94)),
         "kept while the node catches up"
     );
     let deadline = tokio::time::Instant::now() + LIMIT;
@@ -163,7 +168,7 @@ async fn an_adopted_daemon_keeps_the_peers_it_served_until_its_hold_is_over() {
 async fn a_daemon_serving_another_config_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let runner = Runner::start(dir.path()).await;
-    let ip = IpAddr::from([127, 0, 0, 91]);
+    let ip = loopback(91);
     let s = runner.settings(dir.path(), ip);
 
     let first = ImexDaemon::new(s.clone());
@@ -191,7 +196,7 @@ async fn a_daemon_serving_another_config_is_replaced() {
 async fn a_daemon_serving_another_config_that_claims_use_is_kept() {
     let dir = tempfile::tempdir().unwrap();
     let runner = Runner::start(dir.path()).await;
-    let ip = IpAddr::from([127, 0, 0, 104]);
+    let ip = loopback(104);
     let s = runner.settings(dir.path(), ip);
 
     let first = ImexDaemon::new(s.clone());
@@ -234,7 +239,7 @@ async fn a_daemon_serving_another_config_that_claims_use_is_kept() {
 async fn the_runners_daemons_stop_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let runner = Runner::start(dir.path()).await;
-    let ip = IpAddr::from([127, 0, 0, 92]);
+    let ip = loopback(92);
     let daemon = ImexDaemon::new(runner.settings(dir.path(), ip));
     daemon.start(&alone(ip)).await.unwrap();
     wait_ready(&daemon).await;

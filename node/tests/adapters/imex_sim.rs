@@ -1,4 +1,4 @@
-//! The IMEX adapter driving real `imex-sim` processes on 127.0.0.x: readiness means
+//! The IMEX adapter driving real `imex-sim` processes on loopback: readiness means
 //! the simulated daemons really connected to each other.
 
 use std::net::{IpAddr, SocketAddr};
@@ -13,7 +13,7 @@ use domaind_node::rack::imex_ports;
 const LIMIT: Duration = Duration::from_secs(20);
 
 fn ip(octet: u8) -> IpAddr {
-    IpAddr::from([127, 0, 0, octet])
+    domaind_loopback::addr(domaind_loopback::NODE_IMEX_SIM_TESTS, octet).into()
 }
 
 struct Node {
@@ -379,7 +379,7 @@ async fn an_import_breaks_on_a_new_instance_or_a_dropped_peer_and_nothing_else()
     let of_b = import(&[b]).await;
     let of_c = import(&[c]).await;
     assert!(
-        ask(a, "import 127.0.0.104")
+        ask(a, &format!("import {}", ip(104)))
             .await
             .starts_with("ERROR not linked"),
         "an import from a peer it is not linked to is refused"

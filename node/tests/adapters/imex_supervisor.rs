@@ -20,6 +20,11 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// The address `host` of this module's own loopback subnet.
+fn loopback(host: u8) -> IpAddr {
+    domaind_loopback::addr(domaind_loopback::NODE_IMEX_SUPERVISOR_TESTS, host).into()
+}
+
 pub(crate) fn settings(dir: &std::path::Path, ip: IpAddr) -> ImexSettings {
     let sim = env!("CARGO_BIN_EXE_imex-sim");
     let mut s = ImexSettings::new(dir, ip);
@@ -71,7 +76,7 @@ fn a_crashed_daemon_is_restarted_with_backoff() {
     });
     system.block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let ip = IpAddr::from([127, 0, 0, 80]);
+        let ip = loopback(80);
         let daemon = ImexDaemon::new(settings(dir.path(), ip));
         let mut config = NodeConfig::new("node-a", ip, CliqueId("c.0".into()));
         config.imex_poll.unready = Duration::from_millis(100);
@@ -133,7 +138,7 @@ fn a_crashed_daemon_is_restarted_with_backoff() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_adapter_tells_of_an_exit_as_it_happens() {
     let dir = tempfile::tempdir().unwrap();
-    let ip = IpAddr::from([127, 0, 0, 86]);
+    let ip = loopback(86);
     let daemon = ImexDaemon::new(settings(dir.path(), ip));
     daemon.start(&alone(ip)).await.unwrap();
     wait_ready(&daemon).await;
@@ -249,7 +254,7 @@ async fn reloads_coalesce() {
     };
 
     let dir = tempfile::tempdir().unwrap();
-    let ip = IpAddr::from([127, 0, 0, 81]);
+    let ip = loopback(81);
     let mut s = settings(dir.path(), ip);
     s.reload_min_interval = Duration::from_millis(500);
     let daemon = ImexDaemon::new(s);
@@ -284,7 +289,7 @@ fn ended(pid: u32) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_left_by_a_killed_domaind_is_stopped_before_the_next_starts() {
     let dir = tempfile::tempdir().unwrap();
-    let ip = IpAddr::from([127, 0, 0, 81]);
+    let ip = loopback(90);
     let settings = settings(dir.path(), ip);
 
     let killed = ImexDaemon::new(settings.clone());
@@ -309,7 +314,7 @@ async fn a_daemon_left_by_a_killed_domaind_is_stopped_before_the_next_starts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leftover_named_by_a_relative_path_is_found() {
     let dir = tempfile::tempdir().unwrap();
-    let ip = IpAddr::from([127, 0, 0, 87]);
+    let ip = loopback(87);
     let settings = settings(&dir.path().join("state/imex"), ip);
     std::fs::create_dir_all(&settings.config_dir).unwrap();
     std::fs::write(
@@ -343,7 +348,7 @@ async fn a_leftover_named_by_a_relative_path_is_found() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_not_ours_are_left_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let ip = IpAddr::from([127, 0, 0, 82]);
+    let ip = loopback(82);
     let settings = settings(dir.path(), ip);
     let config = settings.config_path().display().to_string();
     let other = dir.path().join("other/config.cfg").display().to_string();
@@ -378,7 +383,7 @@ async fn processes_not_ours_are_left_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guarded_daemon_outlives_the_thread_that_asked_for_it() {
     let dir = tempfile::tempdir().unwrap();
-    let ip = IpAddr::from([127, 0, 0, 88]);
+    let ip = loopback(88);
     let mut s = settings(dir.path(), ip);
     s.guard = Some(
         Command::new(env!("CARGO_BIN_EXE_imex-sim")).arg(domaind_node::imex::guard::SUBCOMMAND),
@@ -420,7 +425,7 @@ async fn a_guarded_daemon_outlives_the_thread_that_asked_for_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_port_held_by_another_process_names_it() {
     let dir = tempfile::tempdir().unwrap();
-    let ip = IpAddr::from([127, 0, 0, 89]);
+    let ip = loopback(89);
     let mut s = settings(dir.path(), ip);
     let listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0)).unwrap();
     s.cmd_port = listener.local_addr().unwrap().port();
@@ -475,7 +480,7 @@ echo READY
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_waits_until_the_daemon_has_answered() {
     let dir = tempfile::tempdir().unwrap();
-    let ip = IpAddr::from([127, 0, 0, 83]);
+    let ip = loopback(83);
     let s = slow_to_handle_signals(dir.path(), ip);
     let answering = s.config_dir.join("answering");
     let reloads = s.config_dir.join("reloads");
@@ -512,7 +517,7 @@ async fn a_start_on_a_held_port_is_refused_with_the_port_named() {
     let _guard = metrics::set_default_local_recorder(recorder);
 
     let dir = tempfile::tempdir().unwrap();
-    let ip = IpAddr::from([127, 0, 0, 84]);
+    let ip = loopback(84);
     let mut s = settings(dir.path(), ip);
     let (holder, _server) = hold_port(ip).await;
     s.server_port = holder.local_addr().unwrap().port();
@@ -567,7 +572,7 @@ fn a_held_port_delays_the_daemon_until_it_is_free() {
     });
     system.block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let ip = IpAddr::from([127, 0, 0, 85]);
+        let ip = loopback(85);
         let mut s = settings(dir.path(), ip);
         let held = hold_port(ip).await;
         let port = held.0.local_addr().unwrap().port();

@@ -1,4 +1,4 @@
-//! IMEX's links over mutual TLS, with real `imex-sim` processes on 127.0.0.x driven by
+//! IMEX's links over mutual TLS, with real `imex-sim` processes on loopback driven by
 //! the IMEX adapter: the files the adapter writes, links that come up only between
 //! certificates of one CA, a foreign certificate refused and counted, a certificate
 //! without the IP dialled refused in IPs mode and one without IMEX's shared name in
@@ -29,7 +29,7 @@ use tokio::sync::watch;
 const LIMIT: Duration = Duration::from_secs(20);
 
 fn ip(octet: u8) -> IpAddr {
-    IpAddr::from([127, 0, 0, octet])
+    domaind_loopback::addr(domaind_loopback::NODE_IMEX_TLS_TESTS, octet).into()
 }
 
 fn ca() -> DevCa {
@@ -352,7 +352,7 @@ async fn in_ips_mode_a_certificate_without_the_dialled_ip_is_refused_and_one_wit
         .await;
         let refusal = link_of(&listing, c)["error"].as_str().unwrap();
         assert!(
-            refusal.contains("not valid for name \"127.0.0.97\""),
+            refusal.contains(&format!("not valid for name \"{}\"", ip(97))),
             "{refusal}"
         );
         assert_eq!(link_of(&listing, c)["status"], "DISCONNECTED", "{listing}");
