@@ -458,6 +458,50 @@ async fn a_silent_peer_is_seen_disconnected_and_comes_back_the_same() {
 /// for the relink hold. Peer `b` is stopped, so `a`'s link to it cannot come back;
 /// without the rule `a` would list `b` down at once (a peer-health rule drops a silent
 /// peer on that) and turn not ready on our reload.
+/// A status tool slower than the hold (a loaded node) answers about the moment it was
+/// asked: asked within the hold after our reload, a link the reload restarted is no
+/// evidence, however late the answer comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_status_answer_is_judged_when_it_was_asked() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = rack(dir.path(), &[111, 112], AddressingMode::DnsNames);
+    let hold = Duration::from_secs(2);
+    let mut settings = nodes[0].daemon.settings().clone();
+    settings.relink_hold = hold;
+    let all: Vec<&Node> = nodes.iter().collect();
+    for node in &all {
+        node.daemon.start(&peer_set(&all)).await.unwrap();
+    }
+    wait_ready(&all, true).await;
+    // Node a's tool now takes longer than the hold to answer: a not-ready status asks
+    // twice (ready, then the links), so its answer comes after 2.4 s.
+    let real = settings.ctl.clone();
+    let mut slow = Command::new("/bin/sh")
+        .arg("-c")
+        .arg("sleep 1.2; exec \"$0\" \"$@\"")
+        .arg(real.program.display().to_string());
+    slow.args.extend(real.args.iter().cloned());
+    settings.ctl = slow;
+    nodes[0].daemon.stop().await.unwrap();
+    nodes[0].daemon = ImexDaemon::new(settings);
+    let all: Vec<&Node> = nodes.iter().collect();
+    nodes[0].daemon.start(&peer_set(&all)).await.unwrap();
+    wait_ready(&all, true).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let pid = Pid::from_raw(b.daemon.pid().await.unwrap() as i32);
+
+    kill(pid, Signal::SIGSTOP).unwrap();
+    a.daemon.reload().await.unwrap();
+    let status = a.daemon.status().await.unwrap();
+    kill(pid, Signal::SIGCONT).unwrap();
+    assert!(status.ready, "asked within the hold: {status:?}");
+    assert_eq!(status.links.get(&1), None, "{status:?}");
+    stop_all(&nodes).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_our_reload_restarted_is_no_evidence_and_the_node_stays_ready_for_the_hold() {
     use nix::sys::signal::{Signal, kill};

@@ -460,6 +460,9 @@ impl Imex for ImexDaemon {
             }
             (state.peers.clone(), state.generation)
         };
+        // The answer says how IMEX was when asked: a slow tool (a loaded node) must not
+        // move it past the relink hold.
+        let asked = Instant::now();
         let ready = self.inner.query(&["-q"]).await?.trim() == "READY";
         {
             let mut state = self.inner.state.lock().await;
@@ -487,7 +490,7 @@ impl Imex for ImexDaemon {
             let mut state = self.inner.state.lock().await;
             // An answer about a daemon since replaced says nothing of the new one's links.
             let (ready, links) = if state.generation == generation {
-                state.relinking.judge(ready, links, Instant::now())
+                state.relinking.judge(ready, links, asked)
             } else {
                 (ready, links)
             };
