@@ -87,12 +87,7 @@ pub(super) fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
     if std::fs::read(path).is_ok_and(|existing| existing == contents.as_bytes()) {
         return Ok(());
     }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| std::io::Error::other(format!("{} names no file", path.display())))?;
-    domaind_atomic_file::replace(dir, name, contents.as_bytes(), 0o644)
+    domaind_atomic_file::replace_at(path, contents.as_bytes(), 0o644)
 }
 
 /// Writes a file only root may read, atomically; whether it changed. A file that already
