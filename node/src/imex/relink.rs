@@ -12,7 +12,12 @@
 //!   links reported (unlisted: no evidence either way);
 //! - a node that was ready when we reloaded its IMEX stays ready for a short hold while
 //!   the only links down are ones it had up before the reload. Jobs' imports live on
-//!   across the reload (IMEX keeps the same instance), so a job sees nothing.
+//!   across the reload (IMEX keeps the same instance), so a job sees nothing;
+//! - for that same hold, no answer confirms a link: IMEX handles SIGUSR1 when it gets
+//!   to it, so an answer asked just after the signal can still describe the links
+//!   from before it (READY, then down a moment later). Counted as "up since the
+//!   restart", that stale up made the drop that followed look like evidence and ended
+//!   the hold (a loaded CI machine showed it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -30,6 +35,8 @@ pub struct Relinking {
     /// The node was ready at the reload: it stays ready until then while only
     /// `were_up` links are down.
     hold_until: Option<Instant>,
+    /// Until then, answers may predate IMEX handling the reload: they confirm no link.
+    settling_until: Option<Instant>,
     /// The last links reported, and whether the node was ready then.
     last: BTreeMap<Slot, bool>,
     last_ready: bool,
@@ -41,6 +48,7 @@ impl Relinking {
         self.unconfirmed = peers.into_iter().collect();
         self.were_up.clear();
         self.hold_until = None;
+        self.settling_until = None;
         self.last.clear();
         self.last_ready = false;
     }
@@ -60,6 +68,7 @@ impl Relinking {
             .map(|(slot, _)| *slot)
             .collect();
         self.hold_until = self.last_ready.then_some(now + hold);
+        self.settling_until = Some(now + hold);
     }
 
     /// IMEX's answer (`ready`, and the links it listed) as the node reports it.
@@ -69,8 +78,9 @@ impl Relinking {
         links: BTreeMap<Slot, bool>,
         now: Instant,
     ) -> (bool, BTreeMap<Slot, bool>) {
+        let settled = self.settling_until.is_none_or(|until| now >= until);
         for (slot, up) in &links {
-            if *up {
+            if *up && settled {
                 self.unconfirmed.remove(slot);
                 self.were_up.remove(slot);
             }
@@ -84,7 +94,8 @@ impl Relinking {
             && !links.is_empty()
             && self.hold_until.is_some_and(|until| now < until)
             && down.iter().all(|slot| self.were_up.contains(slot));
-        if ready || !held {
+        let hold_over = if ready { settled } else { !held };
+        if hold_over {
             self.hold_until = None;
         }
         let reported: BTreeMap<Slot, bool> = links
@@ -125,8 +136,30 @@ mod tests {
         // Both restarting: neither is listed down.
         assert_eq!(r.judge(false, links(&[], &[1, 2]), now).1, links(&[], &[]));
         // 1 came back, then went down: that is evidence again.
-        r.judge(false, links(&[1], &[2]), now);
-        assert_eq!(r.judge(false, links(&[], &[1, 2]), now).1, links(&[], &[1]));
+        let settled = now + HOLD;
+        r.judge(false, links(&[1], &[2]), settled);
+        assert_eq!(
+            r.judge(false, links(&[], &[1, 2]), settled).1,
+            links(&[], &[1])
+        );
+    }
+
+    #[test]
+    fn an_answer_from_before_imex_handled_the_reload_confirms_nothing() {
+        let now = Instant::now();
+        let mut r = Relinking::default();
+        r.started([1, 2]);
+        r.judge(true, links(&[1, 2], &[]), now);
+        r.reloaded([1, 2], now, HOLD);
+        // Asked just after the signal: IMEX still describes its links from before.
+        assert!(r.judge(true, links(&[1, 2], &[]), now).0);
+        // Then it restarts them; peer 2 is slow to come back.
+        let (ready, reported) = r.judge(false, links(&[1], &[2]), now + HOLD / 2);
+        assert!(ready, "held: 2 has not been up since the reload");
+        assert_eq!(reported, links(&[1], &[]));
+        let (ready, reported) = r.judge(false, links(&[1], &[2]), now + HOLD);
+        assert!(!ready, "the hold is over");
+        assert_eq!(reported, links(&[1], &[]), "2 never seen up since");
     }
 
     #[test]
