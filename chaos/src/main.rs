@@ -156,7 +156,7 @@ fn forge(args: domaind_chaos::cli::ForgeArgs) -> ExitCode {
         let clique = args
             .clique
             .clone()
-            .unwrap_or_else(|| domaind_node::gpu::Topology::simulated_clique(1).0);
+            .unwrap_or_else(|| domaind_gpu::Topology::simulated_clique(1).0);
         let ip = match args.ip {
             Some(ip) => ip,
             None => match nodes[0].gossip_addr.ip() {

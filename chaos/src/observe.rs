@@ -8,7 +8,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use domaind_kube_api::crd::ComputeDomainStatus;
-use domaind_node::checkpoint;
 use domaind_node::imex::hosts;
 use domaind_node::run::{NodeView, RunInfo};
 
@@ -187,7 +186,7 @@ pub fn read_nodes_config(path: &Path) -> FileRead<usize> {
 /// The claim uids of a checkpoint, read without the store's side effects. A write in
 /// flight (a last line not yet whole) is not damage; a damaged record is.
 pub fn read_checkpoint(state_dir: &Path) -> FileRead<BTreeSet<String>> {
-    let replay = match checkpoint::inspect(state_dir) {
+    let replay = match domaind_checkpoint::inspect(state_dir) {
         Ok(Some(replay)) => replay,
         Ok(None) => return FileRead::Missing,
         Err(e) => {

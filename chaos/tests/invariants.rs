@@ -292,7 +292,7 @@ fn a_node_out_of_the_domain_must_not_run_imex() {
 #[test]
 fn lost_and_resurrected_claims_are_caught_in_real_checkpoint_files() {
     use domaind_actors::ports::CheckpointStore as _;
-    use domaind_node::checkpoint::{CheckpointConfig, FileCheckpointStore, JOURNAL_FILE};
+    use domaind_checkpoint::{CheckpointConfig, FileCheckpointStore, JOURNAL_FILE};
 
     let dir = tempfile::tempdir().unwrap();
     let now = Instant::now();

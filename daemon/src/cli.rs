@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use domaind_actors::model::ClaimRef;
 use domaind_gossip::NodeName;
-use domaind_node::dra::DraVersion;
+use domaind_kubelet_plugin::DraVersion;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -8,12 +8,9 @@
 
 pub mod cdi;
 pub mod certs;
-pub mod checkpoint;
 pub mod contract;
 pub mod devices;
-pub mod dra;
 pub mod events;
-pub mod gpu;
 pub mod imex;
 pub mod kube;
 pub mod local;

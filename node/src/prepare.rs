@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use crate::cdi::{CdiWriter, ClaimChannels, ClaimUid};
 use crate::devices::ChannelDevices;
-use crate::dra::{ClaimFailure, NodePlugin, PreparedDevice};
+use domaind_kubelet_plugin::{ClaimFailure, NodePlugin, PreparedDevice};
 
 use domaind_kube_api::names::{CHANNEL_REQUEST, DOMAIN_CHANNEL};
 

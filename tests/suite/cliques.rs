@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use domaind_actors::model::{AllocationMode, ClaimRef, Phase, ReadinessPolicy};
 use domaind_kube_api::crd;
-use domaind_node::dra::DraVersion;
+use domaind_kubelet_plugin::DraVersion;
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_node::rack::{LocalRack, RackSpec, http_get, node_view, prepare_until_ready};
 use domaind_node::run::NodeView;

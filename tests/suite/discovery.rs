@@ -20,8 +20,8 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use domaind_gpu::Topology;
 use domaind_loopback::{E2E_DISCOVERY, addr};
-use domaind_node::gpu::Topology;
 use domaind_node::kube::delete_node_slices;
 use domaind_node::kube::slices::{CLIQUE_SLICE_LABEL, GOSSIP_ADDRESS_ANNOTATION};
 use domaind_node::rack::{LocalRack, RackBackend, RackSpec, http_get, short_temp_dir};

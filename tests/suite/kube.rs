@@ -28,8 +28,8 @@ use std::time::Duration;
 use domaind_actors::model::ClaimRef;
 use domaind_kube_api::crd::ComputeDomain;
 use domaind_kube_api::crd::Phase;
+use domaind_kubelet_plugin::DraVersion;
 use domaind_loopback::{E2E_KUBE, addr};
-use domaind_node::dra::DraVersion;
 use domaind_node::rack::{LocalRack, RackBackend, RackSpec, prepare_until_ready, short_temp_dir};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
@@ -197,7 +197,7 @@ async fn a_compute_domain_forms_heals_and_is_cleaned_up_on_a_real_cluster() {
     } else {
         for (i, claim) in claims.iter().enumerate().take(2) {
             let client =
-                domaind_node::dra::client::KubeletClient::connect(rack.node(i).dra_socket())
+                domaind_kubelet_plugin::client::KubeletClient::connect(rack.node(i).dra_socket())
                     .await
                     .unwrap();
             let claim = ClaimRef {

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
 use domaind_kube_api::crd;
+use domaind_kubelet_plugin::client::{ClaimAnswer, KubeletClient, register};
+use domaind_kubelet_plugin::{DraVersion, PreparedDevice};
 use domaind_node::cdi::{CdiWriter, ClaimUid};
-use domaind_node::dra::client::{ClaimAnswer, KubeletClient, register};
-use domaind_node::dra::{DraVersion, PreparedDevice};
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_node::rack::{
     LocalRack, RackSpec, http_get, node_view, prepare_until_ready, short_temp_dir,
@@ -473,7 +473,7 @@ async fn forged_gossip_leaves_a_formed_domain_ready_and_its_slots_and_peers_unch
     .await;
 
     let cluster =
-        domaind_gossip::cluster_id_for_clique(&domaind_node::gpu::Topology::simulated_clique(1).0);
+        domaind_gossip::cluster_id_for_clique(&domaind_gpu::Topology::simulated_clique(1).0);
     let report = domaind_chaos::forge::forge_rack(
         tmp.path(),
         &cluster,

@@ -10,7 +10,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
-use domaind_node::checkpoint;
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_node::rack::{LocalRack, RackSpec, http_get, prepare_until_ready, short_temp_dir};
 use domaind_node::run::NodeView;
@@ -94,7 +93,7 @@ async fn prepare(rack: &LocalRack, claim: &ClaimRef) {
     prepare_until_ready(
         &rack.node(0).dra_socket(),
         claim,
-        domaind_node::dra::DraVersion::V1,
+        domaind_kubelet_plugin::DraVersion::V1,
         LIMIT,
     )
     .await
@@ -213,7 +212,7 @@ async fn a_node_starts_on_a_full_state_directory_serves_from_memory_and_catches_
     })
     .await;
     assert!(state(state_addr).await.checkpoint.persisted);
-    let replay = checkpoint::inspect(&state_dir).unwrap().unwrap();
+    let replay = domaind_checkpoint::inspect(&state_dir).unwrap().unwrap();
     let on_disk: Vec<&String> = replay.checkpoint.claims.keys().collect();
     let mut expected = vec!["c-before".to_owned()];
     expected.extend(during);

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
 use domaind_chaos::schedule::SplitMix64;
-use domaind_node::dra::DraVersion;
-use domaind_node::dra::client::{ClientError, KubeletClient};
+use domaind_kubelet_plugin::DraVersion;
+use domaind_kubelet_plugin::client::{ClientError, KubeletClient};
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_node::rack::{LocalRack, RackSpec, node_view, prepare_until_ready, short_temp_dir};
 use domaind_node::run::NodeView;

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
-use domaind_node::dra::DraVersion;
-use domaind_node::dra::client::KubeletClient;
+use domaind_kubelet_plugin::DraVersion;
+use domaind_kubelet_plugin::client::KubeletClient;
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_node::rack::{PrepareAnswer, prepare_until_ready};
 use tokio::task::JoinHandle;

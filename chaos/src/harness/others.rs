@@ -4,7 +4,7 @@
 //! cliques invariant to look at on every observation, beside the first clique's
 //! faults. A daemon of theirs that dies on its own is a crash like any other.
 
-use domaind_node::dra::DraVersion;
+use domaind_kubelet_plugin::DraVersion;
 use domaind_node::local::ComputeDomainRef;
 use domaind_node::rack::{PrepareAnswer, prepare_until_ready};
 use tokio::task::JoinHandle;

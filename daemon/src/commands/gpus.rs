@@ -7,16 +7,16 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use domaind_node::gpu::{FabricState, NodeGpus};
+use domaind_gpu::{FabricState, NodeGpus};
 use serde::Serialize;
 
 #[derive(Debug, Args)]
 pub struct GpusArgs {
     /// The NVML library to load, as `domaind run --nvml-library` takes it.
-    #[arg(long, env = "DOMAIND_NVML_LIBRARY", default_value = domaind_node::gpu::DEFAULT_NVML_LIBRARY)]
+    #[arg(long, env = "DOMAIND_NVML_LIBRARY", default_value = domaind_gpu::DEFAULT_NVML_LIBRARY)]
     pub nvml_library: PathBuf,
     /// Where the host's driver files are mounted, as `domaind run --driver-root`.
-    #[arg(long, env = "DOMAIND_DRIVER_ROOT", default_value = domaind_node::gpu::DEFAULT_DRIVER_ROOT)]
+    #[arg(long, env = "DOMAIND_DRIVER_ROOT", default_value = domaind_gpu::DEFAULT_DRIVER_ROOT)]
     pub driver_root: PathBuf,
     /// A FAKE topology file instead of NVML (with --node-name), as `domaind run` takes it.
     #[arg(long, env = "DOMAIND_GPU_TOPOLOGY", requires = "node_name")]
@@ -143,7 +143,7 @@ impl GpusReport {
 }
 
 pub fn run(args: GpusArgs) -> anyhow::Result<()> {
-    let inventory = domaind_node::gpu::open_inventory(
+    let inventory = domaind_gpu::open_inventory(
         args.gpu_topology.as_deref(),
         args.node_name.as_deref().unwrap_or_default(),
         &args.nvml_library,
@@ -159,7 +159,7 @@ pub fn run(args: GpusArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use domaind_node::gpu::{FabricInfo, GpuInfo};
+    use domaind_gpu::{FabricInfo, GpuInfo};
 
     use super::*;
 

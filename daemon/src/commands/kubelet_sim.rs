@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 use domaind_actors::model::ClaimRef;
-use domaind_node::dra::client::{self, ClaimAnswer, KubeletClient};
+use domaind_kubelet_plugin::client::{self, ClaimAnswer, KubeletClient};
 use serde_json::{Value, json};
 
 use crate::cli::{ClaimCallArgs, KubeletSimCommand};

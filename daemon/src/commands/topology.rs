@@ -1,7 +1,7 @@
 //! `domaind topology`: fake GPU topologies for machines without GPUs.
 
 use anyhow::Context;
-use domaind_node::gpu::Topology;
+use domaind_gpu::Topology;
 
 use crate::cli::TopologyCommand;
 

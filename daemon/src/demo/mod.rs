@@ -26,7 +26,7 @@ use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
 use claims::{claim_file, claim_ref, claim_uid, demo_uid, domain_name};
-use domaind_node::dra::DraVersion;
+use domaind_kubelet_plugin::DraVersion;
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_node::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
 use output::{print_how_to_poke, print_rack_line};

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use domaind_actors::model::{ClaimRef, ReadinessPolicy};
 use domaind_kube_api::crd::{ComputeDomainStatus, Phase};
-use domaind_node::dra::DraVersion;
+use domaind_kubelet_plugin::DraVersion;
 use domaind_node::local::{ClaimFile, LocalDir};
 
 use crate::fixtures::claim_of;

@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use domaind_actors::model::{ClaimRef, ReadinessPolicy};
-use domaind_node::dra::DraVersion;
+use domaind_kubelet_plugin::DraVersion;
 use domaind_node::imex::processes::parse_killed;
 use domaind_node::local::ClaimFile;
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use domaind_actors::model::{ClaimRef, ReadinessPolicy};
-use domaind_node::dra::DraVersion;
+use domaind_kubelet_plugin::DraVersion;
 use domaind_node::local::ClaimFile;
 
 use crate::fixtures::claim_of;

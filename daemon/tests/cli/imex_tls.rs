@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use domaind_actors::model::{ClaimRef, ReadinessPolicy};
-use domaind_node::dra::DraVersion;
+use domaind_kubelet_plugin::DraVersion;
 use domaind_node::imex::config::parse_config;
 use domaind_node::local::ClaimFile;
 

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use domaind_node::dra::RegistrationState;
-use domaind_node::dra::testing::{FakeNodePlugin, Op, claim, serve, short_dir, within};
+use domaind_kubelet_plugin::RegistrationState;
+use domaind_kubelet_plugin::testing::{FakeNodePlugin, Op, claim, serve, short_dir, within};
 use domaind_node::rack::{LocalRack, RackSpec, http_get, short_temp_dir};
 
 async fn kubelet_sim(args: &[&str]) -> (i32, serde_json::Value, String) {

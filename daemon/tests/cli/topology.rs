@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use domaind_node::gpu::{GpuInventory, Topology, TopologyInventory};
+use domaind_gpu::{GpuInventory, Topology, TopologyInventory};
 
 #[test]
 fn a_simulated_rack_is_one_clique_and_names_its_nodes() {

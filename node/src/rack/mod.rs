@@ -34,10 +34,10 @@ pub use node::RackNode;
 
 pub use probe::{PrepareAnswer, http_get, http_get_over, node_view, prepare_until_ready};
 
-use crate::gpu::Topology;
 use crate::local::LocalDir;
 use crate::run::RunInfo;
 use domaind_actors::model::CliqueId;
+use domaind_gpu::Topology;
 
 /// A made-up major for `nvidia-caps-imex-channels`: machines without the driver have
 /// none, and the CDI specs need one.

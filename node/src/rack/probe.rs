@@ -13,9 +13,9 @@ use tokio::net::TcpStream;
 
 use domaind_actors::model::ClaimRef;
 
-use crate::dra::client::KubeletClient;
-use crate::dra::{DraVersion, PreparedDevice};
 use crate::run::{NodeView, RunInfo};
+use domaind_kubelet_plugin::client::KubeletClient;
+use domaind_kubelet_plugin::{DraVersion, PreparedDevice};
 
 /// How long one HTTP request may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);

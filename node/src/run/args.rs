@@ -194,13 +194,13 @@ pub struct RunArgs {
 
     /// The NVML library to load: a file name, looked for on the loader's search path and
     /// then in --driver-root's library directories, or a path, loaded as it is.
-    #[arg(long, env = "DOMAIND_NVML_LIBRARY", default_value = crate::gpu::DEFAULT_NVML_LIBRARY)]
+    #[arg(long, env = "DOMAIND_NVML_LIBRARY", default_value = domaind_gpu::DEFAULT_NVML_LIBRARY)]
     pub nvml_library: PathBuf,
 
     /// Where the NVIDIA driver's files are mounted in the container (the chart's
     /// node.driverRoot): NVML is looked for in its library directories when the loader
     /// does not find it. Nothing mounted there: only the loader's search path is used.
-    #[arg(long, env = "DOMAIND_DRIVER_ROOT", default_value = crate::gpu::DEFAULT_DRIVER_ROOT)]
+    #[arg(long, env = "DOMAIND_DRIVER_ROOT", default_value = domaind_gpu::DEFAULT_DRIVER_ROOT)]
     pub driver_root: PathBuf,
 
     /// The IMEX daemon.

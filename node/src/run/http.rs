@@ -27,7 +27,7 @@ use domaind_gossip::GossipNode;
 
 use super::state::{CheckpointView, GossipView, HandedChannel, NodeView};
 use super::vitals::Vitals;
-use crate::checkpoint::Persistence;
+use domaind_checkpoint::Persistence;
 use tokio::sync::watch;
 
 /// How long the node actor may take to answer before the node is reported unhealthy.

@@ -50,10 +50,7 @@ pub use state::{
 pub use vitals::Vitals;
 
 use crate::cdi::CdiWriter;
-use crate::checkpoint::{CheckpointConfig, FileCheckpointStore};
 use crate::devices::{ChannelDevices, DeviceRoots};
-use crate::dra::{DriverName, KubeletPluginServer, PluginServerConfig};
-use crate::gpu::GpuInventory;
 use crate::imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
 use crate::kube::{KubeBackend, KubeSettings};
 use crate::local::{
@@ -62,6 +59,9 @@ use crate::local::{
 };
 use crate::prepare::{ChannelInjection, PrepareService};
 use crate::stale::{NodeClaims, StaleClaimChecker};
+use domaind_checkpoint::{CheckpointConfig, FileCheckpointStore};
+use domaind_gpu::GpuInventory;
+use domaind_kubelet_plugin::{DriverName, KubeletPluginServer, PluginServerConfig};
 
 /// How often the TLS files are checked for rotation.
 const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
@@ -463,7 +463,7 @@ async fn wait_for_signal() -> anyhow::Result<&'static str> {
 /// The node's clique, from the fake topology or NVML. While the GPUs' fabric
 /// registration is under way the answer is transient: ask again, for a while.
 async fn discover_clique(args: &RunArgs) -> anyhow::Result<CliqueId> {
-    let inventory: Arc<dyn GpuInventory> = Arc::from(crate::gpu::open_inventory(
+    let inventory: Arc<dyn GpuInventory> = Arc::from(domaind_gpu::open_inventory(
         args.gpu_topology.as_deref(),
         args.node_name.as_str(),
         &args.nvml_library,

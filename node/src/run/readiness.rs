@@ -10,8 +10,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::http::Readiness;
-use crate::checkpoint::Persistence;
-use crate::dra::RegistrationState;
+use domaind_checkpoint::Persistence;
+use domaind_kubelet_plugin::RegistrationState;
 
 /// The name `/readyz` gives the kubelet's hold.
 pub(super) const KUBELET: &str = "kubelet";

@@ -8,7 +8,7 @@ use domaind_actors::actors::domain::DomainSnapshot;
 use domaind_actors::model::{ChannelId, Isolation, NodeId, Phase, Slot};
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::Persistence;
+use domaind_checkpoint::Persistence;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeView {

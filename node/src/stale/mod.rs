@@ -27,8 +27,8 @@ use tracing::{info, warn};
 
 pub use rule::{FoundClaim, FoundDomain, Lookup, StaleClaim, StaleReason, Verdicts, stale_claims};
 
-use crate::dra::NodePlugin;
 use crate::events::{EventText, EventType};
+use domaind_kubelet_plugin::NodePlugin;
 
 /// Stale claims released, by `reason` ([`StaleReason::label`]).
 pub const STALE_CLAIMS_RELEASED: &str = "domaind_stale_claims_released_total";

@@ -3,7 +3,6 @@
 //! supervisor. One test binary: each costs link time and disk.
 
 mod cdi_schema;
-mod gpu_inventory;
 mod imex_host_service;
 mod imex_runner;
 mod imex_sim;

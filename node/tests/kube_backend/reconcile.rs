@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use domaind_actors::model::{AllocationMode, ReadinessPolicy};
 use domaind_actors::ports::{CheckpointStore, PrepareState};
+use domaind_checkpoint::{CheckpointConfig, FileCheckpointStore, LoadOutcome};
 use domaind_kube_api::crd::ComputeDomain;
 use domaind_node::cdi::{CdiWriter, ClaimChannels, ClaimUid, Kind};
-use domaind_node::checkpoint::{CheckpointConfig, FileCheckpointStore, LoadOutcome};
 use domaind_node::kube::reconcile::{RebuildInput, Rebuilt, rebuild};
 use domaind_node::kube::{DomainCache, ReconcileSettings, ReconcilingCheckpointStore};
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -417,7 +417,7 @@ async fn a_damaged_record_costs_only_its_claim_which_is_rebuilt() {
         "the damaged record is kept"
     );
     // The rebuilt claim is recorded: the journal reads back whole, without damage.
-    let replay = domaind_node::checkpoint::inspect(path.parent().unwrap())
+    let replay = domaind_checkpoint::inspect(path.parent().unwrap())
         .unwrap()
         .unwrap();
     assert!(replay.damaged.is_empty());

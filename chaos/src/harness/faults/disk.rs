@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use domaind_node::dra::DraVersion;
-use domaind_node::dra::client::KubeletClient;
+use domaind_kubelet_plugin::DraVersion;
+use domaind_kubelet_plugin::client::KubeletClient;
 
 use super::skipped;
 use crate::harness::claims::{claim_file, claim_ref};

@@ -8,11 +8,13 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes};
 use domaind_kubelet_api::dra::v1;
 use domaind_kubelet_api::pluginregistration as reg;
-use domaind_node::dra::client::{self, ClaimAnswer, ClientError, KubeletClient};
-use domaind_node::dra::testing::{
+use domaind_kubelet_plugin::client::{self, ClaimAnswer, ClientError, KubeletClient};
+use domaind_kubelet_plugin::testing::{
     FakeNodePlugin, Op, claim, config, device_for, serve, short_dir, within,
 };
-use domaind_node::dra::{DraVersion, KubeletPluginServer, PluginServerError, RegistrationState};
+use domaind_kubelet_plugin::{
+    DraVersion, KubeletPluginServer, PluginServerError, RegistrationState,
+};
 use tonic::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
@@ -480,7 +482,7 @@ async fn a_malformed_protobuf_is_refused_counted_and_the_server_goes_on() {
     assert!(plugin.calls().is_empty());
     let malformed = |method: &str, version: &str| -> u64 {
         crate::counter(
-            domaind_node::dra::REQUESTS_TOTAL,
+            domaind_kubelet_plugin::REQUESTS_TOTAL,
             &[
                 ("method", method),
                 ("version", version),

@@ -272,7 +272,7 @@ pub(crate) fn next_revision(line: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::tests::record;
+    use crate::tests::record;
     use domaind_actors::model::AllocationMode;
     use domaind_actors::ports::PrepareState;
 

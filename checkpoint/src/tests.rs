@@ -277,11 +277,10 @@ impl Events {
             .unwrap()
             .iter()
             .map(|(domain, event)| {
-                format!(
-                    "{}:{}",
-                    domain.name,
-                    crate::events::EventText::of(event).reason
-                )
+                // The variant's name is the event's reason users read.
+                let debug = format!("{event:?}");
+                let variant = debug.split([' ', '{', '(']).next().unwrap_or_default();
+                format!("{}:{variant}", domain.name)
             })
             .collect()
     }

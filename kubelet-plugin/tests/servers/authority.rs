@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use domaind_actors::model::ClaimRef;
 use domaind_kubelet_api::pluginregistration::PluginInfo;
-use domaind_node::dra::{
+use domaind_kubelet_plugin::{
     AUTHORITY_REWRITES_TOTAL, BAD_FRAMES_TOTAL, ClaimFailure, KubeletPluginServer, NodePlugin,
     PluginServerConfig, PreparedDevice, RunningPluginServer,
 };

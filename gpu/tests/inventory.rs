@@ -1,8 +1,6 @@
 //! The GPU inventories through the crate's public API, as the daemon will use them.
 
-use domaind_node::gpu::{
-    GpuInventory, NvmlInventory, NvmlInventoryError, Topology, TopologyInventory,
-};
+use domaind_gpu::{GpuInventory, NvmlInventory, NvmlInventoryError, Topology, TopologyInventory};
 
 /// Runs on whatever machine the tests run on: one without a driver must get the clear
 /// error (this is the developers' and CI's case), one with a driver a whole inventory.
@@ -19,7 +17,7 @@ fn nvml_on_this_machine_answers_or_fails_in_one_clear_line() {
             match node.clique() {
                 Ok(clique) if clique.has_fabric() => {
                     let (cluster, id) = clique.0.rsplit_once('.').expect("cluster.clique");
-                    assert!(domaind_node::gpu::is_cluster_uuid(cluster), "{clique}");
+                    assert!(domaind_gpu::is_cluster_uuid(cluster), "{clique}");
                     id.parse::<u32>().expect("a decimal clique id");
                 }
                 Ok(_) => {}

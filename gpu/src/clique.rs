@@ -110,7 +110,7 @@ pub fn is_cluster_uuid(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::FabricInfo;
+    use crate::FabricInfo;
 
     const CLUSTER_A: &str = "6d2c1b7e-0a4f-4e4b-9d53-2f8f5c3a9b10";
     const CLUSTER_B: &str = "0b9e7a55-31d2-4c8e-8a77-5e1f0c2d4b66";
