@@ -21,8 +21,8 @@ use domaind_gossip::forge::{Forger, forgeries};
 use domaind_gossip::metrics::STATE_REFUSED;
 use domaind_gossip::pki::{DevCa, NodeCertRequest};
 use domaind_gossip::transport::wire::NodePart;
-use domaind_node::rack::{http_get, node_view};
 use domaind_node::run::{DomainView, RunInfo};
+use domaind_testbed::rack::{http_get, node_view};
 use serde::Serialize;
 
 /// The forger's name: a node the rack's CA certifies, outside the rack.

@@ -7,8 +7,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use domaind_imex::hosts;
 use domaind_kube_api::crd::ComputeDomainStatus;
-use domaind_node::imex::hosts;
 use domaind_node::run::{NodeView, RunInfo};
 
 /// A file as read at one moment.
@@ -236,7 +236,7 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A node's `/state`, from the listener its `run.json` names.
 pub async fn view(info: &RunInfo) -> Result<NodeView, String> {
-    match tokio::time::timeout(PROBE_TIMEOUT, domaind_node::rack::node_view(info)).await {
+    match tokio::time::timeout(PROBE_TIMEOUT, domaind_testbed::rack::node_view(info)).await {
         Ok(Ok(view)) => Ok(view),
         Ok(Err(error)) => Err(format!("{error:#}")),
         Err(_) => Err(format!(
@@ -250,7 +250,7 @@ pub async fn view(info: &RunInfo) -> Result<NodeView, String> {
 pub async fn reloads(addr: SocketAddr) -> Result<(u64, u64), String> {
     match tokio::time::timeout(
         PROBE_TIMEOUT,
-        domaind_node::rack::http_get(addr, "/metrics"),
+        domaind_testbed::rack::http_get(addr, "/metrics"),
     )
     .await
     {

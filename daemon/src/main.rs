@@ -14,11 +14,11 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     // The simulator has its own command line and logs, as the imex-sim binary does.
     if let cli::Command::ImexSim { args } = &cli.command {
-        return domaind_node::imex::sim_cli::main(args);
+        return domaind_testbed::imex_sim::cli::main(args);
     }
     // Nothing but the guard itself: it becomes the IMEX daemon.
     if let cli::Command::ImexGuard { args } = &cli.command {
-        return domaind_node::imex::guard::main(args);
+        return domaind_imex::guard::main(args);
     }
     logging::init(&cli.logging);
     // Once, before any TLS is configured: ring is the only provider compiled in.

@@ -99,17 +99,17 @@ subnets! {
     E2E_CLIQUES = 148;
 
     // The node crate's tests.
-    /// node/src/rack/mod.rs's unit tests: racks created (ports checked), never started.
+    /// testbed/src/rack/mod.rs's unit tests: racks created (ports checked), never started.
     NODE_RACK_UNIT_TESTS = 135;
-    /// node/tests/adapters/imex_sim.rs: `imex-sim` racks through the IMEX adapter.
+    /// testbed/tests/imex/sim.rs: `imex-sim` racks through the IMEX adapter.
     NODE_IMEX_SIM_TESTS = 151;
-    /// node/tests/adapters/imex_tls.rs.
+    /// testbed/tests/imex/tls.rs.
     NODE_IMEX_TLS_TESTS = 152;
-    /// node/tests/adapters/imex_supervisor.rs.
+    /// testbed/tests/imex/supervisor.rs.
     NODE_IMEX_SUPERVISOR_TESTS = 153;
-    /// node/tests/adapters/imex_runner.rs.
+    /// testbed/tests/imex/runner.rs.
     NODE_IMEX_RUNNER_TESTS = 154;
-    /// node/tests/adapters/imex_host_service.rs.
+    /// testbed/tests/imex/host_service.rs.
     NODE_IMEX_HOST_SERVICE_TESTS = 155;
 }
 

@@ -1,7 +1,7 @@
 //! The workspace's binaries (`domaind`, `imex-sim`, `domaind-chaos`) for tests in other packages.
 //!
 //! Cargo gives an integration test the paths of its own package's binaries only
-//! (`CARGO_BIN_EXE_*`), and these live in `domaind` and `domaind-node`. So the test has
+//! (`CARGO_BIN_EXE_*`), and these live in `domaind` and `domaind-testbed`. So the test has
 //! cargo build them, with the cargo that runs the test, in the same profile and target
 //! directory, and takes them from the directory the test binary's `deps/` sits in,
 //! where cargo puts every binary of the workspace. Building rather than hoping they are

@@ -30,7 +30,7 @@ use domaind_kube_api::names::{
 use domaind_loopback::{E2E_CERTS, addr};
 use domaind_node::certs::kube::{KubeSigner, csr_object};
 use domaind_node::certs::{self, CertClient};
-use domaind_node::rack::{LocalRack, RackSpec, short_temp_dir};
+use domaind_testbed::rack::{LocalRack, RackSpec, short_temp_dir};
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};

@@ -9,8 +9,8 @@ use domaind_actors::model::{AllocationMode, ClaimRef, Phase, ReadinessPolicy};
 use domaind_kube_api::crd;
 use domaind_kubelet_plugin::DraVersion;
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
-use domaind_node::rack::{LocalRack, RackSpec, http_get, node_view, prepare_until_ready};
 use domaind_node::run::NodeView;
+use domaind_testbed::rack::{LocalRack, RackSpec, http_get, node_view, prepare_until_ready};
 
 const CLIQUES: usize = 3;
 const PER_CLIQUE: usize = 3;
@@ -125,7 +125,7 @@ async fn foreign_frames(rack: &LocalRack, node: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_cliques_form_three_domains_and_nothing_crosses_cliques() {
-    let tmp = domaind_node::rack::short_temp_dir("dmq").unwrap();
+    let tmp = domaind_testbed::rack::short_temp_dir("dmq").unwrap();
     let mut spec = RackSpec::new(
         CLIQUES * PER_CLIQUE,
         domaind_e2e::binaries().domaind.clone(),

@@ -24,7 +24,9 @@ use domaind_kube_api::crd::ComputeDomain;
 use domaind_kube_api::crd::Phase;
 use domaind_kubelet_plugin::DraVersion;
 use domaind_loopback::{E2E_FORMATION, addr};
-use domaind_node::rack::{LocalRack, RackBackend, RackSpec, prepare_until_ready, short_temp_dir};
+use domaind_testbed::rack::{
+    LocalRack, RackBackend, RackSpec, prepare_until_ready, short_temp_dir,
+};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::api::{Api, DeleteParams, PostParams};

@@ -30,7 +30,9 @@ use domaind_kube_api::crd::ComputeDomain;
 use domaind_kube_api::crd::Phase;
 use domaind_kubelet_plugin::DraVersion;
 use domaind_loopback::{E2E_KUBE, addr};
-use domaind_node::rack::{LocalRack, RackBackend, RackSpec, prepare_until_ready, short_temp_dir};
+use domaind_testbed::rack::{
+    LocalRack, RackBackend, RackSpec, prepare_until_ready, short_temp_dir,
+};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};

@@ -36,7 +36,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use domaind_kube_api::crd::{ComputeDomain, Phase as CrdPhase, READY_CONDITION};
-use domaind_node::rack::{LocalRack, RackBackend, RackSpec, short_temp_dir};
+use domaind_testbed::rack::{LocalRack, RackBackend, RackSpec, short_temp_dir};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
@@ -272,7 +272,7 @@ async fn daemon_kill_is_felt_by_no_job(
     cd_uid: &str,
     victim: usize,
 ) -> Duration {
-    use domaind_node::rack::{http_get, node_view};
+    use domaind_testbed::rack::{http_get, node_view};
 
     let nodes = rack.nodes().len();
     let survivors: Vec<usize> = (0..nodes).filter(|i| *i != victim).collect();
@@ -422,7 +422,7 @@ pub(crate) async fn wait_registered(client: &Client, names: &[String], rack: &Lo
     for node in rack.nodes() {
         let http = node.info().unwrap().http_addr;
         wait_for("the kubelet registered the plugin", || async move {
-            let (_, metrics) = domaind_node::rack::http_get(http, "/metrics")
+            let (_, metrics) = domaind_testbed::rack::http_get(http, "/metrics")
                 .await
                 .unwrap_or_default();
             let registered = metrics.lines().any(|l| {

@@ -10,10 +10,10 @@ use domaind_kubelet_plugin::client::{ClaimAnswer, KubeletClient, register};
 use domaind_kubelet_plugin::{DraVersion, PreparedDevice};
 use domaind_node::cdi::{CdiWriter, ClaimUid};
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
-use domaind_node::rack::{
+use domaind_node::run::NodeView;
+use domaind_testbed::rack::{
     LocalRack, RackSpec, http_get, node_view, prepare_until_ready, short_temp_dir,
 };
-use domaind_node::run::NodeView;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -635,9 +635,8 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
     rack.kill_node(1).unwrap();
     // Gone, or a zombie left to whoever reaps orphans here.
     let gone = || {
-        std::fs::read_to_string(format!("/proc/{kept}/stat")).map_or(true, |stat| {
-            domaind_node::imex::leftover::stat_says_ended(&stat)
-        })
+        std::fs::read_to_string(format!("/proc/{kept}/stat"))
+            .map_or(true, |stat| domaind_imex::leftover::stat_says_ended(&stat))
     };
     let deadline = Instant::now() + LIMIT;
     while !gone() {

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
-use domaind_node::rack::{LocalRack, RackSpec, http_get, prepare_until_ready, short_temp_dir};
 use domaind_node::run::NodeView;
+use domaind_testbed::rack::{LocalRack, RackSpec, http_get, prepare_until_ready, short_temp_dir};
 
 const SUBNET: u8 = domaind_loopback::E2E_STATEDIR;
 const LIMIT: Duration = Duration::from_secs(60);

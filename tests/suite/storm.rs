@@ -19,8 +19,8 @@ use domaind_chaos::schedule::SplitMix64;
 use domaind_kubelet_plugin::DraVersion;
 use domaind_kubelet_plugin::client::{ClientError, KubeletClient};
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
-use domaind_node::rack::{LocalRack, RackSpec, node_view, prepare_until_ready, short_temp_dir};
 use domaind_node::run::NodeView;
+use domaind_testbed::rack::{LocalRack, RackSpec, node_view, prepare_until_ready, short_temp_dir};
 use tokio::task::JoinSet;
 
 const SUBNET: u8 = domaind_loopback::E2E_STORM;

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use async_trait::async_trait;
-use domaind_node::imex::sim_imports::Import;
-use domaind_node::rack::{HeldImport, LocalRack, RackBackend, RackSpec, http_get, node_view};
 use domaind_node::run::NodeView;
+use domaind_testbed::imex_sim::imports::Import;
+use domaind_testbed::rack::{HeldImport, LocalRack, RackBackend, RackSpec, http_get, node_view};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::Api;

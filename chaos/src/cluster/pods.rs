@@ -29,9 +29,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use async_trait::async_trait;
-use domaind_node::imex::processes::parse_killed;
-use domaind_node::rack::http_get_over;
+use domaind_imex::processes::parse_killed;
 use domaind_node::run::NodeView;
+use domaind_testbed::rack::http_get_over;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;

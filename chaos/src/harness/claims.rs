@@ -9,7 +9,7 @@ use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
 use domaind_kubelet_plugin::DraVersion;
 use domaind_kubelet_plugin::client::KubeletClient;
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
-use domaind_node::rack::{PrepareAnswer, prepare_until_ready};
+use domaind_testbed::rack::{PrepareAnswer, prepare_until_ready};
 use tokio::task::JoinHandle;
 
 use super::{Harness, NAMESPACE, PREPARE_LIMIT, UNPREPARE_LIMIT};

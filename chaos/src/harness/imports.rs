@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use domaind_node::imex::sim_imports::Import;
-use domaind_node::rack::HeldImport;
+use domaind_testbed::imex_sim::imports::Import;
+use domaind_testbed::rack::HeldImport;
 
 use super::Harness;
 use crate::invariants::{ClaimPhase, Hit, Invariant, Violation, import_break};

@@ -6,7 +6,7 @@
 
 use domaind_kubelet_plugin::DraVersion;
 use domaind_node::local::ComputeDomainRef;
-use domaind_node::rack::{PrepareAnswer, prepare_until_ready};
+use domaind_testbed::rack::{PrepareAnswer, prepare_until_ready};
 use tokio::task::JoinHandle;
 
 use super::claims::{claim_file, claim_ref};

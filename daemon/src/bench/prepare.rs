@@ -11,7 +11,7 @@ use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
 use domaind_kubelet_plugin::DraVersion;
 use domaind_kubelet_plugin::client::KubeletClient;
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
-use domaind_node::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
+use domaind_testbed::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
 use serde::Serialize;
 use tokio::task::JoinSet;
 

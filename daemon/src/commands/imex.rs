@@ -1,6 +1,6 @@
 //! `domaind imex`: acting on this node's IMEX daemon from the command line.
 
-use domaind_node::imex::processes::{kill_imex_daemons, killed_line};
+use domaind_imex::processes::{kill_imex_daemons, killed_line};
 
 use crate::cli::ImexCommand;
 

@@ -23,7 +23,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::ImexRunner { socket } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
-            .block_on(domaind_node::imex::runner::run(&socket)),
+            .block_on(domaind_imex::runner::run(&socket)),
         Command::Imex(command) => imex::run(command),
         Command::KubeletSim(command) => kubelet_sim::run(command),
         Command::Migrate(args) => migrate::run(args),

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use domaind_node::rack::cpu::{self, Ticks};
+use domaind_testbed::rack::cpu::{self, Ticks};
 use serde::{Deserialize, Serialize};
 
 /// The machine's CPU counters, and every process's, at one moment.

@@ -1,15 +1,15 @@
 //! `domaind demo --idle WINDOW`: what each daemon of a formed, quiet rack costs.
 //!
 //! CPU comes from `/proc` (the daemon, the status tools it reaped, its IMEX daemon:
-//! `domaind_node::rack::cpu`), status questions from each daemon's
+//! `domaind_testbed::rack::cpu`), status questions from each daemon's
 //! `domaind_imex_status_queries_total` on `/metrics`, both read at the start and the
 //! end of the window.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use domaind_node::rack::cpu::{self, CpuUse};
-use domaind_node::rack::{LocalRack, http_get};
+use domaind_testbed::rack::cpu::{self, CpuUse};
+use domaind_testbed::rack::{LocalRack, http_get};
 use serde::Serialize;
 
 const STATUS_QUERIES: &str = "domaind_imex_status_queries_total";

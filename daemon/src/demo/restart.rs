@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use domaind_actors::model::Phase;
 use domaind_kube_api::crd;
-use domaind_node::rack::{HeldImport, LocalRack};
+use domaind_testbed::rack::{HeldImport, LocalRack};
 use serde::Serialize;
 
 use super::table::{Observer, Snapshot};

@@ -17,7 +17,7 @@ use domaind_kubelet_plugin::DraVersion;
 use domaind_kubelet_plugin::client::KubeletClient;
 use domaind_node::cdi::{CdiWriter, ClaimUid, Spec, channel_device_path};
 use domaind_node::local::{ClaimFile, ComputeDomainRef};
-use domaind_node::rack::{LocalRack, node_view, prepare_until_ready};
+use domaind_testbed::rack::{LocalRack, node_view, prepare_until_ready};
 use serde::Serialize;
 
 use super::{DemoArgs, DemoDomain, STEP_LIMIT, demo_uid};

@@ -12,8 +12,8 @@ use anyhow::bail;
 
 use super::{DemoDomain, STEP_LIMIT, Summary};
 use domaind_kube_api::crd::ComputeDomainStatus;
-use domaind_node::rack::{LocalRack, node_view};
 use domaind_node::run::NodeView;
+use domaind_testbed::rack::{LocalRack, node_view};
 
 /// How often the table is refreshed and conditions are checked: a figure is late by up
 /// to this and one look. A look at every node costs the rack CPU (the demo's share is

@@ -15,10 +15,10 @@ use domaind_kubelet_plugin::DraVersion;
 use domaind_node::local::{ClaimFile, LocalDir};
 
 use crate::fixtures::claim_of;
-use domaind_node::rack::{
+use domaind_node::run::{NodeView, RunInfo};
+use domaind_testbed::rack::{
     LocalRack, RackSpec, http_get, node_view, prepare_until_ready, short_temp_dir,
 };
-use domaind_node::run::{NodeView, RunInfo};
 
 const CD: &str = "cd-failing";
 const START_LIMIT: Duration = Duration::from_secs(30);

@@ -12,15 +12,15 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use domaind_actors::model::{ClaimRef, ReadinessPolicy};
+use domaind_imex::processes::parse_killed;
 use domaind_kubelet_plugin::DraVersion;
-use domaind_node::imex::processes::parse_killed;
 use domaind_node::local::ClaimFile;
 
 use crate::fixtures::claim_of;
-use domaind_node::rack::{
+use domaind_node::run::{ImexView, RunInfo};
+use domaind_testbed::rack::{
     LocalRack, RackSpec, http_get, node_view, prepare_until_ready, short_temp_dir,
 };
-use domaind_node::run::{ImexView, RunInfo};
 
 const START_LIMIT: Duration = Duration::from_secs(30);
 const LIMIT: Duration = Duration::from_secs(60);

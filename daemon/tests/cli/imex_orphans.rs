@@ -13,7 +13,7 @@ use domaind_kubelet_plugin::DraVersion;
 use domaind_node::local::ClaimFile;
 
 use crate::fixtures::claim_of;
-use domaind_node::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
+use domaind_testbed::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use rand::rngs::SmallRng;

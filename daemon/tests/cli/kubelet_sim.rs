@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use domaind_kubelet_plugin::RegistrationState;
 use domaind_kubelet_plugin::testing::{FakeNodePlugin, Op, claim, serve, short_dir, within};
-use domaind_node::rack::{LocalRack, RackSpec, http_get, short_temp_dir};
+use domaind_testbed::rack::{LocalRack, RackSpec, http_get, short_temp_dir};
 
 async fn kubelet_sim(args: &[&str]) -> (i32, serde_json::Value, String) {
     let out = within(

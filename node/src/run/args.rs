@@ -12,7 +12,7 @@ use domaind_kube_api::args::{HttpArgs, KubeArgs, NodeHttp};
 
 use crate::cdi::DEFAULT_CDI_DIR;
 use crate::certs::ImexNames;
-use crate::imex::{Command, HostUnit};
+use domaind_imex::{Command, HostUnit};
 
 /// Where a node learns its clique-mates' gossip addresses (`--seed-discovery`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -51,7 +51,6 @@ pub use vitals::Vitals;
 
 use crate::cdi::CdiWriter;
 use crate::devices::{ChannelDevices, DeviceRoots};
-use crate::imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
 use crate::kube::{KubeBackend, KubeSettings};
 use crate::local::{
     LocalClaimExistence, LocalClaimSource, LocalDir, LocalEventSink, LocalStaleClaimNotices,
@@ -61,6 +60,7 @@ use crate::prepare::{ChannelInjection, PrepareService};
 use crate::stale::{NodeClaims, StaleClaimChecker};
 use domaind_checkpoint::{CheckpointConfig, FileCheckpointStore};
 use domaind_gpu::GpuInventory;
+use domaind_imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
 use domaind_kubelet_plugin::{DriverName, KubeletPluginServer, PluginServerConfig};
 
 /// How often the TLS files are checked for rotation.
@@ -534,7 +534,7 @@ fn imex_settings(args: &RunArgs, gossip_cert: &Path) -> anyhow::Result<ImexSetti
     // daemon").
     settings.guard = Some(
         Command::new(std::env::current_exe().context("cannot find this binary")?)
-            .arg(crate::imex::guard::SUBCOMMAND),
+            .arg(domaind_imex::guard::SUBCOMMAND),
     );
     settings.runner = args.imex_runner.clone();
     settings.host_service = args.imex_host_unit()?;
@@ -628,7 +628,7 @@ fn imex_settings(args: &RunArgs, gossip_cert: &Path) -> anyhow::Result<ImexSetti
                 .clone()
                 .unwrap_or_else(|| config_dir.join("hosts"));
             settings.daemon_env = vec![(
-                crate::imex::sim::HOSTS_ENV.into(),
+                domaind_imex::hosts::SIM_HOSTS_ENV.into(),
                 settings.hosts_file.display().to_string(),
             )];
         }

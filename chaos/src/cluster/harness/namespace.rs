@@ -18,7 +18,7 @@ pub(super) fn make_access(
             let work_dir = if config.dry_run {
                 PathBuf::from("/tmp/dchc-<random>")
             } else {
-                let dir = domaind_node::rack::short_temp_dir("dchc")
+                let dir = domaind_testbed::rack::short_temp_dir("dchc")
                     .context("cannot make a temporary directory")?;
                 let path = dir.path().to_path_buf();
                 files = Some(dir);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use domaind_node::rack::http_get;
+use domaind_testbed::rack::http_get;
 
 use nix::sys::signal::Signal;
 
