@@ -32,22 +32,19 @@ impl DomainActor {
 
     /// Writes status and events, if this node is the reporter (`ReporterRole`).
     pub(super) fn report(&mut self, readiness: &Readiness, ctx: &mut Context<Self>) {
-        if self.role == Role::SharedImex {
+        if self.core.role() == Role::SharedImex {
             // Not a ComputeDomain: its faults are reported on the sharing domains.
             return;
         }
         let now = Instant::now();
-        let live = self.live_names.clone().unwrap_or_default();
+        let live = self.core.live_names().cloned().unwrap_or_default();
         let step = self.reporter.step(ReporterInput {
             now,
             now_ms: self.ports.clock.now_ms(),
-            alone: self
-                .live_names
-                .as_ref()
-                .is_none_or(|names| names.len() <= 1),
-            membership_changed: self.membership_changed,
-            named: reporter(self.roster.members()) == Some(self.me()),
-            witnessed: self.roster.witnessed(),
+            alone: self.core.live_names().is_none_or(|names| names.len() <= 1),
+            membership_changed: self.core.membership_changed(),
+            named: reporter(self.core.roster().members()) == Some(self.me()),
+            witnessed: self.core.roster().witnessed(),
             live: &live,
             timing: ReporterTiming {
                 settle: self.config.reporter_settle,
@@ -74,8 +71,8 @@ impl DomainActor {
                     for row in &adopt {
                         warn!(domain = %self.domain, node = %row.name, "the written status lists a member nobody here saw leave: listing it lost");
                     }
-                    self.roster.adopt(adopt, now);
-                    info!(domain = %self.domain, members = self.roster.members().len(), term = tenure.term, "this node is now the domain's reporter");
+                    self.core.roster_mut().adopt(adopt, now);
+                    info!(domain = %self.domain, members = self.core.roster().members().len(), term = tenure.term, "this node is now the domain's reporter");
                     self.status_writer = Some(
                         StatusWriterActor::new(
                             self.domain.clone(),
@@ -92,7 +89,7 @@ impl DomainActor {
                         )
                         .start(),
                     );
-                    if !self.roster.adopted().is_empty() {
+                    if !self.core.roster().adopted().is_empty() {
                         // Their retention is timed from now.
                         self.schedule_recompute(ctx);
                     }
@@ -102,14 +99,8 @@ impl DomainActor {
         let Some(writer) = &self.status_writer else {
             return;
         };
-        let mut document =
-            self.roster
-                .status_document(&self.assignment, readiness, self.domain.num_nodes);
-        if self.role == Role::Sharing {
-            document.channel = self.sharing.status_channel(&self.domain.uid);
-        }
-        writer.do_send(PublishStatus(document));
-        if self.role == Role::Sharing {
+        writer.do_send(PublishStatus(self.core.status_document(readiness)));
+        if self.core.role() == Role::Sharing {
             self.announce_shared_faults();
         }
 
@@ -117,13 +108,14 @@ impl DomainActor {
         let events = self.reporter.announce(Announced {
             // A held member never left, so its return is no join either.
             members: self
-                .roster
+                .core
+                .roster()
                 .members()
                 .keys()
-                .chain(self.roster.held())
+                .chain(self.core.roster().held())
                 .cloned()
                 .collect(),
-            lost: self.roster.unheld_lost().cloned().collect(),
+            lost: self.core.roster().unheld_lost().cloned().collect(),
         });
         if !events.is_empty() {
             let sink = self.ports.events.clone();
@@ -136,5 +128,34 @@ impl DomainActor {
                 }
             });
         }
+    }
+}
+
+impl DomainActor {
+    /// A sharing domain's reporter: a fault of the shared IMEX domain outside this
+    /// domain's own members is an event on this domain too, naming the node and the
+    /// shared domain.
+    fn announce_shared_faults(&mut self) {
+        let events: Vec<DomainEvent> = self
+            .core
+            .shared_faults()
+            .into_iter()
+            .map(|(node, fault)| DomainEvent::SharedImexFault {
+                node,
+                fault: fault.to_string(),
+                clique: self.config.clique.to_string(),
+            })
+            .collect();
+        if events.is_empty() {
+            return;
+        }
+        let (sink, domain) = (self.ports.events.clone(), self.domain.clone());
+        actix::spawn(async move {
+            for event in events {
+                if let Err(error) = sink.emit(&domain, event).await {
+                    warn!(%domain, %error, "event not recorded");
+                }
+            }
+        });
     }
 }
