@@ -29,13 +29,7 @@ impl DomainActor {
     }
 
     pub(super) fn tell(&self, event: DomainEvent) {
-        let sink = self.ports.events.clone();
-        let domain = self.domain.clone();
-        actix::spawn(async move {
-            if let Err(error) = sink.emit(&domain, event).await {
-                warn!(%domain, %error, "event not recorded");
-            }
-        });
+        self.tell_all(vec![event]);
     }
 }
 

@@ -38,12 +38,10 @@ use crate::rules::membership::{
     decode_advertisement, domain_key, encode_advertisement, status_key,
 };
 use crate::rules::peers::PeerSet;
-use crate::rules::readiness::Readiness;
-use crate::rules::reporter::{Announced, reporter};
-use crate::rules::reporter_role::{
-    ReadOutcome, ReporterInput, ReporterRole, ReporterStep, ReporterTiming,
-};
+use crate::rules::reporter::reporter;
+use crate::rules::reporter_role::ReadOutcome;
 use crate::rules::roster::{Change, Tenure, VerdictOutcome};
+use crate::rules::status::DomainStatus;
 use crate::rules::status_writes::StatusWrites;
 
 pub const BAD_ADVERTISEMENTS: &str = "domaind_bad_advertisements_total";
@@ -155,11 +153,8 @@ pub struct DomainActor {
     leaving: bool,
     /// The newest gossip view, as the bridge delivered it.
     live: Option<Arc<Membership>>,
-    /// A recompute due when this node may start reporting.
+    /// A recompute the core asked for at a time (the earliest wins).
     reporter_timer: Option<(Instant, SpawnHandle)>,
-    /// The reporter role: settle, takeover, tenure, announcements. Kept across
-    /// restarts of this actor: a new tenure's term must differ from every earlier one's.
-    reporter: ReporterRole,
 }
 
 impl std::fmt::Debug for DomainActor {
@@ -199,7 +194,6 @@ impl DomainActor {
             leaving: false,
             live: None,
             reporter_timer: None,
-            reporter: ReporterRole::default(),
         }
     }
 
@@ -359,7 +353,6 @@ impl DomainActor {
         self.status_writer = None;
         self.recompute_scheduled = false;
         self.retention_timer = None;
-        self.reporter.reset();
     }
 }
 

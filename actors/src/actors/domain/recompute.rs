@@ -17,7 +17,9 @@ impl DomainActor {
         let Some(pass) = self.core.pass(PassInput {
             live: &live,
             holds_claims: !self.claims.is_empty(),
+            writing: self.status_writer.is_some(),
             now,
+            now_ms: self.ports.clock.now_ms(),
         }) else {
             return;
         };
@@ -42,7 +44,7 @@ impl DomainActor {
         }
         self.carry_out(pass.effects, ctx);
         self.publish(ctx);
-        self.report(&pass.readiness, ctx);
+        self.carry_out(pass.report, ctx);
     }
 
     fn log_change(&self, change: &Change) {
@@ -128,6 +130,33 @@ impl DomainActor {
                         act.end_adoption_wait(ctx)
                     });
                 }
+                DomainEffect::ReadWritten => self.read_written(ctx),
+                DomainEffect::StopWriter => {
+                    if self.status_writer.take().is_some() {
+                        info!(domain = %self.domain, "no longer the domain's reporter");
+                    }
+                }
+                DomainEffect::StartWriter {
+                    term,
+                    written,
+                    adopted,
+                    members,
+                } => {
+                    for node in &adopted {
+                        warn!(domain = %self.domain, %node, "the written status lists a member nobody here saw leave: listing it lost");
+                    }
+                    info!(domain = %self.domain, members, term, "this node is now the domain's reporter");
+                    self.start_writer(term, written.as_ref());
+                }
+                DomainEffect::ReportHeld { unaccounted } => {
+                    debug!(domain = %self.domain, ?unaccounted, "not reporting yet: the written status lists members not seen here yet");
+                }
+                DomainEffect::PublishStatus(document) => {
+                    if let Some(writer) = &self.status_writer {
+                        writer.do_send(PublishStatus(document));
+                    }
+                }
+                DomainEffect::Events(events) => self.tell_all(events),
                 DomainEffect::PassAt(at) => self.recompute_at(at, ctx),
                 DomainEffect::Pass => self.schedule_recompute(ctx),
             }

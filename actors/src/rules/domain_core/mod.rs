@@ -9,11 +9,13 @@
 //! here reads a clock or does I/O, so every decision is tested by feeding it inputs.
 //!
 //! The rules it applies are `roster`'s (who is a member), `slots`' and `local_imex`'s
-//! (slots, the peer set, `imex_ready`), `readiness`'s and `channel_roles`'; the pass
-//! itself is in `pass`, the IMEX daemon's side in `imex`.
+//! (slots, the peer set, `imex_ready`), `readiness`'s, `channel_roles`' and
+//! `reporter_role`'s; the pass itself is in `pass`, the IMEX daemon's side in `imex`,
+//! the reporter's in `report`.
 
 mod imex;
 mod pass;
+mod report;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -26,10 +28,12 @@ use crate::actors::imex_process::ImexReport;
 use crate::actors::sharing::{Role, SharedFault, SharedImexProgress};
 use crate::config::NodeConfig;
 use crate::model::{Advertisement, ChannelId, DomainRef, DomainUid, NodeId, Sharing, Slot};
+use crate::ports::DomainEvent;
 use crate::rules::channel_roles::{SharedImexRole, SharingEffect, SharingRole};
 use crate::rules::peer_health::Verdict;
 use crate::rules::peers::PeerSet;
 use crate::rules::readiness::Readiness;
+use crate::rules::reporter_role::ReporterRole;
 use crate::rules::roster::{Graces, Roster, Tenure, VerdictOutcome};
 use crate::rules::slots::SlotAssignment;
 use crate::rules::status::DomainStatus;
@@ -74,6 +78,25 @@ pub enum DomainEffect {
     AdoptionEnded { anew: bool },
     /// The adopted IMEX is ready but its peer set is too fresh: ask again at `at`.
     CheckAdoptionAt(Instant),
+    /// Read the status as written, then [`DomainCore::read_finished`].
+    ReadWritten,
+    /// Another node reports: this node's status writer, if any, stops.
+    StopWriter,
+    /// This node is the reporter now: start a status writer for the tenure `term`,
+    /// from the status as `written`. `adopted`: the members it listed that nobody here
+    /// saw leave, listed lost from now on; `members`: how many there are now.
+    StartWriter {
+        term: u64,
+        written: Option<DomainStatus>,
+        adopted: Vec<NodeId>,
+        members: usize,
+    },
+    /// Not reporting yet: the written status lists members not seen here.
+    ReportHeld { unaccounted: Vec<NodeId> },
+    /// Hand the status writer this document.
+    PublishStatus(DomainStatus),
+    /// Emit these events on the domain, in order.
+    Events(Vec<DomainEvent>),
     /// Pass again at `at`.
     PassAt(Instant),
     /// Pass again soon.
@@ -136,6 +159,9 @@ pub struct DomainCore {
     /// The last IMEX failure episode told, kept across restarts of the actor: one
     /// event per episode, not per restart of the daemon.
     imex_episode_told: u64,
+    /// The reporter role: settle, takeover, tenure, announcements. Its tenures' terms
+    /// must differ from every earlier one's, across restarts of the actor.
+    reporter: ReporterRole,
 }
 
 impl DomainCore {
@@ -163,6 +189,7 @@ impl DomainCore {
             live_names: None,
             membership_changed: None,
             imex_episode_told: 0,
+            reporter: ReporterRole::default(),
         }
     }
 
@@ -306,10 +333,6 @@ impl DomainCore {
         &self.roster
     }
 
-    pub fn roster_mut(&mut self) -> &mut Roster {
-        &mut self.roster
-    }
-
     pub fn assignment(&self) -> &SlotAssignment {
         &self.assignment
     }
@@ -330,30 +353,11 @@ impl DomainCore {
         self.progress.as_ref()
     }
 
-    /// The status document, as the reporter writes it: `readiness` is the pass's.
-    pub fn status_document(&self, readiness: &Readiness) -> DomainStatus {
-        let mut document =
-            self.roster
-                .status_document(&self.assignment, readiness, self.domain.num_nodes);
-        if self.role == Role::Sharing {
-            document.channel = self.sharing.status_channel(&self.domain.uid);
-        }
-        document
-    }
-
     /// A sharing domain's reporter: the shared IMEX domain's faults not announced yet,
     /// but for the losses of this domain's own members (NodeLost events already).
-    pub fn shared_faults(&mut self) -> Vec<(NodeId, SharedFault)> {
+    fn shared_faults(&mut self) -> Vec<(NodeId, SharedFault)> {
         let lost = self.roster.lost();
         self.sharing.new_faults(|node| lost.contains_key(node))
-    }
-
-    pub fn live_names(&self) -> Option<&BTreeSet<NodeId>> {
-        self.live_names.as_ref()
-    }
-
-    pub fn membership_changed(&self) -> Option<Instant> {
-        self.membership_changed
     }
 
     /// The channel this domain is known by on this node: confirmed (a sharing domain).
@@ -379,7 +383,7 @@ impl DomainCore {
 
     /// Forgets what a restart rebuilds. Kept: the peer set (the daemon still runs with
     /// it, and an unchanged set after the rebuild must not reconfigure it), its version,
-    /// the told failure episode and the tenures handed out (ImexPeers of before may
+    /// the told failure episode, the reporter's last term and the tenures handed out (ImexPeers of before may
     /// still speak).
     pub fn reset(&mut self) {
         self.my_ad = None;
@@ -393,6 +397,7 @@ impl DomainCore {
         self.progress = None;
         self.shared_imex.reset();
         self.sharing.reset();
+        self.reporter.reset();
     }
 }
 

@@ -16,7 +16,7 @@ use crate::rules::channels::sharing_domains;
 use crate::rules::local_imex::{DaemonReport, Reconfigure, desired_peers, imex_ready, reconfigure};
 use crate::rules::membership::domain_members;
 use crate::rules::peer_health::Advertised;
-use crate::rules::readiness::{Readiness, node_ready};
+use crate::rules::readiness::node_ready;
 use crate::rules::roster::{Change, slot_candidates};
 use crate::rules::slots::assign_slots;
 
@@ -27,7 +27,11 @@ pub struct PassInput<'a> {
     pub live: &'a Membership,
     /// Whether this node holds claims of the domain.
     pub holds_claims: bool,
+    /// Whether the actor runs a status writer (this node reports).
+    pub writing: bool,
     pub now: Instant,
+    /// The wall clock, for a reporter tenure's term.
+    pub now_ms: u64,
 }
 
 /// What one pass decided.
@@ -41,8 +45,8 @@ pub struct Pass {
     /// When the next lost or adopted member is due to expire: a pass is wanted then
     /// (replacing the one asked by the pass before).
     pub expiry: Option<Instant>,
-    /// The domain's readiness, for the reporter.
-    pub readiness: Readiness,
+    /// The reporter's part, carried out once the advertisement is published.
+    pub report: Vec<DomainEffect>,
 }
 
 impl DomainCore {
@@ -52,7 +56,9 @@ impl DomainCore {
         let PassInput {
             live,
             holds_claims,
+            writing,
             now,
+            now_ms,
         } = input;
         let mut effects = Vec::new();
         let view = domain_members(&self.domain.uid, live, &self.config.clique);
@@ -184,13 +190,14 @@ impl DomainCore {
             self.membership_changed = Some(now);
         }
         self.assignment = assignment;
-        self.readiness = Some(readiness.clone());
+        let report = self.report(&readiness, now, now_ms, writing);
+        self.readiness = Some(readiness);
         Some(Pass {
             malformed: view.malformed,
             changes: observation.changes,
             effects,
             expiry,
-            readiness,
+            report,
         })
     }
 

@@ -9,8 +9,10 @@ use tokio::time::Instant;
 use super::*;
 use crate::actors::imex_process::ImexFailure;
 use crate::model::{CliqueId, DomainUid, Phase};
+use crate::ports::DomainEvent;
 use crate::rules::fixtures::advertisement;
 use crate::rules::membership::{domain_key, encode_advertisement};
+use crate::rules::reporter_role::ReadOutcome;
 use crate::rules::roster::Change;
 
 const ME: &str = "a";
@@ -74,7 +76,9 @@ fn pass(core: &mut DomainCore, live: &Membership, now: Instant) -> Pass {
     core.pass(PassInput {
         live,
         holds_claims: true,
+        writing: false,
         now,
+        now_ms: 5_000,
     })
     .expect("restored")
 }
@@ -116,7 +120,9 @@ fn nothing_is_decided_before_the_advertisement_is_restored() {
         core.pass(PassInput {
             live: &live,
             holds_claims: false,
-            now
+            writing: false,
+            now,
+            now_ms: 5_000,
         })
         .is_none()
     );
@@ -146,9 +152,9 @@ fn a_node_alone_takes_slot_zero_runs_imex_with_itself_and_is_ready_once_imex_say
 
     let effects = core.imex_reported(ready_report(1, BTreeMap::new(), Some(now)), now);
     assert_eq!(effects, vec![DomainEffect::Pass]);
-    let second = pass(&mut core, &live, now);
+    pass(&mut core, &live, now);
     assert!(core.advertisement().unwrap().imex_ready);
-    assert!(second.readiness.is_ready());
+    assert!(core.readiness().unwrap().is_ready());
     let progress = core.progress().unwrap();
     assert!(progress.local_ready && progress.domain_ready);
     // Nothing changed since: nothing to carry out.
@@ -211,7 +217,7 @@ fn a_member_silent_in_gossip_is_lost_its_imex_peer_told_once_and_imex_asked_now(
     let again = pass(&mut core, &alone, now);
     assert!(signals(&again.effects, "b").is_empty());
     assert_eq!(core.assignment().slot_of("b"), Some(1));
-    assert_eq!(again.readiness.phase, Phase::NotReady);
+    assert_eq!(core.readiness().unwrap().phase, Phase::NotReady);
     assert!(lost.expiry.is_some());
 }
 
@@ -481,12 +487,106 @@ fn a_new_view_counts_as_a_membership_change_only_when_its_names_differ() {
     let now = Instant::now();
     let mut core = core(Role::Exclusive, now);
     core.gossip_changed(["a".into()].into(), now);
-    assert_eq!(core.membership_changed(), None);
+    assert_eq!(core.membership_changed, None);
     let later = now + Duration::from_secs(1);
     core.gossip_changed(["a".into()].into(), later);
-    assert_eq!(core.membership_changed(), None);
+    assert_eq!(core.membership_changed, None);
     core.gossip_changed(["a".into(), "b".into()].into(), later);
-    assert_eq!(core.membership_changed(), Some(later));
+    assert_eq!(core.membership_changed, Some(later));
+}
+
+fn reporting(
+    core: &mut DomainCore,
+    live: &Membership,
+    writing: bool,
+    now: Instant,
+) -> Vec<DomainEffect> {
+    core.gossip_changed(live.keys().cloned().collect(), now);
+    core.pass(PassInput {
+        live,
+        holds_claims: true,
+        writing,
+        now,
+        now_ms: 5_000,
+    })
+    .expect("restored")
+    .report
+}
+
+#[test]
+fn the_reporter_settles_reads_the_written_status_once_then_writes_and_tells_what_changes() {
+    let start = Instant::now();
+    let mut core = core(Role::Exclusive, start);
+    core.restore(fresh());
+    let b = remote(Some(1), true, 2_000);
+    let live: Membership = [node(ME, 1, None), node("b", 1, Some(&b))].into();
+    let settle = config(4).reporter_settle;
+    assert_eq!(
+        reporting(&mut core, &live, false, start),
+        vec![DomainEffect::PassAt(start + settle)]
+    );
+    let now = start + settle;
+    assert_eq!(
+        reporting(&mut core, &live, false, now),
+        vec![DomainEffect::ReadWritten]
+    );
+    assert!(reporting(&mut core, &live, false, now).is_empty());
+    assert_eq!(
+        core.read_finished(Ok::<_, ()>(None), now),
+        ReadOutcome::Read
+    );
+    let started = reporting(&mut core, &live, false, now);
+    // The members found at the start of a tenure are no news.
+    assert!(matches!(
+        &started[..],
+        [
+            DomainEffect::StartWriter { written: None, adopted, members: 2, .. },
+            DomainEffect::PublishStatus(_),
+        ] if adopted.is_empty()
+    ));
+    // The tenure goes on: the document again, no event when nothing changed.
+    let next = reporting(&mut core, &live, true, now);
+    assert!(matches!(&next[..], [DomainEffect::PublishStatus(_)]));
+    // b is silent; c, in no domain, keeps this node from being alone in gossip.
+    let without_b: Membership = [node(ME, 1, None), node("c", 1, None)].into();
+    // A view that changed settles first.
+    let gone = now + settle;
+    assert_eq!(
+        reporting(&mut core, &without_b, true, gone),
+        vec![DomainEffect::PassAt(gone + settle)]
+    );
+    let lost = reporting(&mut core, &without_b, true, gone + settle);
+    assert!(
+        lost.contains(&DomainEffect::Events(vec![DomainEvent::NodeLost {
+            node: "b".into()
+        }]))
+    );
+}
+
+#[test]
+fn a_node_the_rule_does_not_name_stops_writing() {
+    let start = Instant::now();
+    let mut core = core(Role::Exclusive, start);
+    core.restore(fresh());
+    let senior = remote(Some(1), true, 2_000);
+    let live: Membership = [node(ME, 1, None), node("0", 1, Some(&senior))].into();
+    reporting(&mut core, &live, false, start);
+    let later = start + config(4).reporter_settle;
+    assert_eq!(
+        reporting(&mut core, &live, true, later),
+        vec![DomainEffect::StopWriter]
+    );
+}
+
+#[test]
+fn the_shared_imex_domain_writes_no_status() {
+    let start = Instant::now();
+    let mut core = core(Role::SharedImex, start);
+    core.restore(fresh());
+    let live: Membership = [node(ME, 1, None)].into();
+    for at in [start, start + Duration::from_secs(5)] {
+        assert!(reporting(&mut core, &live, false, at).is_empty());
+    }
 }
 
 /// One step of a random history: which remote nodes are in gossip, advertising the
@@ -576,7 +676,7 @@ proptest! {
             for (slot, peer) in &core.peer_set().peers {
                 prop_assert_eq!(assignment.slot_of(&peer.node), Some(*slot));
             }
-            let readiness = &pass.readiness;
+            let readiness = core.readiness().unwrap();
             if readiness.is_ready() {
                 prop_assert_eq!(core.roster().unheld_lost().count(), 0);
                 prop_assert!(assignment.unassigned.is_empty());
