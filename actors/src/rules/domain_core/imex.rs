@@ -30,7 +30,7 @@ impl DomainCore {
         }
         if let Some(failure) = &report.failure
             && failure.episode > self.imex_episode_told
-            && self.role == Role::Exclusive
+            && self.role() == Role::Exclusive
         {
             self.imex_episode_told = failure.episode;
             effects.push(DomainEffect::ImexFailing(failure.reason.clone()));

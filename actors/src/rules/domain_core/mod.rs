@@ -118,15 +118,23 @@ pub struct Restore {
     pub now_ms: u64,
 }
 
+/// What only one role does, with the memory it keeps between passes.
+#[derive(Debug)]
+enum RoleState {
+    /// Its own IMEX domain: drives the daemon, reports, has no channel.
+    Exclusive,
+    /// The clique's shared IMEX domain: drives the daemon, assigns the sharing
+    /// domains' channels, reports nothing.
+    SharedImex(SharedImexRole),
+    /// Follows the shared IMEX domain's daemon and waits for its channel.
+    Sharing(SharingRole),
+}
+
 #[derive(Debug)]
 pub struct DomainCore {
     domain: DomainRef,
     config: Arc<NodeConfig>,
-    role: Role,
-    /// The shared IMEX domain's role (`Role::SharedImex`).
-    shared_imex: SharedImexRole,
-    /// A sharing domain's role (`Role::Sharing`).
-    sharing: SharingRole,
+    role: RoleState,
     my_ad: Option<Advertisement>,
     /// A restarted daemon whose IMEX outlived it says nothing of this domain until its
     /// IMEX has answered (adopted, or started anew), or `imex_adoption_wait` has passed:
@@ -169,9 +177,11 @@ impl DomainCore {
         Self {
             domain,
             config,
-            role,
-            shared_imex: SharedImexRole::default(),
-            sharing: SharingRole::default(),
+            role: match role {
+                Role::Exclusive => RoleState::Exclusive,
+                Role::SharedImex => RoleState::SharedImex(SharedImexRole::default()),
+                Role::Sharing => RoleState::Sharing(SharingRole::default()),
+            },
             my_ad: None,
             awaiting_adoption: false,
             peer_set_changed: now,
@@ -204,11 +214,15 @@ impl DomainCore {
     /// Whether this role drives the node's IMEX daemon (a sharing domain follows the
     /// shared IMEX domain's).
     pub fn drives_imex(&self) -> bool {
-        self.role != Role::Sharing
+        self.role() != Role::Sharing
     }
 
     pub fn role(&self) -> Role {
-        self.role
+        match self.role {
+            RoleState::Exclusive => Role::Exclusive,
+            RoleState::SharedImex(_) => Role::SharedImex,
+            RoleState::Sharing(_) => Role::Sharing,
+        }
     }
 
     pub fn graces(&self) -> Graces {
@@ -230,20 +244,20 @@ impl DomainCore {
             now_ms,
         } = restore;
         let preferred = previous.as_ref().and_then(|ad| ad.slot).or(checkpoint_slot);
-        let sharing = match self.role {
-            Role::Exclusive => None,
-            Role::SharedImex => Some(Sharing::default()),
+        let sharing = match &mut self.role {
+            RoleState::Exclusive => None,
+            RoleState::SharedImex(_) => Some(Sharing::default()),
             // The channel its pods were given, or the one held before a restart.
-            Role::Sharing => {
-                self.sharing.restore(checkpoint_channel);
+            RoleState::Sharing(role) => {
+                role.restore(checkpoint_channel);
                 Some(Sharing {
-                    channel: self.sharing.handed().or_else(|| {
+                    channel: role.handed().or_else(|| {
                         previous
                             .as_ref()
                             .and_then(|ad| ad.sharing.as_ref())
                             .and_then(|s| s.channel)
                     }),
-                    held: self.sharing.handed().is_some(),
+                    held: role.handed().is_some(),
                     ..Sharing::default()
                 })
             }
@@ -252,10 +266,8 @@ impl DomainCore {
         // the domain had formed here, so an IMEX may be running to adopt.
         let restarted_here = previous.is_none() && checkpoint_slot.is_some();
         self.resumed = restarted_here;
-        self.awaiting_adoption = restarted_here
-            && self.has_fabric()
-            && self.role != Role::Sharing
-            && imex_outlives_daemon;
+        self.awaiting_adoption =
+            restarted_here && self.has_fabric() && self.drives_imex() && imex_outlives_daemon;
         self.my_ad = Some(Advertisement {
             namespace: self.domain.namespace.clone(),
             name: self.domain.name.clone(),
@@ -313,7 +325,9 @@ impl DomainCore {
                 self.config.clique
             )));
         }
-        if self.sharing.progress(progress) {
+        if let RoleState::Sharing(role) = &mut self.role
+            && role.progress(progress)
+        {
             effects.push(DomainEffect::Pass);
         }
         effects
@@ -322,7 +336,10 @@ impl DomainCore {
     /// The channels the node's pods hold (the shared IMEX domain): whether a pass is
     /// wanted.
     pub fn hold_channels(&mut self, held: BTreeMap<DomainUid, ChannelId>) -> bool {
-        self.shared_imex.hold(held)
+        match &mut self.role {
+            RoleState::SharedImex(role) => role.hold(held),
+            _ => false,
+        }
     }
 
     pub fn advertisement(&self) -> Option<&Advertisement> {
@@ -357,13 +374,16 @@ impl DomainCore {
     /// but for the losses of this domain's own members (NodeLost events already).
     fn shared_faults(&mut self) -> Vec<(NodeId, SharedFault)> {
         let lost = self.roster.lost();
-        self.sharing.new_faults(|node| lost.contains_key(node))
+        match &mut self.role {
+            RoleState::Sharing(role) => role.new_faults(|node| lost.contains_key(node)),
+            _ => Vec::new(),
+        }
     }
 
     /// The channel this domain is known by on this node: confirmed (a sharing domain).
     pub fn channel(&self) -> Option<ChannelId> {
-        match self.role {
-            Role::Sharing => self.sharing.state(&self.domain.uid).confirmed(),
+        match &self.role {
+            RoleState::Sharing(role) => role.state(&self.domain.uid).confirmed(),
             _ => None,
         }
     }
@@ -371,7 +391,7 @@ impl DomainCore {
     /// Every sharing domain's channel as assigned here (the shared IMEX domain).
     pub fn channels(&self) -> BTreeMap<DomainUid, ChannelId> {
         match self.role {
-            Role::SharedImex => self
+            RoleState::SharedImex(_) => self
                 .my_ad
                 .as_ref()
                 .and_then(|ad| ad.sharing.as_ref())
@@ -383,8 +403,8 @@ impl DomainCore {
 
     /// Forgets what a restart rebuilds. Kept: the peer set (the daemon still runs with
     /// it, and an unchanged set after the rebuild must not reconfigure it), its version,
-    /// the told failure episode, the reporter's last term and the tenures handed out (ImexPeers of before may
-    /// still speak).
+    /// the told failure episode, the reporter's last term, what the pods hold and
+    /// the tenures handed out (ImexPeers of before may still speak).
     pub fn reset(&mut self) {
         self.my_ad = None;
         self.awaiting_adoption = false;
@@ -395,8 +415,11 @@ impl DomainCore {
         self.lost_daemon_alive.clear();
         self.readiness = None;
         self.progress = None;
-        self.shared_imex.reset();
-        self.sharing.reset();
+        match &mut self.role {
+            RoleState::Exclusive => {}
+            RoleState::SharedImex(role) => role.reset(),
+            RoleState::Sharing(role) => role.reset(),
+        }
         self.reporter.reset();
     }
 }

@@ -6,18 +6,19 @@ use std::collections::BTreeMap;
 use domaind_membership::Membership;
 use tokio::time::Instant;
 
-use super::{DomainCore, DomainEffect};
+use super::{DomainCore, DomainEffect, RoleState};
 use crate::actors::channel::Progress;
 use crate::actors::imex_peer::PeerSignal;
 use crate::actors::sharing::{ChannelState, Role};
+use crate::config::NodeConfig;
 use crate::model::{Advertisement, ChannelId, DomainMember, DomainUid, NodeId};
-use crate::rules::channel_roles::{AssignInput, FollowInput};
+use crate::rules::channel_roles::{AssignInput, FollowInput, SharedImexRole};
 use crate::rules::channels::sharing_domains;
 use crate::rules::local_imex::{DaemonReport, Reconfigure, desired_peers, imex_ready, reconfigure};
 use crate::rules::membership::domain_members;
 use crate::rules::peer_health::Advertised;
 use crate::rules::readiness::node_ready;
-use crate::rules::roster::{Change, slot_candidates};
+use crate::rules::roster::{Change, Roster, slot_candidates};
 use crate::rules::slots::assign_slots;
 
 /// What one pass knows.
@@ -140,13 +141,38 @@ impl DomainCore {
                 .imex_report
                 .as_ref()
                 .is_some_and(|r| r.failure.is_some() && !r.running);
-        let channel = match self.role {
-            Role::Exclusive => ChannelState::Unassigned,
-            Role::SharedImex => {
-                self.assign_channels(live, &mut new_ad, now, &mut effects);
+        let channel = match &mut self.role {
+            RoleState::Exclusive => ChannelState::Unassigned,
+            RoleState::SharedImex(role) => {
+                let failure = self
+                    .imex_report
+                    .as_ref()
+                    .and_then(|r| r.failure.as_ref())
+                    .map(|f| (f.episode, f.reason.clone()));
+                effects.extend(assign_channels(
+                    role,
+                    &self.roster,
+                    &self.config,
+                    live,
+                    &mut new_ad,
+                    failure,
+                    now,
+                ));
                 ChannelState::Unassigned
             }
-            Role::Sharing => self.follow_shared_imex(&mut new_ad, holds_claims, &mut effects),
+            RoleState::Sharing(role) => {
+                let followed = role.follow(FollowInput {
+                    domain: &self.domain.uid,
+                    has_fabric: self.config.clique.has_fabric(),
+                    holds_claims,
+                    advertised: new_ad.sharing.as_ref().and_then(|s| s.channel),
+                });
+                new_ad.imex_failing = followed.imex_failing;
+                new_ad.imex_ready = followed.imex_ready;
+                new_ad.sharing = Some(followed.sharing);
+                effects.extend(followed.effects.into_iter().map(DomainEffect::Sharing));
+                followed.state
+            }
         };
         if new_ad.slot != my_ad.slot {
             effects.push(DomainEffect::SlotChanged(my_slot));
@@ -160,7 +186,7 @@ impl DomainCore {
         let readiness = self.roster.readiness(&assignment, self.domain.num_nodes);
         // A sharing domain's pods wait for its channel too: handed out only once every
         // node of the shared IMEX domain agrees on it.
-        let channel_waits = match self.role {
+        let channel_waits = match self.role() {
             Role::Sharing => channel.waiting(self.config.channels),
             _ => None,
         };
@@ -235,86 +261,63 @@ impl DomainCore {
             }
         }
     }
+}
 
-    /// The shared IMEX domain: assigns every sharing domain of the clique its channel,
-    /// to advertise, and tells the node what is confirmed.
-    fn assign_channels(
-        &mut self,
-        live: &Membership,
-        ad: &mut Advertisement,
-        now: Instant,
-        effects: &mut Vec<DomainEffect>,
-    ) {
-        let away = self
-            .roster
-            .lost()
-            .iter()
-            .map(|(node, lost)| (node, &lost.member.ad));
-        let candidates = sharing_domains(live, &self.config.clique, away);
-        let me = self.me().to_owned();
-        let others: Vec<BTreeMap<DomainUid, ChannelId>> = self
-            .roster
+/// The shared IMEX domain: assigns every sharing domain of the clique its channel, to
+/// advertise in `ad`, and tells the node what is confirmed. `ad`'s IMEX readiness is
+/// this pass's judgement of this node's IMEX; `failure`, its failure episode under way.
+fn assign_channels(
+    role: &mut SharedImexRole,
+    roster: &Roster,
+    config: &NodeConfig,
+    live: &Membership,
+    ad: &mut Advertisement,
+    failure: Option<(u64, String)>,
+    now: Instant,
+) -> Vec<DomainEffect> {
+    let away = roster
+        .lost()
+        .iter()
+        .map(|(node, lost)| (node, &lost.member.ad));
+    let candidates = sharing_domains(live, &config.clique, away);
+    let me = &config.node;
+    let others: Vec<BTreeMap<DomainUid, ChannelId>> = roster
+        .members()
+        .values()
+        .filter(|member| member.node != *me)
+        .map(|member| {
+            member
+                .ad
+                .sharing
+                .as_ref()
+                .map(|s| s.channels.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    let assigned = role.assign(AssignInput {
+        candidates: &candidates,
+        capacity: config.channels,
+        others: &others,
+        lost: roster.lost().keys().cloned().collect(),
+        failing: roster
             .members()
             .values()
-            .filter(|member| member.node != me)
-            .map(|member| {
-                member
-                    .ad
-                    .sharing
-                    .as_ref()
-                    .map(|s| s.channels.clone())
-                    .unwrap_or_default()
-            })
-            .collect();
-        let assigned = self.shared_imex.assign(AssignInput {
-            candidates: &candidates,
-            capacity: self.config.channels,
-            others: &others,
-            lost: self.roster.lost().keys().cloned().collect(),
-            failing: self
-                .roster
-                .members()
-                .values()
-                .filter(|member| member.node != me && member.ad.imex_failing)
-                .map(|member| member.node.clone())
-                .collect(),
-            // Judged by this pass for this node's IMEX just before.
-            local_ready: ad.imex_ready,
-            imex_failing: ad.imex_failing,
-            failure: self
-                .imex_report
-                .as_ref()
-                .and_then(|r| r.failure.as_ref())
-                .map(|f| (f.episode, f.reason.clone())),
-            settle: self.config.channel_settle,
-            now,
-        });
-        if let Some(at) = assigned.settles_at {
-            effects.push(DomainEffect::PassAt(at));
-        }
-        ad.sharing = Some(assigned.sharing);
-        if let Some(progress) = assigned.tell {
-            effects.push(DomainEffect::TellNode(progress));
-        }
+            .filter(|member| member.node != *me && member.ad.imex_failing)
+            .map(|member| member.node.clone())
+            .collect(),
+        local_ready: ad.imex_ready,
+        imex_failing: ad.imex_failing,
+        failure,
+        settle: config.channel_settle,
+        now,
+    });
+    ad.sharing = Some(assigned.sharing);
+    let mut effects = Vec::new();
+    if let Some(at) = assigned.settles_at {
+        effects.push(DomainEffect::PassAt(at));
     }
-
-    /// A sharing domain: follows the shared IMEX domain (`SharingRole::follow`).
-    fn follow_shared_imex(
-        &mut self,
-        ad: &mut Advertisement,
-        holds_claims: bool,
-        effects: &mut Vec<DomainEffect>,
-    ) -> ChannelState {
-        let followed = self.sharing.follow(FollowInput {
-            domain: &self.domain.uid,
-            has_fabric: self.has_fabric(),
-            holds_claims,
-            advertised: ad.sharing.as_ref().and_then(|s| s.channel),
-        });
-        ad.imex_failing = followed.imex_failing;
-        ad.imex_ready = followed.imex_ready;
-        ad.sharing = Some(followed.sharing);
-        effects.extend(followed.effects.into_iter().map(DomainEffect::Sharing));
-        followed.state
+    if let Some(progress) = assigned.tell {
+        effects.push(DomainEffect::TellNode(progress));
     }
+    effects
 }

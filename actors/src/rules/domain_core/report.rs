@@ -5,7 +5,7 @@
 
 use tokio::time::Instant;
 
-use super::{DomainCore, DomainEffect};
+use super::{DomainCore, DomainEffect, RoleState};
 use crate::actors::sharing::Role;
 use crate::ports::DomainEvent;
 use crate::rules::readiness::Readiness;
@@ -22,7 +22,7 @@ impl DomainCore {
         now_ms: u64,
         writing: bool,
     ) -> Vec<DomainEffect> {
-        if self.role == Role::SharedImex {
+        if self.role() == Role::SharedImex {
             // Not a ComputeDomain: its faults are reported on the sharing domains.
             return Vec::new();
         }
@@ -76,7 +76,7 @@ impl DomainCore {
             },
         }
         effects.push(DomainEffect::PublishStatus(self.status_document(readiness)));
-        if self.role == Role::Sharing {
+        if self.role() == Role::Sharing {
             let faults: Vec<DomainEvent> = self
                 .shared_faults()
                 .into_iter()
@@ -123,8 +123,8 @@ impl DomainCore {
         let mut document =
             self.roster
                 .status_document(&self.assignment, readiness, self.domain.num_nodes);
-        if self.role == Role::Sharing {
-            document.channel = self.sharing.status_channel(&self.domain.uid);
+        if let RoleState::Sharing(role) = &self.role {
+            document.channel = role.status_channel(&self.domain.uid);
         }
         document
     }

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::actors::imex_process::ImexFailure;
-use crate::model::{CliqueId, DomainUid, Phase};
+use crate::model::{CliqueId, DomainUid, Phase, Sharing};
 use crate::ports::DomainEvent;
 use crate::rules::fixtures::advertisement;
 use crate::rules::membership::{domain_key, encode_advertisement};
@@ -240,6 +240,67 @@ fn a_sharing_domain_never_drives_imex() {
     // Its pods wait for a channel the shared IMEX domain has not given yet.
     assert!(!core.progress().unwrap().domain_ready);
     assert!(core.progress().unwrap().summary.contains("domain ns/cd"));
+}
+
+#[test]
+fn the_shared_imex_domain_assigns_a_channel_and_confirms_it_once_settled() {
+    let now = Instant::now();
+    let mut core = core(Role::SharedImex, now);
+    core.restore(fresh());
+    let sharing_domain = DomainUid("s-1".into());
+    let wants = Advertisement {
+        sharing: Some(Sharing::default()),
+        ..advertisement()
+    };
+    let mut me = node(ME, 1, None);
+    me.1.keys
+        .insert(domain_key(&sharing_domain), encode_advertisement(&wants));
+    let live: Membership = [me].into();
+    let settle = config(4).channel_settle;
+    let told = |effects: &[DomainEffect]| {
+        effects.iter().find_map(|e| match e {
+            DomainEffect::TellNode(progress) => Some(progress.clone()),
+            _ => None,
+        })
+    };
+    let first = pass(&mut core, &live, now).effects;
+    assert!(first.contains(&DomainEffect::PassAt(now + settle)));
+    let news = told(&first).expect("the node is told");
+    assert_eq!(news.assigned, [(sharing_domain.clone(), 0)].into());
+    assert!(news.confirmed.is_empty());
+    assert_eq!(core.channels(), [(sharing_domain.clone(), 0)].into());
+    let settled = pass(&mut core, &live, now + settle).effects;
+    assert_eq!(
+        told(&settled).expect("the node is told").confirmed,
+        [(sharing_domain, 0)].into()
+    );
+    // Told once.
+    assert_eq!(told(&pass(&mut core, &live, now + settle).effects), None);
+    assert!(core.hold_channels([(DomainUid("s-1".into()), 0)].into()));
+    assert!(!core.hold_channels([(DomainUid("s-1".into()), 0)].into()));
+}
+
+#[test]
+fn a_sharing_domain_is_ready_once_the_shared_imex_domain_confirms_its_channel() {
+    let now = Instant::now();
+    let mut core = core(Role::Sharing, now);
+    core.restore(fresh());
+    let live: Membership = [node(ME, 1, None)].into();
+    pass(&mut core, &live, now);
+    assert!(!core.progress().unwrap().local_ready);
+    let uid = domain().uid;
+    let effects = core.shared_progress(SharedImexProgress {
+        local_ready: true,
+        assigned: [(uid.clone(), 2)].into(),
+        confirmed: [(uid, 2)].into(),
+        ..SharedImexProgress::default()
+    });
+    assert_eq!(effects, vec![DomainEffect::Pass]);
+    pass(&mut core, &live, now);
+    let progress = core.progress().unwrap();
+    assert!(progress.local_ready && progress.domain_ready);
+    assert_eq!((progress.channel, core.channel()), (Some(2), Some(2)));
+    assert!(core.advertisement().unwrap().sharing.as_ref().unwrap().held);
 }
 
 #[test]
