@@ -1,9 +1,10 @@
 //! Domain: one per ComputeDomain with claims on this node.
 //!
-//! It publishes this node's advertisement, turns the gossip view into members, slots,
-//! the IMEX peer set and readiness (pure rules), drives the IMEX daemon, keeps one
-//! ImexPeer per remote member and one Channel per claim, and — while this node is the
-//! domain's reporter — hands status documents to its StatusWriter.
+//! It publishes this node's advertisement, drives the IMEX daemon, keeps one ImexPeer
+//! per remote member and one Channel per claim, and — while this node is the domain's
+//! reporter — hands status documents to its StatusWriter. What to do is decided by
+//! `rules::domain_core` from the gossip view, IMEX's reports and the time: this actor
+//! feeds it and carries out the effects it returns.
 //!
 //! Supervised: if it stops unexpectedly it is restarted, and rebuilds its state from
 //! gossip (its own last advertisement, its peers') and the checkpoint (its claims).
