@@ -29,7 +29,7 @@ pub struct PeerVerdict {
     pub tenure: Tenure,
 }
 
-#[derive(Debug, Clone, Copy, Message)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
 #[rtype(result = "()")]
 pub enum PeerSignal {
     /// The failure detector's view.

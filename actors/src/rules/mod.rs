@@ -3,6 +3,7 @@
 
 pub mod channel_roles;
 pub mod channels;
+pub mod domain_core;
 pub mod imex_poll;
 pub mod local_imex;
 pub mod membership;

@@ -1,19 +1,19 @@
 //! Domain: one per ComputeDomain with claims on this node.
 //!
-//! It publishes this node's advertisement, turns the gossip view into members, slots,
-//! the IMEX peer set and readiness (pure rules), drives the IMEX daemon, keeps one
-//! ImexPeer per remote member and one Channel per claim, and — while this node is the
-//! domain's reporter — hands status documents to its StatusWriter.
+//! It publishes this node's advertisement, drives the IMEX daemon, keeps one ImexPeer
+//! per remote member and one Channel per claim, and — while this node is the domain's
+//! reporter — hands status documents to its StatusWriter. What to do is decided by
+//! `rules::domain_core` from the gossip view, IMEX's reports and the time: this actor
+//! feeds it and carries out the effects it returns.
 //!
 //! Supervised: if it stops unexpectedly it is restarted, and rebuilds its state from
 //! gossip (its own last advertisement, its peers') and the checkpoint (its claims).
 
-mod channels;
 mod imex;
 mod recompute;
 mod report;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -21,37 +21,28 @@ use domaind_membership::Membership;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::actors::channel::{ChannelActor, Progress, WaitReady};
-use crate::actors::imex_peer::{ImexPeerActor, PeerSignal, PeerVerdict};
+use crate::actors::channel::{ChannelActor, WaitReady};
+use crate::actors::imex_peer::{ImexPeerActor, PeerVerdict};
 use crate::actors::imex_process::{
     ApplyPeers, ImexProcessActor, ImexReport, QueryNow, ReleaseImex,
 };
 use crate::actors::last_out::LastOut;
-use crate::actors::sharing::{ChannelState, HeldChannels, Role, SharedImexProgress};
+use crate::actors::sharing::{HeldChannels, Role, SharedImexProgress};
 use crate::actors::status_writer::{PublishStatus, Retire, StatusWriterActor};
 use crate::config::NodeConfig;
-use crate::model::{
-    Advertisement, ChannelId, DomainMember, DomainRef, NodeId, Phase, Sharing, Slot,
-};
+use crate::model::{ChannelId, DomainRef, NodeId, Phase, Slot};
 use crate::outcome::{PrepareError, Prepared};
 use crate::ports::{ClaimRecord, DomainEvent, Ports};
-use crate::rules::channel_roles::{
-    AssignInput, FollowInput, SharedImexRole, SharingEffect, SharingRole,
-};
-use crate::rules::channels::sharing_domains;
-use crate::rules::local_imex::{DaemonReport, Reconfigure, desired_peers, imex_ready, reconfigure};
+use crate::rules::channel_roles::SharingEffect;
+use crate::rules::domain_core::{DomainCore, DomainEffect, PassInput, Restore};
 use crate::rules::membership::{
-    decode_advertisement, domain_key, domain_members, encode_advertisement, status_key,
+    decode_advertisement, domain_key, encode_advertisement, status_key,
 };
-use crate::rules::peer_health::{Advertised, LinkAnswer};
 use crate::rules::peers::PeerSet;
-use crate::rules::readiness::{Readiness, node_ready};
-use crate::rules::reporter::{Announced, reporter};
-use crate::rules::reporter_role::{
-    ReadOutcome, ReporterInput, ReporterRole, ReporterStep, ReporterTiming,
-};
-use crate::rules::roster::{Change, Graces, Roster, Tenure, VerdictOutcome, slot_candidates};
-use crate::rules::slots::{SlotAssignment, assign_slots};
+use crate::rules::reporter::reporter;
+use crate::rules::reporter_role::ReadOutcome;
+use crate::rules::roster::{Change, Tenure, VerdictOutcome};
+use crate::rules::status::DomainStatus;
 use crate::rules::status_writes::StatusWrites;
 
 pub const BAD_ADVERTISEMENTS: &str = "domaind_bad_advertisements_total";
@@ -145,63 +136,26 @@ pub struct DomainActor {
     imex: Addr<ImexProcessActor>,
     slot_listener: Recipient<SlotChanged>,
     restarts: u32,
-    role: Role,
     /// The shared IMEX domain: the node, told of its progress.
     shared_listener: Option<Recipient<SharedImexProgress>>,
-    /// The shared IMEX domain's role (`Role::SharedImex`).
-    shared_imex: SharedImexRole,
-    /// A sharing domain's role (`Role::Sharing`).
-    sharing: SharingRole,
+    /// Every decision about members, slots, IMEX and readiness (`rules::domain_core`);
+    /// this actor feeds it and carries out what it returns.
+    core: DomainCore,
 
     // Everything below is rebuilt on (re)start.
     claims: BTreeMap<String, (ClaimRecord, Addr<ChannelActor>)>,
-    my_ad: Option<Advertisement>,
-    /// A restarted daemon whose IMEX outlived it says nothing of this domain until its
-    /// IMEX has answered (adopted, or started anew), or `imex_adoption_wait` has passed:
-    /// its first advertisement then says what is true (ready), not "not ready yet",
-    /// which would make the domain NotReady for a restart no job felt.
-    awaiting_adoption: bool,
-    /// When the peer set handed to IMEX last changed.
-    peer_set_changed: Instant,
-    /// This domain's claims were restored from the checkpoint: prepared before this
-    /// process started, their jobs use the node's IMEX.
-    resumed: bool,
-    /// A kept IMEX (another config, left for the claims using it) was told, with why.
-    imex_kept_told: Option<String>,
     published: Option<String>,
     publishing: bool,
-    /// Members, lost members, dropped and adopted ones (the rules of `rules::roster`).
-    roster: Roster,
     /// Each remote member's ImexPeer, with the tenure it speaks for.
     peers: BTreeMap<NodeId, (Tenure, Addr<ImexPeerActor>)>,
-    assignment: SlotAssignment,
-    peer_set: PeerSet,
-    peer_version: u64,
-    imex_report: Option<ImexReport>,
-    links: BTreeMap<NodeId, bool>,
-    /// For each lost member, whether its ImexPeer was last told its daemon lives (a
-    /// restarted daemon, a newer generation, that has not advertised yet).
-    lost_daemon_alive: BTreeMap<NodeId, bool>,
-    readiness: Option<Readiness>,
-    progress: Option<Progress>,
     status_writer: Option<Addr<StatusWriterActor>>,
     recompute_scheduled: bool,
     retention_timer: Option<SpawnHandle>,
     leaving: bool,
     /// The newest gossip view, as the bridge delivered it.
     live: Option<Arc<Membership>>,
-    /// The live node names of the last gossip view.
-    live_names: Option<BTreeSet<NodeId>>,
-    /// When gossip last saw a node come or go, or the domain a member join or leave.
-    membership_changed: Option<Instant>,
-    /// A recompute due when this node may start reporting.
+    /// A recompute the core asked for at a time (the earliest wins).
     reporter_timer: Option<(Instant, SpawnHandle)>,
-    /// The reporter role: settle, takeover, tenure, announcements. Kept across
-    /// restarts of this actor: a new tenure's term must differ from every earlier one's.
-    reporter: ReporterRole,
-    /// The last IMEX failure episode told as an event, kept across restarts of this
-    /// actor: one event per episode, not per restart of the daemon.
-    imex_episode_told: u64,
 }
 
 impl std::fmt::Debug for DomainActor {
@@ -223,53 +177,29 @@ impl DomainActor {
         shared_listener: Option<Recipient<SharedImexProgress>>,
     ) -> Self {
         Self {
+            core: DomainCore::new(domain.clone(), config.clone(), role, Instant::now()),
             domain,
             config,
             ports,
             imex,
             slot_listener,
             restarts: 0,
-            role,
             shared_listener,
-            shared_imex: SharedImexRole::default(),
-            sharing: SharingRole::default(),
             claims: BTreeMap::new(),
-            my_ad: None,
-            awaiting_adoption: false,
-            peer_set_changed: Instant::now(),
-            resumed: false,
-            imex_kept_told: None,
             published: None,
             publishing: false,
-            roster: Roster::default(),
             peers: BTreeMap::new(),
-            assignment: SlotAssignment::default(),
-            peer_set: PeerSet::default(),
-            peer_version: 0,
-            imex_report: None,
-            links: BTreeMap::new(),
-            lost_daemon_alive: BTreeMap::new(),
-            readiness: None,
-            progress: None,
             status_writer: None,
             recompute_scheduled: false,
             retention_timer: None,
             leaving: false,
             live: None,
-            live_names: None,
-            membership_changed: None,
             reporter_timer: None,
-            reporter: ReporterRole::default(),
-            imex_episode_told: 0,
         }
     }
 
     fn me(&self) -> &str {
         &self.config.node
-    }
-
-    fn has_fabric(&self) -> bool {
-        self.config.clique.has_fabric()
     }
 
     /// Rebuilds from the checkpoint (claims, last slot) and gossip (our previous
@@ -291,67 +221,25 @@ impl DomainActor {
                 .get(act.me())
                 .and_then(|m| m.keys.get(&domain_key(&act.domain.uid)).cloned())
                 .and_then(|v| decode_advertisement(&v).ok());
-            let preferred = previous
-                .as_ref()
-                .and_then(|ad| ad.slot)
-                .or_else(|| checkpoint.slots.get(&act.domain.uid).copied());
-            let sharing = match act.role {
-                Role::Exclusive => None,
-                Role::SharedImex => Some(Sharing::default()),
-                // The channel its pods were given, or the one held before a restart.
-                Role::Sharing => {
-                    act.sharing.restore(
-                        checkpoint
-                            .claims
-                            .values()
-                            .filter(|r| r.info.domain.uid == act.domain.uid)
-                            .find_map(|r| r.channel),
-                    );
-                    Some(Sharing {
-                        channel: act.sharing.handed().or_else(|| {
-                            previous
-                                .as_ref()
-                                .and_then(|ad| ad.sharing.as_ref())
-                                .and_then(|s| s.channel)
-                        }),
-                        held: act.sharing.handed().is_some(),
-                        ..Sharing::default()
-                    })
-                }
-            };
-            // A slot in the checkpoint but none in gossip: this process restarted
-            // after the domain had formed here, so an IMEX may be running to adopt.
-            let restarted_here =
-                previous.is_none() && checkpoint.slots.contains_key(&act.domain.uid);
-            act.resumed = restarted_here;
-            if restarted_here
-                && act.has_fabric()
-                && act.role != Role::Sharing
-                && act.ports.imex.outlives_node_daemon()
-            {
-                act.awaiting_adoption = true;
+            let await_adoption = act.core.restore(Restore {
+                previous,
+                checkpoint_slot: checkpoint.slots.get(&act.domain.uid).copied(),
+                checkpoint_channel: checkpoint
+                    .claims
+                    .values()
+                    .filter(|r| r.info.domain.uid == act.domain.uid)
+                    .find_map(|r| r.channel),
+                imex_outlives_daemon: act.ports.imex.outlives_node_daemon(),
+                now_ms: act.ports.clock.now_ms(),
+            });
+            if await_adoption {
                 ctx.run_later(act.config.imex_adoption_wait, |act, ctx| {
-                    if std::mem::take(&mut act.awaiting_adoption) {
+                    if act.core.give_up_adoption() {
                         warn!(domain = %act.domain, wait = ?act.config.imex_adoption_wait, "IMEX did not answer in time after the restart; advertising without it");
                         act.schedule_recompute(ctx);
                     }
                 });
             }
-            act.my_ad = Some(Advertisement {
-                namespace: act.domain.namespace.clone(),
-                name: act.domain.name.clone(),
-                num_nodes: act.domain.num_nodes,
-                ip: act.config.ip,
-                clique: act.config.clique.clone(),
-                slot: preferred,
-                imex_ready: !act.has_fabric(),
-                imex_failing: false,
-                imex_outlives_daemon: act.ports.imex.outlives_node_daemon(),
-                joined_at_ms: previous
-                    .map(|ad| ad.joined_at_ms)
-                    .unwrap_or_else(|| act.ports.clock.now_ms()),
-                sharing,
-            });
             for record in checkpoint.claims.into_values() {
                 if record.info.domain.uid == act.domain.uid {
                     act.add_claim(record, ctx);
@@ -371,7 +259,7 @@ impl DomainActor {
             self.config.prepare_deadline,
         )
         .start();
-        if let Some(progress) = &self.progress {
+        if let Some(progress) = self.core.progress() {
             channel.do_send(progress.clone());
         }
         info!(domain = %self.domain, claim = %record.claim.uid, "claim joined the domain on this node");
@@ -388,10 +276,12 @@ impl DomainActor {
     }
 
     fn publish(&mut self, ctx: &mut Context<Self>) {
-        if self.awaiting_adoption {
+        if self.core.awaiting_adoption() {
             return;
         }
-        let Some(ad) = &self.my_ad else { return };
+        let Some(ad) = self.core.advertisement() else {
+            return;
+        };
         let encoded = encode_advertisement(ad);
         if self.publishing || self.published.as_deref() == Some(encoded.as_str()) || self.leaving {
             return;
@@ -412,9 +302,8 @@ impl DomainActor {
         );
     }
 
-    /// The ImexPeer of `node`'s current tenure, started if it has none yet.
-    fn peer(&mut self, node: &str, ctx: &mut Context<Self>) -> Addr<ImexPeerActor> {
-        let tenure = self.roster.peer(node);
+    /// The ImexPeer of `node`'s `tenure`, started if it has none yet.
+    fn peer(&mut self, node: &str, tenure: Tenure, ctx: &mut Context<Self>) -> Addr<ImexPeerActor> {
         if let Some((held, peer)) = self.peers.get(node)
             && *held == tenure
         {
@@ -428,65 +317,43 @@ impl DomainActor {
     }
 
     fn snapshot(&self) -> DomainSnapshot {
-        let readiness = self.readiness.clone();
+        let core = &self.core;
+        let readiness = core.readiness();
+        let roster = core.roster();
         DomainSnapshot {
             domain: self.domain.clone(),
-            members: self.roster.members().keys().cloned().collect(),
-            lost: self.roster.unheld_lost().cloned().collect(),
-            held: self.roster.held().cloned().collect(),
-            dropped: self.roster.dropped().iter().cloned().collect(),
-            slots: self.assignment.slots.clone(),
-            my_slot: self.assignment.slot_of(self.me()),
-            peer_set: self.peer_set.clone(),
-            phase: readiness.as_ref().map_or(Phase::NotReady, |r| r.phase),
-            ready: readiness.as_ref().map_or(0, |r| r.ready),
-            total: readiness.as_ref().map_or(0, |r| r.total),
-            local_ready: self.progress.as_ref().is_some_and(|p| p.local_ready),
-            reporter: reporter(self.roster.members()).map(str::to_owned),
+            members: roster.members().keys().cloned().collect(),
+            lost: roster.unheld_lost().cloned().collect(),
+            held: roster.held().cloned().collect(),
+            dropped: roster.dropped().iter().cloned().collect(),
+            slots: core.assignment().slots.clone(),
+            my_slot: core.my_slot(),
+            peer_set: core.peer_set().clone(),
+            phase: readiness.map_or(Phase::NotReady, |r| r.phase),
+            ready: readiness.map_or(0, |r| r.ready),
+            total: readiness.map_or(0, |r| r.total),
+            local_ready: core.progress().is_some_and(|p| p.local_ready),
+            reporter: reporter(roster.members()).map(str::to_owned),
             claims: self.claims.keys().cloned().collect(),
             restarts: self.restarts,
-            isolation: match self.role {
+            isolation: match core.role() {
                 Role::Sharing => crate::model::Isolation::Channel,
                 _ => crate::model::Isolation::ImexDomain,
             },
-            channel: match self.role {
-                Role::Sharing => self.sharing.state(&self.domain.uid).confirmed(),
-                _ => None,
-            },
-            channels: match self.role {
-                Role::SharedImex => self
-                    .my_ad
-                    .as_ref()
-                    .and_then(|ad| ad.sharing.as_ref())
-                    .map(|s| s.channels.clone())
-                    .unwrap_or_default(),
-                _ => BTreeMap::new(),
-            },
+            channel: core.channel(),
+            channels: core.channels(),
         }
     }
 
     fn reset(&mut self) {
         self.claims.clear();
-        self.my_ad = None;
-        self.awaiting_adoption = false;
         self.published = None;
         self.publishing = false;
-        self.roster.clear();
         self.peers.clear();
-        self.assignment = SlotAssignment::default();
-        // Keep the peer set: the daemon still runs with it, and an unchanged set after
-        // the rebuild must not reconfigure it.
-        self.imex_report = None;
-        self.links.clear();
-        self.lost_daemon_alive.clear();
-        self.readiness = None;
-        self.progress = None;
+        self.core.reset();
         self.status_writer = None;
         self.recompute_scheduled = false;
         self.retention_timer = None;
-        self.reporter.reset();
-        self.shared_imex.reset();
-        self.sharing.reset();
     }
 }
 
@@ -522,15 +389,8 @@ impl Handler<Recompute> for DomainActor {
 impl Handler<GossipChanged> for DomainActor {
     type Result = ();
     fn handle(&mut self, GossipChanged(live): GossipChanged, ctx: &mut Self::Context) {
-        let names: BTreeSet<NodeId> = live.keys().cloned().collect();
-        if self
-            .live_names
-            .as_ref()
-            .is_some_and(|before| *before != names)
-        {
-            self.membership_changed = Some(Instant::now());
-        }
-        self.live_names = Some(names);
+        self.core
+            .gossip_changed(live.keys().cloned().collect(), Instant::now());
         self.live = Some(live);
         self.schedule_recompute(ctx);
     }
@@ -539,25 +399,15 @@ impl Handler<GossipChanged> for DomainActor {
 impl Handler<SharedImexProgress> for DomainActor {
     type Result = ();
     fn handle(&mut self, progress: SharedImexProgress, ctx: &mut Self::Context) {
-        if let Some((episode, reason)) = &progress.failure
-            && *episode > self.imex_episode_told
-        {
-            self.imex_episode_told = *episode;
-            self.tell_imex_failing(format!(
-                "{reason} (the shared IMEX domain of clique {}: every ComputeDomain sharing it on this node is touched)",
-                self.config.clique
-            ));
-        }
-        if self.sharing.progress(progress) {
-            self.schedule_recompute(ctx);
-        }
+        let effects = self.core.shared_progress(progress);
+        self.carry_out(effects, ctx);
     }
 }
 
 impl Handler<HeldChannels> for DomainActor {
     type Result = ();
     fn handle(&mut self, HeldChannels(held): HeldChannels, ctx: &mut Self::Context) {
-        if self.shared_imex.hold(held) {
+        if self.core.hold_channels(held) {
             self.schedule_recompute(ctx);
         }
     }
@@ -604,7 +454,7 @@ impl Handler<Leave> for DomainActor {
     fn handle(&mut self, Leave { workload_gone }: Leave, _: &mut Self::Context) -> Self::Result {
         self.leaving = true;
         info!(domain = %self.domain, workload_gone, "leaving the domain");
-        if self.role != Role::Sharing {
+        if self.core.drives_imex() {
             self.imex.do_send(ReleaseImex);
         }
         let gossip = self.ports.gossip.clone();

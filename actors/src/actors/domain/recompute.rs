@@ -1,13 +1,11 @@
-//! The domain's pass: the gossip view turned into members, slots, the IMEX peer set,
-//! this node's advertisement, readiness and the claims' progress.
+//! The domain's pass carried out: the core (`rules::domain_core`) decides from the
+//! gossip view; this sends what it decided to ImexPeers, IMEX, the claims and the
+//! node, publishes the advertisement and arms the timers it asks for.
 
 use super::*;
 
 impl DomainActor {
     pub(super) fn recompute(&mut self, ctx: &mut Context<Self>) {
-        let Some(my_ad) = self.my_ad.clone() else {
-            return;
-        };
         if self.leaving {
             return;
         }
@@ -16,77 +14,26 @@ impl DomainActor {
             Some(live) => live.clone(),
             None => Arc::new(self.ports.gossip.live()),
         };
-        let view = domain_members(&self.domain.uid, &live, &self.config.clique);
-        for (node, error) in &view.malformed {
+        let Some(pass) = self.core.pass(PassInput {
+            live: &live,
+            holds_claims: !self.claims.is_empty(),
+            writing: self.status_writer.is_some(),
+            now,
+            now_ms: self.ports.clock.now_ms(),
+        }) else {
+            return;
+        };
+        for (node, error) in &pass.malformed {
             metrics::counter!(BAD_ADVERTISEMENTS).increment(1);
             debug!(domain = %self.domain, %node, %error, "unreadable advertisement ignored");
         }
-        let own = DomainMember {
-            node: self.me().to_owned(),
-            generation: live.get(self.me()).map_or(0, |m| m.generation),
-            ad: my_ad.clone(),
-        };
-        let graces = Graces {
-            retention: self.config.lost_retention,
-            rejoin: self.config.rejoin_grace,
-        };
-        let observation = self.roster.observe(
-            own,
-            view.members,
-            |node: &str| live.get(node).map(|member| member.generation),
-            now,
-            graces,
-        );
-        for change in observation.changes {
-            match change {
-                Change::Left(node) => {
-                    info!(domain = %self.domain, %node, "member left the domain");
-                    self.peers.remove(&node);
-                    self.links.remove(&node);
-                }
-                Change::Lost { node, .. } => {
-                    info!(domain = %self.domain, %node, "member lost: its daemon is silent in gossip");
-                    self.lost_daemon_alive.insert(node.clone(), true);
-                }
-                Change::Back(node) => {
-                    info!(domain = %self.domain, %node, "lost member is back");
-                }
-                Change::Forgotten(node) => {
-                    info!(domain = %self.domain, %node, "lost member forgotten after {:?}", graces.retention);
-                    self.peers.remove(&node);
-                }
-                Change::AdoptionEnded(node) => {
-                    info!(domain = %self.domain, %node, "a member the written status listed is back, or forgotten");
-                }
-            }
-        }
-        self.tell_lost_daemons(&live, ctx);
-        let remote: Vec<(NodeId, Advertised)> = self
-            .roster
-            .members()
-            .values()
-            .filter(|member| member.node != self.me())
-            .map(|member| {
-                (
-                    member.node.clone(),
-                    Advertised {
-                        generation: member.generation,
-                        imex_ready: member.ad.imex_ready,
-                        imex_failing: member.ad.imex_failing,
-                        imex_outlives_daemon: member.ad.imex_outlives_daemon,
-                    },
-                )
-            })
-            .collect();
-        for (node, advertised) in remote {
-            let peer = self.peer(&node, ctx);
-            peer.do_send(PeerSignal::Gossip { alive: true });
-            peer.do_send(PeerSignal::Advertised(advertised));
+        for change in &pass.changes {
+            self.log_change(change);
         }
         if let Some(timer) = self.retention_timer.take() {
             ctx.cancel_future(timer);
         }
-        if let Some(first) = self.roster.next_expiry(graces) {
+        if let Some(first) = pass.expiry {
             self.retention_timer = Some(ctx.run_later(
                 first.saturating_duration_since(now),
                 |act, ctx| {
@@ -95,115 +42,125 @@ impl DomainActor {
                 },
             ));
         }
+        self.carry_out(pass.effects, ctx);
+        self.publish(ctx);
+        self.carry_out(pass.report, ctx);
+    }
 
-        let imex_members = self.roster.imex_members();
-        let assignment = assign_slots(&slot_candidates(&imex_members), self.config.max_slots);
-        let my_slot = assignment.slot_of(self.me());
-        let peers = desired_peers(
-            &imex_members,
-            &assignment,
-            |node: &str| self.roster.admitted(node),
-            my_slot,
-            self.has_fabric(),
-        );
-        let drives_imex = self.role != Role::Sharing;
-        match reconfigure(&self.peer_set, &peers, self.peer_version) {
-            _ if !drives_imex => {}
-            Reconfigure::Unchanged => {}
-            Reconfigure::Release => {
-                self.peer_set = peers;
-                self.imex.do_send(ReleaseImex);
+    fn log_change(&self, change: &Change) {
+        match change {
+            Change::Left(node) => {
+                info!(domain = %self.domain, %node, "member left the domain");
             }
-            Reconfigure::Apply { version } => {
-                self.peer_set = peers.clone();
-                self.peer_version = version;
-                self.peer_set_changed = Instant::now();
-                self.imex.do_send(ApplyPeers {
+            Change::Lost { node, .. } => {
+                info!(domain = %self.domain, %node, "member lost: its daemon is silent in gossip");
+            }
+            Change::Back(node) => {
+                info!(domain = %self.domain, %node, "lost member is back");
+            }
+            Change::Forgotten(node) => {
+                info!(domain = %self.domain, %node, "lost member forgotten after {:?}", self.core.graces().retention);
+            }
+            Change::AdoptionEnded(node) => {
+                info!(domain = %self.domain, %node, "a member the written status listed is back, or forgotten");
+            }
+        }
+    }
+
+    /// Carries out what the core decided, in order.
+    pub(super) fn carry_out(&mut self, effects: Vec<DomainEffect>, ctx: &mut Context<Self>) {
+        for effect in effects {
+            match effect {
+                DomainEffect::RetirePeer(node) => {
+                    self.peers.remove(&node);
+                }
+                DomainEffect::Signal {
+                    node,
+                    tenure,
+                    signal,
+                } => self.peer(&node, tenure, ctx).do_send(signal),
+                DomainEffect::QueryImex => self.imex.do_send(QueryNow),
+                DomainEffect::ApplyPeers {
+                    version,
+                    peers,
+                    claims_in_use,
+                } => self.imex.do_send(ApplyPeers {
                     owner: ctx.address().recipient::<ImexReport>().downgrade(),
                     version,
                     peers,
-                    claims_in_use: self.resumed,
-                });
+                    claims_in_use,
+                }),
+                DomainEffect::ReleaseImex => self.imex.do_send(ReleaseImex),
+                DomainEffect::SlotChanged(slot) => self.slot_listener.do_send(SlotChanged {
+                    domain: self.domain.uid.clone(),
+                    slot,
+                }),
+                DomainEffect::Progress(progress) => {
+                    for (_, channel) in self.claims.values() {
+                        channel.do_send(progress.clone());
+                    }
+                }
+                DomainEffect::TellNode(progress) => {
+                    if let Some(listener) = &self.shared_listener {
+                        listener.do_send(progress);
+                    }
+                }
+                DomainEffect::Sharing(SharingEffect::Exhausted) => {
+                    metrics::counter!(CHANNELS_EXHAUSTED).increment(1);
+                    warn!(domain = %self.domain, channels = self.config.channels, "no free channel for the domain: every channel of the shared IMEX domain is taken");
+                }
+                DomainEffect::Sharing(SharingEffect::ChannelMoved { before, now }) => {
+                    metrics::counter!(CHANNEL_CONFLICTS).increment(1);
+                    tracing::error!(domain = %self.domain, before, now, "the domain's confirmed channel moved while this node's pods hold the old one");
+                }
+                DomainEffect::ImexFailing(reason) => self.tell_imex_failing(reason),
+                DomainEffect::ImexKept(reason) => self.tell(DomainEvent::ImexKept {
+                    node: self.me().to_owned(),
+                    reason,
+                }),
+                DomainEffect::AdoptionEnded { anew: true } => {
+                    info!(domain = %self.domain, "IMEX started anew after the restart; advertising again");
+                }
+                DomainEffect::AdoptionEnded { anew: false } => {
+                    info!(domain = %self.domain, "the adopted IMEX is ready for this node's peers; advertising again");
+                    self.schedule_recompute(ctx);
+                }
+                DomainEffect::CheckAdoptionAt(at) => {
+                    ctx.run_later(at.saturating_duration_since(Instant::now()), |act, ctx| {
+                        act.end_adoption_wait(ctx)
+                    });
+                }
+                DomainEffect::ReadWritten => self.read_written(ctx),
+                DomainEffect::StopWriter => {
+                    if self.status_writer.take().is_some() {
+                        info!(domain = %self.domain, "no longer the domain's reporter");
+                    }
+                }
+                DomainEffect::StartWriter {
+                    term,
+                    written,
+                    adopted,
+                    members,
+                } => {
+                    for node in &adopted {
+                        warn!(domain = %self.domain, %node, "the written status lists a member nobody here saw leave: listing it lost");
+                    }
+                    info!(domain = %self.domain, members, term, "this node is now the domain's reporter");
+                    self.start_writer(term, written.as_ref());
+                }
+                DomainEffect::ReportHeld { unaccounted } => {
+                    debug!(domain = %self.domain, ?unaccounted, "not reporting yet: the written status lists members not seen here yet");
+                }
+                DomainEffect::PublishStatus(document) => {
+                    if let Some(writer) = &self.status_writer {
+                        writer.do_send(PublishStatus(document));
+                    }
+                }
+                DomainEffect::Events(events) => self.tell_all(events),
+                DomainEffect::PassAt(at) => self.recompute_at(at, ctx),
+                DomainEffect::Pass => self.schedule_recompute(ctx),
             }
         }
-
-        let report = self.imex_report.as_ref().map(|r| DaemonReport {
-            version: r.version,
-            running: r.running,
-            ready: r.ready,
-        });
-        let mut new_ad = my_ad.clone();
-        new_ad.slot = my_slot;
-        new_ad.imex_ready =
-            imex_ready(self.has_fabric(), report, self.peer_version, &self.peer_set);
-        // Failing while the daemon is down and being restarted: once one runs again
-        // it is forming, not failing, even inside its episode. That change is what
-        // lets peers that dropped this node past their link grace take it back
-        // (`rules::peer_health`): not ready until they list it, it could not say so
-        // through its readiness.
-        new_ad.imex_failing = !new_ad.imex_ready
-            && self
-                .imex_report
-                .as_ref()
-                .is_some_and(|r| r.failure.is_some() && !r.running);
-        let channel = match self.role {
-            Role::Exclusive => ChannelState::Unassigned,
-            Role::SharedImex => {
-                self.assign_channels(&live, &mut new_ad, ctx);
-                ChannelState::Unassigned
-            }
-            Role::Sharing => self.follow_shared_imex(&mut new_ad),
-        };
-        if new_ad.slot != my_ad.slot {
-            self.slot_listener.do_send(SlotChanged {
-                domain: self.domain.uid.clone(),
-                slot: my_slot,
-            });
-        }
-        if new_ad != my_ad {
-            self.my_ad = Some(new_ad.clone());
-            let me = self.me().to_owned();
-            self.roster.update_own(&me, new_ad);
-        }
-        self.publish(ctx);
-
-        let readiness = self.roster.readiness(&assignment, self.domain.num_nodes);
-        // A sharing domain's pods wait for its channel too: handed out only once every
-        // node of the shared IMEX domain agrees on it.
-        let channel_waits = match self.role {
-            Role::Sharing => channel.waiting(self.config.channels),
-            _ => None,
-        };
-        let local_ready = channel_waits.is_none()
-            && self
-                .roster
-                .members()
-                .get(self.me())
-                .is_some_and(|me| node_ready(me, &assignment, true));
-        let summary = match &channel_waits {
-            Some(why) => format!("domain {}: {readiness}; {why}", self.domain),
-            None => format!("domain {}: {readiness}", self.domain),
-        };
-        let progress = Progress {
-            local_ready,
-            domain_ready: readiness.is_ready() && channel_waits.is_none(),
-            slot: my_slot,
-            channel: channel.confirmed(),
-            summary,
-        };
-        if self.progress.as_ref() != Some(&progress) {
-            for (_, channel) in self.claims.values() {
-                channel.do_send(progress.clone());
-            }
-            self.progress = Some(progress);
-        }
-
-        if observation.members_changed {
-            self.membership_changed = Some(now);
-        }
-        self.assignment = assignment;
-        self.report(&readiness, ctx);
-        self.readiness = Some(readiness);
     }
 
     /// Arms a recompute at `at` (one at a time: the earliest wins).

@@ -1,5 +1,5 @@
-//! The reporter role carried out: reading the written status, the status writer,
-//! documents and events (`rules::reporter_role` decides).
+//! The reporter role carried out: reading the written status, the status writer and
+//! the events (`rules::domain_core` and `rules::reporter_role` decide).
 
 use super::*;
 
@@ -10,11 +10,7 @@ impl DomainActor {
         ctx.spawn(async move { sink.read(&domain).await }.into_actor(self).map(
             |read, act, ctx| {
                 let error = read.as_ref().err().map(ToString::to_string);
-                let now = Instant::now();
-                match act
-                    .reporter
-                    .read_finished(read, now, act.config.status_takeover_grace)
-                {
+                match act.core.read_finished(read, Instant::now()) {
                     ReadOutcome::Stale => {}
                     ReadOutcome::Read => act.schedule_recompute(ctx),
                     ReadOutcome::WithoutIt => {
@@ -30,111 +26,36 @@ impl DomainActor {
         ));
     }
 
-    /// Writes status and events, if this node is the reporter (`ReporterRole`).
-    pub(super) fn report(&mut self, readiness: &Readiness, ctx: &mut Context<Self>) {
-        if self.role == Role::SharedImex {
-            // Not a ComputeDomain: its faults are reported on the sharing domains.
-            return;
-        }
-        let now = Instant::now();
-        let live = self.live_names.clone().unwrap_or_default();
-        let step = self.reporter.step(ReporterInput {
-            now,
-            now_ms: self.ports.clock.now_ms(),
-            alone: self
-                .live_names
-                .as_ref()
-                .is_none_or(|names| names.len() <= 1),
-            membership_changed: self.membership_changed,
-            named: reporter(self.roster.members()) == Some(self.me()),
-            witnessed: self.roster.witnessed(),
-            live: &live,
-            timing: ReporterTiming {
-                settle: self.config.reporter_settle,
-                settle_max: self.config.reporter_settle_max,
-                takeover_grace: self.config.status_takeover_grace,
-            },
-        });
-        match step {
-            ReporterStep::Settling { at } => return self.recompute_at(at, ctx),
-            ReporterStep::NotReporter => {
-                if self.status_writer.take().is_some() {
-                    info!(domain = %self.domain, "no longer the domain's reporter");
-                }
-                return;
-            }
-            ReporterStep::ReadWritten => return self.read_written(ctx),
-            ReporterStep::Reading => return,
-            ReporterStep::Hold { until, unaccounted } => {
-                debug!(domain = %self.domain, ?unaccounted, "not reporting yet: the written status lists members not seen here yet");
-                return self.recompute_at(until, ctx);
-            }
-            ReporterStep::Report { adopt, start } => {
-                if let Some(tenure) = start {
-                    for row in &adopt {
-                        warn!(domain = %self.domain, node = %row.name, "the written status lists a member nobody here saw leave: listing it lost");
-                    }
-                    self.roster.adopt(adopt, now);
-                    info!(domain = %self.domain, members = self.roster.members().len(), term = tenure.term, "this node is now the domain's reporter");
-                    self.status_writer = Some(
-                        StatusWriterActor::new(
-                            self.domain.clone(),
-                            self.ports.status.clone(),
-                            self.ports.events.clone(),
-                            self.ports.gossip.clone(),
-                            StatusWrites::new(
-                                self.config.status_quiet,
-                                self.config.status_max_delay,
-                                tenure.written.as_ref(),
-                                tenure.term,
-                            )
-                            .holding_degradation(self.config.status_degradation_hold),
-                        )
-                        .start(),
-                    );
-                    if !self.roster.adopted().is_empty() {
-                        // Their retention is timed from now.
-                        self.schedule_recompute(ctx);
-                    }
-                }
-            }
-        }
-        let Some(writer) = &self.status_writer else {
-            return;
-        };
-        let mut document =
-            self.roster
-                .status_document(&self.assignment, readiness, self.domain.num_nodes);
-        if self.role == Role::Sharing {
-            document.channel = self.sharing.status_channel(&self.domain.uid);
-        }
-        writer.do_send(PublishStatus(document));
-        if self.role == Role::Sharing {
-            self.announce_shared_faults();
-        }
+    /// A status writer for this node's tenure `term`, from the status as `written`.
+    pub(super) fn start_writer(&mut self, term: u64, written: Option<&DomainStatus>) {
+        self.status_writer = Some(
+            StatusWriterActor::new(
+                self.domain.clone(),
+                self.ports.status.clone(),
+                self.ports.events.clone(),
+                self.ports.gossip.clone(),
+                StatusWrites::new(
+                    self.config.status_quiet,
+                    self.config.status_max_delay,
+                    written,
+                    term,
+                )
+                .holding_degradation(self.config.status_degradation_hold),
+            )
+            .start(),
+        );
+    }
 
-        // A held member is not announced lost: no job of it felt anything.
-        let events = self.reporter.announce(Announced {
-            // A held member never left, so its return is no join either.
-            members: self
-                .roster
-                .members()
-                .keys()
-                .chain(self.roster.held())
-                .cloned()
-                .collect(),
-            lost: self.roster.unheld_lost().cloned().collect(),
-        });
-        if !events.is_empty() {
-            let sink = self.ports.events.clone();
-            let domain = self.domain.clone();
-            actix::spawn(async move {
-                for event in events {
-                    if let Err(error) = sink.emit(&domain, event).await {
-                        warn!(%domain, %error, "event not recorded");
-                    }
+    /// Emits `events` on the domain, in order.
+    pub(super) fn tell_all(&self, events: Vec<DomainEvent>) {
+        let sink = self.ports.events.clone();
+        let domain = self.domain.clone();
+        actix::spawn(async move {
+            for event in events {
+                if let Err(error) = sink.emit(&domain, event).await {
+                    warn!(%domain, %error, "event not recorded");
                 }
-            });
-        }
+            }
+        });
     }
 }
