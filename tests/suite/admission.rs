@@ -19,12 +19,12 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
+use domaind_backends::kube::slices::desired_slices;
+use domaind_backends::kube::{PoolSpec, domain_ref, status_apply_body};
 use domaind_e2e::cluster::{DRIVER, create_namespace, install_crd_and_device_classes, require};
 use domaind_e2e::tokens::{NodeTokens, bound_node, client_from};
 use domaind_kube_api::crd::{ComputeDomain, ComputeDomainNode, ComputeDomainStatus, Phase};
 use domaind_kube_api::names::NODE_FIELD_MANAGER;
-use domaind_node::kube::slices::desired_slices;
-use domaind_node::kube::{PoolSpec, domain_ref, status_apply_body};
 
 /// What the API server answered a write: `Ok`, or the refusal's code and message.
 type Answer = Result<(), (u16, String)>;

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use domaind_actors::model::{AllocationMode, ClaimRef, Phase, ReadinessPolicy};
+use domaind_backends::local::{ClaimFile, ComputeDomainRef};
 use domaind_kube_api::crd;
 use domaind_kubelet_plugin::DraVersion;
-use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_node::run::NodeView;
 use domaind_testbed::rack::{LocalRack, RackSpec, http_get, node_view, prepare_until_ready};
 

@@ -20,10 +20,10 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use domaind_backends::kube::delete_node_slices;
+use domaind_backends::kube::slices::{CLIQUE_SLICE_LABEL, GOSSIP_ADDRESS_ANNOTATION};
 use domaind_gpu::Topology;
 use domaind_loopback::{E2E_DISCOVERY, addr};
-use domaind_node::kube::delete_node_slices;
-use domaind_node::kube::slices::{CLIQUE_SLICE_LABEL, GOSSIP_ADDRESS_ANNOTATION};
 use domaind_testbed::rack::{LocalRack, RackBackend, RackSpec, http_get, short_temp_dir};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Api, ListParams};

@@ -5,12 +5,12 @@ use domaind_testkit::poll_for;
 use std::time::{Duration, Instant};
 
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
+use domaind_backends::local::{ClaimFile, ComputeDomainRef};
 use domaind_kube_api::crd;
 use domaind_kubelet_plugin::client::{ClaimAnswer, KubeletClient, register};
 use domaind_kubelet_plugin::{DraVersion, PreparedDevice};
-use domaind_node::cdi::{CdiWriter, ClaimUid};
-use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_node::run::NodeView;
+use domaind_prepare::cdi::{CdiWriter, ClaimUid};
 use domaind_testbed::rack::{
     LocalRack, RackSpec, http_get, node_view, prepare_until_ready, short_temp_dir,
 };

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
-use domaind_node::local::{ClaimFile, ComputeDomainRef};
+use domaind_backends::local::{ClaimFile, ComputeDomainRef};
 use domaind_node::run::NodeView;
 use domaind_testbed::rack::{LocalRack, RackSpec, http_get, prepare_until_ready, short_temp_dir};
 

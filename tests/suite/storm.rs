@@ -15,10 +15,10 @@
 use std::time::Duration;
 
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
+use domaind_backends::local::{ClaimFile, ComputeDomainRef};
 use domaind_chaos::schedule::SplitMix64;
 use domaind_kubelet_plugin::DraVersion;
 use domaind_kubelet_plugin::client::{ClientError, KubeletClient};
-use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_node::run::NodeView;
 use domaind_testbed::rack::{LocalRack, RackSpec, node_view, prepare_until_ready, short_temp_dir};
 use tokio::task::JoinSet;

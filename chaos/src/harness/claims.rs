@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
+use domaind_backends::local::{ClaimFile, ComputeDomainRef};
 use domaind_kubelet_plugin::DraVersion;
 use domaind_kubelet_plugin::client::KubeletClient;
-use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_testbed::rack::{PrepareAnswer, prepare_until_ready};
 use tokio::task::JoinHandle;
 

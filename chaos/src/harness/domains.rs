@@ -3,7 +3,7 @@
 //! channels. The channels invariant itself is `crate::channels`, checked on every tick.
 
 use domaind_actors::model::{ChannelId, Isolation};
-use domaind_node::local::ComputeDomainRef;
+use domaind_backends::local::ComputeDomainRef;
 
 use super::{DOMAIN_NAME, Harness, NAMESPACE};
 use crate::channels;

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use domaind_actors::model::Isolation;
-use domaind_node::local::ComputeDomainRef;
+use domaind_backends::local::ComputeDomainRef;
 use domaind_testbed::rack::{LocalRack, RackSpec, short_temp_dir};
 
 use crate::cliques::CliqueMap;

@@ -4,8 +4,8 @@
 //! cliques invariant to look at on every observation, beside the first clique's
 //! faults. A daemon of theirs that dies on its own is a crash like any other.
 
+use domaind_backends::local::ComputeDomainRef;
 use domaind_kubelet_plugin::DraVersion;
-use domaind_node::local::ComputeDomainRef;
 use domaind_testbed::rack::{PrepareAnswer, prepare_until_ready};
 use tokio::task::JoinHandle;
 

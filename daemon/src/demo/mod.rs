@@ -26,8 +26,8 @@ use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
 use claims::{claim_file, claim_ref, claim_uid, demo_uid, domain_name};
+use domaind_backends::local::{ClaimFile, ComputeDomainRef};
 use domaind_kubelet_plugin::DraVersion;
-use domaind_node::local::{ClaimFile, ComputeDomainRef};
 use domaind_testbed::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};
 use output::{print_how_to_poke, print_rack_line};
 use restart::{DaemonKill, daemon_kill};

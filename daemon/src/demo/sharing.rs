@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use domaind_actors::model::{AllocationMode, ClaimRef, Isolation, ReadinessPolicy};
+use domaind_backends::local::{ClaimFile, ComputeDomainRef};
 use domaind_kube_api::crd::{self, ComputeDomainStatus};
 use domaind_kube_api::names::DEFAULT_DRIVER_NAME;
 use domaind_kubelet_plugin::DraVersion;
 use domaind_kubelet_plugin::client::KubeletClient;
-use domaind_node::cdi::{CdiWriter, ClaimUid, Spec, channel_device_path};
-use domaind_node::local::{ClaimFile, ComputeDomainRef};
+use domaind_prepare::cdi::{CdiWriter, ClaimUid, Spec, channel_device_path};
 use domaind_testbed::rack::{LocalRack, node_view, prepare_until_ready};
 use serde::Serialize;
 

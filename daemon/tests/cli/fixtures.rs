@@ -1,7 +1,7 @@
 //! What several subcommand tests build alike.
 
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
-use domaind_node::local::{ClaimFile, ComputeDomainRef};
+use domaind_backends::local::{ClaimFile, ComputeDomainRef};
 
 /// A claim file of namespace `team-a` (`name`, `uid`) for the ComputeDomain `domain`
 /// (`domain_uid`) of `num_nodes`, one channel, and its reference.

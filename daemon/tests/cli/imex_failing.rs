@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use domaind_actors::model::{ClaimRef, ReadinessPolicy};
+use domaind_backends::local::{ClaimFile, LocalDir};
 use domaind_kube_api::crd::{ComputeDomainStatus, Phase};
 use domaind_kubelet_plugin::DraVersion;
-use domaind_node::local::{ClaimFile, LocalDir};
 
 use crate::fixtures::claim_of;
 use domaind_node::run::{NodeView, RunInfo};

@@ -12,9 +12,9 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use domaind_actors::model::{ClaimRef, ReadinessPolicy};
+use domaind_backends::local::ClaimFile;
 use domaind_imex::processes::parse_killed;
 use domaind_kubelet_plugin::DraVersion;
-use domaind_node::local::ClaimFile;
 
 use crate::fixtures::claim_of;
 use domaind_node::run::{ImexView, RunInfo};

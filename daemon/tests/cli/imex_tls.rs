@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use domaind_actors::model::{ClaimRef, ReadinessPolicy};
+use domaind_backends::local::ClaimFile;
 use domaind_imex::config::parse_config;
 use domaind_kubelet_plugin::DraVersion;
-use domaind_node::local::ClaimFile;
 
 use crate::fixtures::claim_of;
 use domaind_testbed::rack::{LocalRack, RackSpec, prepare_until_ready, short_temp_dir};

@@ -10,9 +10,9 @@ use domaind_actors::model::{DEFAULT_MAX_SLOTS, ReadinessPolicy, Slot};
 use domaind_gossip::NodeName;
 use domaind_kube_api::args::{HttpArgs, KubeArgs, NodeHttp};
 
-use crate::cdi::DEFAULT_CDI_DIR;
 use crate::certs::ImexNames;
 use domaind_imex::{Command, HostUnit};
+use domaind_prepare::cdi::DEFAULT_CDI_DIR;
 
 /// Where a node learns its clique-mates' gossip addresses (`--seed-discovery`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -160,7 +160,7 @@ pub struct RunArgs {
     /// Kubernetes backend: channel devices this node publishes in its ResourceSlices
     /// (channel-0 .. channel-N-1). Each pod's claim takes one, so this is how many pods of
     /// one ComputeDomain can run on the node; every one gets the domain's channel.
-    #[arg(long, env = "DOMAIND_CHANNEL_DEVICES", default_value_t = crate::kube::slices::DEFAULT_CHANNEL_DEVICES, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::kube::slices::MAX_CHANNEL_DEVICES)))]
+    #[arg(long, env = "DOMAIND_CHANNEL_DEVICES", default_value_t = domaind_backends::kube::slices::DEFAULT_CHANNEL_DEVICES, value_parser = clap::value_parser!(u32).range(1..=i64::from(domaind_backends::kube::slices::MAX_CHANNEL_DEVICES)))]
     pub channel_devices: u32,
 
     /// Kubernetes backend: what happens to this node's ResourceSlices when the daemon

@@ -49,19 +49,19 @@ pub use state::{
 };
 pub use vitals::Vitals;
 
-use crate::cdi::CdiWriter;
-use crate::devices::{ChannelDevices, DeviceRoots};
-use crate::kube::{KubeBackend, KubeSettings};
-use crate::local::{
+use domaind_backends::kube::{KubeBackend, KubeSettings};
+use domaind_backends::local::{
     LocalClaimExistence, LocalClaimSource, LocalDir, LocalEventSink, LocalStaleClaimNotices,
     LocalStatusSink,
 };
-use crate::prepare::{ChannelInjection, PrepareService};
-use crate::stale::{NodeClaims, StaleClaimChecker};
+use domaind_backends::stale::{NodeClaims, StaleClaimChecker};
 use domaind_checkpoint::{CheckpointConfig, FileCheckpointStore};
 use domaind_gpu::GpuInventory;
 use domaind_imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
 use domaind_kubelet_plugin::{DriverName, KubeletPluginServer, PluginServerConfig};
+use domaind_prepare::cdi::CdiWriter;
+use domaind_prepare::devices::{ChannelDevices, DeviceRoots};
+use domaind_prepare::{ChannelInjection, PrepareService};
 
 /// How often the TLS files are checked for rotation.
 const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);

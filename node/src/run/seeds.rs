@@ -1,5 +1,5 @@
 //! Where a node's gossip seeds come from: its clique-mates in the API server
-//! ([`crate::kube::peers`]), a static `--seed` list, or nowhere (a node without fabric
+//! ([`domaind_backends::kube::peers`]), a static `--seed` list, or nowhere (a node without fabric
 //! gossips with nobody).
 //!
 //! Static seeds that are DNS names are resolved here rather than by chitchat, which
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::args::{Backend, SeedDiscovery};
-use crate::kube::SeedSink;
+use domaind_backends::kube::SeedSink;
 
 /// Addresses taken from one name at most.
 pub const MAX_ADDRESSES_PER_NAME: usize = 32;

@@ -35,8 +35,8 @@ pub use node::RackNode;
 pub use probe::{PrepareAnswer, http_get, http_get_over, node_view, prepare_until_ready};
 
 use domaind_actors::model::CliqueId;
+use domaind_backends::local::LocalDir;
 use domaind_gpu::Topology;
-use domaind_node::local::LocalDir;
 use domaind_node::run::RunInfo;
 
 /// A made-up major for `nvidia-caps-imex-channels`: machines without the driver have

@@ -34,12 +34,12 @@ use tracing::{error, info, warn};
 
 use super::claim::{allocated_claim, is_reserved};
 use super::domains::{DomainCache, domain_ref};
-use crate::cdi::{CdiWriter, ClaimChannels, ClaimUid, Kind};
 use domaind_backoff::Backoff;
 use domaind_checkpoint::{FileCheckpointStore, LoadOutcome};
 use domaind_kube_api::api::{ApiError, bounded};
 use domaind_kube_api::crd::ComputeDomain;
 use domaind_kube_api::names::DOMAIN_CHANNEL;
+use domaind_prepare::cdi::{CdiWriter, ClaimChannels, ClaimUid, Kind};
 
 /// Claims seen by reconciliation, by `outcome`: `restored`, `skipped`; and `failed`
 /// once for a reconciliation that could not reach the API server in time.

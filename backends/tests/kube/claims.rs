@@ -7,7 +7,7 @@ use domaind_actors::model::{
     AllocatedDevice, AllocationMode, ClaimInfo, ClaimRef, DomainRef, DomainUid,
 };
 use domaind_actors::ports::{ClaimError, ClaimSource};
-use domaind_node::kube::{BAD_CLAIMS, DomainCache, KubeClaimSource};
+use domaind_backends::kube::{BAD_CLAIMS, DomainCache, KubeClaimSource};
 use kube::runtime::watcher;
 use metrics_util::debugging::DebuggingRecorder;
 use serde_json::{Value, json};

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use domaind_backends::kube::slices::{PoolSpec, desired_slices, slice_name};
+use domaind_backends::kube::{SlicePublisher, delete_node_slices, watch_slices};
 use domaind_kube_api::names::NODE_FIELD_MANAGER;
-use domaind_node::kube::slices::{PoolSpec, desired_slices, slice_name};
-use domaind_node::kube::{SlicePublisher, delete_node_slices, watch_slices};
 use futures::StreamExt as _;
 use futures::channel::mpsc;
 use http::Method;

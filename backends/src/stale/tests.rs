@@ -12,8 +12,8 @@ use domaind_actors::{GetSnapshot, NodeConfig, Ports};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 use super::*;
-use crate::cdi::{CdiWriter, ClaimChannels, ClaimUid};
-use crate::prepare::{ChannelInjection, PrepareService};
+use domaind_prepare::cdi::{CdiWriter, ClaimChannels, ClaimUid};
+use domaind_prepare::{ChannelInjection, PrepareService};
 
 const DRIVER: &str = "compute-domain.nvidia.com";
 

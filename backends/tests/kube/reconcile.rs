@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use domaind_actors::model::{AllocationMode, ReadinessPolicy};
 use domaind_actors::ports::{CheckpointStore, PrepareState};
+use domaind_backends::kube::reconcile::{RebuildInput, Rebuilt, rebuild};
+use domaind_backends::kube::{DomainCache, ReconcileSettings, ReconcilingCheckpointStore};
 use domaind_checkpoint::{CheckpointConfig, FileCheckpointStore, LoadOutcome};
 use domaind_kube_api::crd::ComputeDomain;
-use domaind_node::cdi::{CdiWriter, ClaimChannels, ClaimUid, Kind};
-use domaind_node::kube::reconcile::{RebuildInput, Rebuilt, rebuild};
-use domaind_node::kube::{DomainCache, ReconcileSettings, ReconcilingCheckpointStore};
+use domaind_prepare::cdi::{CdiWriter, ClaimChannels, ClaimUid, Kind};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::{Value, json};
 

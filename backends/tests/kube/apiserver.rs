@@ -1,8 +1,8 @@
 //! What the kube backend's tests share: the project's scripted API server
 //! (`domaind_kube_api::testing`), and the objects and caches they start from.
 
+use domaind_backends::kube::DomainCache;
 use domaind_kube_api::crd::ComputeDomain;
-use domaind_node::kube::DomainCache;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use serde_json::{Value, json};

@@ -11,8 +11,8 @@ use domaind_actors::model::{
     AllocationMode, ClaimInfo, ClaimRef, DomainRef, DomainUid, ReadinessPolicy,
 };
 use domaind_actors::ports::{ClaimRecord, PrepareState};
-use domaind_node::kube::{KubeClaimSource, KubeStaleClaimNotices};
-use domaind_node::stale::{
+use domaind_backends::kube::{KubeClaimSource, KubeStaleClaimNotices};
+use domaind_backends::stale::{
     ClaimExistence, FoundClaim, Lookup, PreparedClaims, StaleClaimChecker, StaleReason,
 };
 use http::Method;

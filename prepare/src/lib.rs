@@ -7,6 +7,9 @@
 //! per node); a domain sharing the clique's IMEX domain has the channel the shared
 //! domain confirmed for it, which no other domain has.
 
+pub mod cdi;
+pub mod devices;
+
 use std::sync::Arc;
 
 use actix::Addr;

@@ -5,8 +5,8 @@ use std::time::Duration;
 use domaind_actors::model::{DomainRef, DomainUid, Phase};
 use domaind_actors::ports::StatusSink;
 use domaind_actors::rules::status::{DomainStatus, NodeStatus};
+use domaind_backends::kube::KubeStatusSink;
 use domaind_kube_api::names::NODE_FIELD_MANAGER;
-use domaind_node::kube::KubeStatusSink;
 use metrics_util::debugging::DebuggingRecorder;
 use serde_json::{Value, json};
 

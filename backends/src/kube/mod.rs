@@ -51,9 +51,9 @@ pub use slices::PoolSpec;
 pub use stale::{KubeStaleClaimNotices, node_reference, released_kube_event};
 pub use status::{KubeStatusSink, status_apply_body};
 
-use crate::cdi::CdiWriter;
 use crate::stale::{PreparedClaims, StaleClaimChecker};
 use domaind_checkpoint::FileCheckpointStore;
+use domaind_prepare::cdi::CdiWriter;
 
 /// Claims refused for something wrong with them, by `reason`.
 pub const BAD_CLAIMS: &str = "domaind_kube_bad_claims_total";

@@ -3,13 +3,13 @@
 //! The schema is outside data, not part of the repository: the test reads it from
 //! `$DOMAIND_CDI_SCHEMA_DIR` (`../shared/cdi`: `schema.json` and `defs.json`) and is
 //! ignored unless asked for (`--ignored`). Our own structural invariants are checked
-//! everywhere by the unit tests of `domaind_node::cdi`.
+//! everywhere by the unit tests of `domaind_prepare::cdi`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use domaind_kube_api::names::DEFAULT_DRIVER_NAME;
-use domaind_node::cdi::{CdiWriter, ClaimChannels, ClaimUid};
+use domaind_prepare::cdi::{CdiWriter, ClaimChannels, ClaimUid};
 use jsonschema::{Registry, Validator};
 use serde_json::{Value, json};
 

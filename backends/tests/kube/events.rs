@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use domaind_actors::model::{DomainRef, DomainUid};
 use domaind_actors::ports::{DomainEvent, EventSink};
-use domaind_node::kube::KubeEventSink;
+use domaind_backends::kube::KubeEventSink;
 use http::Method;
 use serde_json::{Value, json};
 
