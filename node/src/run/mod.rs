@@ -9,6 +9,7 @@
 //! (Kubernetes backend) stop publishing slices, deleting them if told to.
 
 mod args;
+mod daemon;
 mod http;
 mod info;
 mod ports;
@@ -18,23 +19,19 @@ mod state;
 mod tls;
 mod vitals;
 
-use std::net::SocketAddr;
+use daemon::Daemon;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Actor;
 use anyhow::Context as _;
 use domaind_actors::model::CliqueId;
-use domaind_actors::{Depart, NodeActor, NodeConfig, Ports};
+use domaind_gossip::EagerGossip;
 use domaind_gossip::identity::IMEX_SHARED_NAME;
-use domaind_gossip::pulse::PulseTiming;
-use domaind_gossip::tls::NodeTls;
 use domaind_gossip::transport::TransportLimits;
-use domaind_gossip::{EagerGossip, GossipConfig, GossipNode, cluster_id_for_clique};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 pub use args::{
@@ -49,19 +46,10 @@ pub use state::{
 };
 pub use vitals::Vitals;
 
-use domaind_backends::kube::{KubeBackend, KubeSettings};
-use domaind_backends::local::{
-    LocalClaimExistence, LocalClaimSource, LocalDir, LocalEventSink, LocalStaleClaimNotices,
-    LocalStatusSink,
-};
-use domaind_backends::stale::{NodeClaims, StaleClaimChecker};
-use domaind_checkpoint::{CheckpointConfig, FileCheckpointStore};
 use domaind_gpu::GpuInventory;
-use domaind_imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
-use domaind_kubelet_plugin::{DriverName, KubeletPluginServer, PluginServerConfig};
-use domaind_prepare::cdi::CdiWriter;
+use domaind_imex::{AddressingMode, Command, ImexSettings};
+use domaind_prepare::ChannelInjection;
 use domaind_prepare::devices::{ChannelDevices, DeviceRoots};
-use domaind_prepare::{ChannelInjection, PrepareService};
 
 /// How often the TLS files are checked for rotation.
 const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
@@ -88,336 +76,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // A panic on any thread or task ends the process (see `vitals`).
     let vitals = Arc::new(Vitals::default());
     vitals::install_panic_hook(vitals.clone());
-    system.block_on(serve(args, metrics, vitals))
-}
-
-async fn serve(
-    args: RunArgs,
-    metrics: PrometheusHandle,
-    vitals: Arc<Vitals>,
-) -> anyhow::Result<()> {
-    let node = args.node_name.clone();
-    info!(node = %node, ip = %args.pod_ip, backend = ?args.backend, "domaind starting");
-
-    let stop_certs = CancellationToken::new();
-    let gossip_tls = tls::prepare(&args, &metrics, &stop_certs).await?;
-    let paths = gossip_tls.paths.clone();
-    let tls = NodeTls::load(paths.clone(), node.clone()).with_context(|| {
-        format!(
-            "cannot load gossip TLS files for node {node}: {}, {}, {}",
-            paths.ca_cert.display(),
-            paths.cert.display(),
-            paths.key.display()
-        )
-    })?;
-    let _reloader = tls.spawn_reloader(TLS_RELOAD_INTERVAL);
-    // IMEX's links follow the certificate gossip accepted, through every rotation.
-    let imex_credentials = tls.files();
-    let clique = discover_clique(&args).await?;
-    info!(clique = %clique, "clique discovered");
-
-    // Opens whatever the state directory's state: a full or read-only one is served
-    // from memory and reported (readiness, /state, metrics, events), not fatal.
-    let checkpoint = FileCheckpointStore::open(CheckpointConfig::new(&args.state_dir))
-        .with_context(|| format!("cannot open the checkpoint in {}", args.state_dir.display()))?;
-    let persistence = checkpoint.persistence();
-    let checkpoint_events = checkpoint.clone();
-
-    let injection = channel_injection(&args)?;
-    let cdi = CdiWriter::new(&args.cdi_dir, &args.kube.driver_name)
-        .with_context(|| format!("invalid driver name {:?}", args.kube.driver_name))?;
-    for stale in cdi.remove_stale_temp_files().unwrap_or_default() {
-        info!(file = %stale, "removed a CDI file an interrupted write left");
-    }
-
-    let cluster_id = cluster_id_for_clique(&clique.0);
-    let seed_plan = seeds::plan(args.seed_discovery, args.backend, &clique.0, &args.seeds)?;
-    seeds::announce(&seed_plan);
-    let static_names = match &seed_plan {
-        SeedPlan::Static(listed) => {
-            let (addresses, names) = seeds::split(listed);
-            Some((
-                addresses,
-                StaticSeeds::new(names, node.as_str(), seeds::system_resolver()),
-            ))
-        }
-        SeedPlan::Nobody | SeedPlan::ApiServer => None,
-    };
-    let mut gossip_config = GossipConfig::new(
-        node.clone(),
-        SocketAddr::new(args.pod_ip, args.gossip_port),
-        cluster_id.clone(),
-    );
-    if let Some((addresses, names)) = &static_names {
-        let resolved = names.resolve().await;
-        gossip_config.seeds = addresses
-            .iter()
-            .chain(&resolved)
-            .map(ToString::to_string)
-            .collect();
-    }
-    gossip_config.timing.gossip_interval = args.gossip_interval;
-    gossip_config.timing.pulse = PulseTiming {
-        interval: args.pulse_interval,
-        dead_after: args.gossip_dead_after,
-    };
-    gossip_config.timing.eager = eager_gossip(args.gossip_push_fanout);
-    let gossip = Arc::new(
-        GossipNode::start_tls(gossip_config, tls, gossip_limits(&args))
-            .await
-            .context("cannot start gossip")?,
-    );
-    let _gossip_watch = vitals::watch_gossip(vitals.clone(), &gossip);
-    let stop_seeds = CancellationToken::new();
-    let static_resolving = static_names
-        .filter(|(_, names)| !names.is_empty())
-        .map(|(_, names)| {
-            tokio::spawn(names.follow(gossip.clone(), seeds::RESOLVE_INTERVAL, stop_seeds.clone()))
-        });
-
-    let imex = Arc::new(ImexDaemon::with_credentials(
-        imex_settings(&args, &paths.cert)?,
-        imex_credentials,
-    ));
-    let imex_catching_up = imex.catching_up();
-    let mut kube = None;
-    let mut local_dir = None;
-    let ports = match args.backend {
-        Backend::Kube => {
-            let client = domaind_kube_api::client().await?;
-            let mut backend = KubeBackend::start(
-                client,
-                KubeSettings {
-                    node: node.to_string(),
-                    driver: args.kube.driver_name.clone(),
-                    clique: clique.0.clone(),
-                    channel_devices: args.channel_devices,
-                    gossip_addr: Some(gossip.gossip_addr()),
-                    default_readiness: args.default_readiness.into(),
-                    api_timeout: args.kube.kube_api_timeout,
-                    reconcile_timeout: args.reconcile_timeout,
-                },
-                checkpoint,
-                cdi.clone(),
-            );
-            if seed_plan == SeedPlan::ApiServer {
-                backend.discover_seeds(gossip.clone());
-            }
-            let ports = Ports {
-                gossip: Arc::new(GossipPort(gossip.clone())),
-                imex,
-                status: backend.status.clone(),
-                events: backend.events.clone(),
-                claims: backend.claims.clone(),
-                checkpoint: backend.checkpoint.clone(),
-                clock: Arc::new(SystemClock),
-            };
-            kube = Some(backend);
-            ports
-        }
-        Backend::Local => {
-            let dir = LocalDir::new(
-                args.local_dir
-                    .clone()
-                    .context("--local-dir is required with --backend local")?,
-            );
-            local_dir = Some(dir.clone());
-            Ports {
-                gossip: Arc::new(GossipPort(gossip.clone())),
-                imex,
-                status: Arc::new(LocalStatusSink::new(dir.clone())),
-                events: Arc::new(LocalEventSink::new(dir.clone(), node.as_str())),
-                claims: Arc::new(LocalClaimSource::new(
-                    dir,
-                    node.as_str(),
-                    &args.kube.driver_name,
-                )),
-                checkpoint: Arc::new(checkpoint),
-                clock: Arc::new(SystemClock),
-            }
-        }
-    };
-    // Before the node actor loads the checkpoint: damage found there is told.
-    checkpoint_events.report_events_to(node.as_str(), ports.events.clone());
-    let readiness = Arc::new(http::Readiness::default());
-    let _persistence_readiness = tokio::spawn(readiness::hold_while(
-        persistence.clone(),
-        readiness.clone(),
-        "checkpoint",
-        readiness::persistence_hold,
-    ));
-    let _imex_readiness = tokio::spawn(readiness::hold_while(
-        imex_catching_up,
-        readiness.clone(),
-        "imex",
-        readiness::catch_up_hold,
-    ));
-    let mut config = NodeConfig::new(node.as_str(), args.pod_ip, clique);
-    config.max_slots = args.max_slots;
-    config.channels = args.channel_devices;
-    config.channel_settle = args.channel_settle;
-    config.default_readiness = args.default_readiness.into();
-    config.prepare_deadline = args.prepare_deadline;
-    config.imex_poll.steady = args.imex_poll_steady;
-    // Never slower while unready than when ready: a short steady interval (a
-    // measurement of the old schedule) shortens both.
-    config.imex_poll.unready = config.imex_poll.unready.min(args.imex_poll_steady);
-    let node_actor = NodeActor::new(config, ports).start();
-
-    let stop_http = CancellationToken::new();
-    let (http_addr, http_task) = http::serve(
-        args.http.http_addr,
-        metrics,
-        node_actor.clone(),
-        readiness.clone(),
-        vitals.clone(),
-        stop_http.clone(),
-    )
-    .await
-    .with_context(|| format!("cannot listen on {} (--http-addr)", args.http.http_addr))?;
-    let (state_addr, state_task) = match args.state_addr.0 {
-        Some(addr) => {
-            let (bound, task) = http::serve_state(
-                addr,
-                node_actor.clone(),
-                gossip.clone(),
-                cluster_id,
-                persistence,
-                stop_http.clone(),
-            )
-            .await
-            .with_context(|| format!("cannot listen on {addr} (--state-addr)"))?;
-            (Some(bound), Some(task))
-        }
-        None => (None, None),
-    };
-
-    let plugin = Arc::new(PrepareService::new(
-        node_actor.clone(),
-        node.as_str(),
-        cdi,
-        injection,
-    ));
-    let stop_stale = CancellationToken::new();
-    let stale_task = if args.stale_claim_check_interval.is_zero() {
-        None
-    } else {
-        let claims = Arc::new(NodeClaims::new(node_actor.clone(), plugin.clone()));
-        let checker = match (&kube, &local_dir) {
-            (Some(kube), _) => Some(kube.stale_claims(claims)),
-            (None, Some(dir)) => Some(StaleClaimChecker::new(
-                Arc::new(LocalClaimExistence::new(dir.clone())),
-                claims,
-                Arc::new(LocalStaleClaimNotices::new(dir.clone(), node.as_str())),
-            )),
-            (None, None) => None,
-        };
-        checker.map(|checker| {
-            tokio::spawn(checker.run(args.stale_claim_check_interval, stop_stale.clone()))
-        })
-    };
-    let plugin_server = KubeletPluginServer::start(
-        PluginServerConfig {
-            driver_name: DriverName::new(args.kube.driver_name.clone())?,
-            plugins_dir: args.kubelet_plugins_dir.clone(),
-            registry_dir: args.kubelet_registry_dir.clone(),
-            health_addr: args.health_grpc_addr,
-            ..PluginServerConfig::default()
-        },
-        plugin,
-    )
-    .await
-    .context("cannot start the kubelet plugin")?;
-
-    let info = RunInfo {
-        pid: std::process::id(),
-        node: node.to_string(),
-        gossip_addr: gossip.gossip_addr(),
-        http_addr,
-        state_addr,
-        dra_socket: plugin_server.dra_socket().to_owned(),
-        registration_socket: plugin_server.registration_socket().to_owned(),
-    };
-    // Best effort: it tells tools where this daemon listens, and a full state directory
-    // must not stop a daemon that can serve.
-    if let Err(error) = info.write(&args.state_dir) {
-        warn!(%error, dir = %args.state_dir.display(), "cannot write run.json; going on without it");
-    }
-    if args.ready_needs_kubelet {
-        let registration = plugin_server.registration();
-        let socket = plugin_server.registration_socket().to_owned();
-        // Held before the process says it is ready, so that /readyz is never 200 first.
-        readiness.hold(
-            readiness::KUBELET,
-            readiness::registration_hold(&registration.borrow(), &socket),
-        );
-        tokio::spawn(readiness::hold_while(
-            registration,
-            readiness.clone(),
-            readiness::KUBELET,
-            move |state| readiness::registration_hold(state, &socket),
-        ));
-    }
-    readiness.set(true);
-    info!(
-        gossip = %info.gossip_addr,
-        http = %info.http_addr,
-        state = ?info.state_addr,
-        dra_socket = %info.dra_socket.display(),
-        registration_socket = %info.registration_socket.display(),
-        "domaind ready"
-    );
-
-    let fault = until_stop(wait_for_signal(), &vitals).await?;
-    if let Some(fault) = &fault {
-        readiness.fail(fault.clone());
-    }
-    readiness.set(false);
-    // No release races the departure (it would leave a domain the node is leaving).
-    stop_stale.cancel();
-    if let Some(task) = stale_task {
-        let _ = task.await;
-    }
-    let graceful = async {
-        plugin_server.begin_shutdown().await;
-        if node_actor.send(Depart).await.is_err() {
-            warn!("the node actor was already gone");
-        }
-        // Peers learn of the retraction by gossip: keep gossiping a few rounds. After a
-        // fault gossip may be what died, and the restart matters more.
-        if fault.is_none() {
-            tokio::time::sleep(args.pulse_interval * RETRACT_ROUNDS).await;
-        }
-        stop_seeds.cancel();
-        if let Some(task) = static_resolving {
-            let _ = task.await;
-        }
-        if let Err(error) = gossip.stop().await {
-            warn!(%error, "gossip did not stop cleanly");
-        }
-        plugin_server.shutdown().await;
-        if let Some(kube) = kube {
-            kube.stop(args.slices_on_exit == SlicesOnExit::Delete).await;
-        }
-    };
-    if tokio::time::timeout(args.shutdown_timeout, graceful)
-        .await
-        .is_err()
-    {
-        error!(timeout = ?args.shutdown_timeout, "graceful stop timed out; exiting anyway");
-    }
-    RunInfo::remove(&args.state_dir);
-    stop_certs.cancel();
-    if let Some(renewal) = gossip_tls.renewal {
-        let _ = renewal.await;
-    }
-    stop_http.cancel();
-    let _ = http_task.await;
-    if let Some(task) = state_task {
-        let _ = task.await;
-    }
-    // A panic during the stop is still a fault.
-    outcome(fault.or_else(|| vitals.failure()))
+    system.block_on(async {
+        let daemon = Daemon::start(args, metrics, vitals).await?;
+        daemon.serve_until_stopped().await
+    })
 }
 
 /// Waits for a stop signal or a fatal fault, whichever comes first; the fault, if it
