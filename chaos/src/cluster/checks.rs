@@ -1,6 +1,8 @@
 //! The invariants of a cluster run, as pure functions of a [`ClusterObservation`]:
 //! the same invariants as a loopback run's ([`crate::invariants`]), read from the API
-//! server and the daemons' `/state` instead of a rack's files.
+//! server and the daemons' `/state` instead of a rack's files. Slots, isolation and
+//! agreement are the shared ones of [`crate::sighting`], over a [`Sighting`] filled
+//! from the daemons' `/state`.
 //!
 //! - [`breaches`], on every observation: **isolation** (no daemon's IMEX peer set for
 //!   the domain names a node outside the run's nodes, or a node that holds no claim of
