@@ -92,7 +92,10 @@ fn sighting(view: &ClusterView, uid: &str, named: &[String], daemons: bool) -> S
             .entry(name.clone())
             .or_insert_with(|| NodeSighting::unseen("is not running"));
     }
-    Sighting { nodes }
+    Sighting {
+        nodes,
+        status: None,
+    }
 }
 
 /// Agreement among `nodes` on domain `uid`, the first breach of it as a script's

@@ -55,6 +55,7 @@ use crate::observe::{FileRead, Observation};
 use crate::schedule::FaultKind;
 use crate::sighting::{
     Agreement, DomainSighting, NodeSighting, Sighting, disagreements, peer_set_breaches,
+    status_breaches, status_gaps,
 };
 
 /// Where a daemon is, as the harness made it.
@@ -397,7 +398,9 @@ pub fn check(world: &World, obs: &Observation, now: Instant) -> Vec<Violation> {
             }
         }
     }
-    found.extend(peer_set_breaches(&sighting(world, obs, now)));
+    let sighting = sighting(world, obs, now);
+    found.extend(peer_set_breaches(&sighting));
+    found.extend(status_breaches(&sighting));
     found
 }
 
@@ -463,6 +466,7 @@ fn sighting(world: &World, obs: &Observation, now: Instant) -> Sighting {
     });
     Sighting {
         nodes: nodes.collect(),
+        status: obs.status.read().cloned(),
     }
 }
 
@@ -668,28 +672,13 @@ pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
     let status_reason = |detail: String| Violation::new(Invariant::Status, None, detail);
     match &obs.status {
         FileRead::Read(status) if !members.is_empty() => {
-            if status.status != domaind_kube_api::crd::Phase::Ready {
-                reasons.push(status_reason(format!("status is {}", status.status)));
-            }
-            let count = members.len() as u32;
-            if status.ready_nodes != count || status.total_nodes != count {
-                reasons.push(status_reason(format!(
-                    "{}/{} nodes ready, not {count}/{count}",
-                    status.ready_nodes, status.total_nodes
-                )));
-            }
-            let mut listed: Vec<&str> = status.nodes.iter().map(|n| n.name.as_str()).collect();
-            listed.sort_unstable();
-            if listed != names {
-                reasons.push(status_reason(format!("lists {listed:?}, not {names:?}")));
+            for gap in status_gaps(status, &member_names) {
+                reasons.push(status_reason(gap.to_string()));
             }
             for entry in &status.nodes {
                 let Some(t) = world.nodes.iter().position(|n| n.name == entry.name) else {
                     continue;
                 };
-                if entry.status != domaind_kube_api::crd::Phase::Ready {
-                    reasons.push(status_reason(format!("{} is {}", entry.name, entry.status)));
-                }
                 if entry.ip_address != world.nodes[t].ip.to_string() {
                     reasons.push(status_reason(format!(
                         "{} has address {}",

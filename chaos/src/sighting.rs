@@ -11,11 +11,16 @@
 //! - [`disagreements`]: **agreement** among a domain's members: each sees exactly the
 //!   members and none lost (and, where the run asks, the domain Ready), and their IMEX
 //!   daemons run with one peer set.
+//! - [`status_breaches`]: **status** (the status lists only the run's nodes) and
+//!   **slots** (no index twice in it).
+//! - [`status_gaps`]: how the status falls short of whole: Ready, with exactly the
+//!   members, each Ready.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use domaind_actors::model::{Phase, Slot};
+use domaind_kube_api::crd::{ComputeDomainStatus, Phase as CrdPhase};
 
 use crate::invariants::{Invariant, Violation};
 
@@ -30,6 +35,9 @@ pub struct Sighting {
     /// Every node the run knows, seen or not: a peer not listed here is not one of the
     /// run's nodes.
     pub nodes: BTreeMap<String, NodeSighting>,
+    /// The domain's status as the run read it (a status file, the ComputeDomain's),
+    /// where it read one; the simulation judges its status writes apart.
+    pub status: Option<ComputeDomainStatus>,
 }
 
 /// One node at one instant.
@@ -300,6 +308,103 @@ pub fn disagreements(sighting: &Sighting, asked: &Agreement<'_>) -> Vec<(String,
     found
 }
 
+/// **Status** and **slots** over the status the run read: every node it lists is one
+/// of the run's, and no two share an index.
+pub fn status_breaches(sighting: &Sighting) -> Vec<Violation> {
+    let Some(status) = &sighting.status else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut indexes: BTreeMap<Slot, Vec<&str>> = BTreeMap::new();
+    for listed in &status.nodes {
+        if let Some(index) = listed.index {
+            indexes.entry(index).or_default().push(&listed.name);
+        }
+        if !sighting.nodes.contains_key(&listed.name) {
+            found.push(Violation::new(
+                Invariant::Status,
+                Some(&listed.name),
+                "listed in the domain's status, not one of the run's nodes",
+            ));
+        }
+    }
+    for (index, names) in indexes {
+        if names.len() > 1 {
+            found.push(Violation::new(
+                Invariant::Slots,
+                None,
+                format!("the status gives index {index} to {names:?}"),
+            ));
+        }
+    }
+    found
+}
+
+/// One way the status falls short of whole. Shown in a loopback run's words; a cluster
+/// run words them as one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatusGap {
+    NotReady(CrdPhase),
+    Counts {
+        ready: u32,
+        total: u32,
+        expected: u32,
+    },
+    Listed {
+        listed: Vec<String>,
+        expected: Vec<String>,
+    },
+    EntryNotReady {
+        node: String,
+        phase: CrdPhase,
+    },
+}
+
+impl fmt::Display for StatusGap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotReady(phase) => write!(f, "status is {phase}"),
+            Self::Counts {
+                ready,
+                total,
+                expected,
+            } => write!(f, "{ready}/{total} nodes ready, not {expected}/{expected}"),
+            Self::Listed { listed, expected } => write!(f, "lists {listed:?}, not {expected:?}"),
+            Self::EntryNotReady { node, phase } => write!(f, "{node} is {phase}"),
+        }
+    }
+}
+
+/// How `status` falls short of whole for a domain of `members`: not Ready, counts
+/// other than the members', other nodes listed, a listed node not Ready. Empty when
+/// whole.
+pub fn status_gaps(status: &ComputeDomainStatus, members: &[String]) -> Vec<StatusGap> {
+    let mut gaps = Vec::new();
+    if status.status != CrdPhase::Ready {
+        gaps.push(StatusGap::NotReady(status.status));
+    }
+    let expected = members.len() as u32;
+    if status.ready_nodes != expected || status.total_nodes != expected {
+        gaps.push(StatusGap::Counts {
+            ready: status.ready_nodes,
+            total: status.total_nodes,
+            expected,
+        });
+    }
+    let listed = sorted(status.nodes.iter().map(|n| &n.name));
+    let expected = sorted(members.iter());
+    if listed != expected {
+        gaps.push(StatusGap::Listed { listed, expected });
+    }
+    for entry in status.nodes.iter().filter(|n| n.status != CrdPhase::Ready) {
+        gaps.push(StatusGap::EntryNotReady {
+            node: entry.name.clone(),
+            phase: entry.status,
+        });
+    }
+    gaps
+}
+
 fn sorted<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
     let mut names: Vec<String> = names.cloned().collect();
     names.sort_unstable();
@@ -308,6 +413,8 @@ fn sorted<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use domaind_kube_api::crd::ComputeDomainNode;
+
     use super::*;
 
     fn names(nodes: &[&str]) -> Vec<String> {
@@ -346,7 +453,32 @@ mod tests {
         let mut outsider = NodeSighting::unseen("holds no claim");
         outsider.out = true;
         nodes.insert("n4".into(), outsider);
-        Sighting { nodes }
+        Sighting {
+            nodes,
+            status: Some(status(&[("n1", 0), ("n2", 1), ("n3", 2)])),
+        }
+    }
+
+    /// Ready, with `listed` Ready at their index.
+    fn status(listed: &[(&str, Slot)]) -> ComputeDomainStatus {
+        ComputeDomainStatus {
+            status: CrdPhase::Ready,
+            nodes: listed
+                .iter()
+                .map(|(name, index)| ComputeDomainNode {
+                    name: (*name).into(),
+                    ip_address: "127.0.0.1".into(),
+                    clique_id: "c.1".into(),
+                    index: Some(*index),
+                    status: CrdPhase::Ready,
+                })
+                .collect(),
+            ready_nodes: listed.len() as u32,
+            total_nodes: listed.len() as u32,
+            conditions: Vec::new(),
+            observed_generation: None,
+            channel: None,
+        }
     }
 
     fn asked(members: &[String]) -> Agreement<'_> {
@@ -378,6 +510,9 @@ mod tests {
     fn members_that_agree_break_nothing() {
         let sighting = agreed();
         assert!(peer_set_breaches(&sighting).is_empty());
+        assert!(status_breaches(&sighting).is_empty());
+        let whole = sighting.status.as_ref().unwrap();
+        assert!(status_gaps(whole, &names(&["n1", "n2", "n3"])).is_empty());
         assert!(found(&sighting, &names(&["n1", "n2", "n3"])).is_empty());
     }
 
@@ -535,5 +670,50 @@ mod tests {
             .collect();
         assert_eq!(left.len(), 2, "{left:?}");
         assert!(left[1].starts_with("n3: its peer set"), "{left:?}");
+    }
+
+    #[test]
+    fn a_status_listing_a_stranger_or_an_index_twice_is_a_breach() {
+        let mut sighting = agreed();
+        sighting.status = Some(status(&[("n1", 0), ("n2", 0), ("stranger", 2)]));
+        let breaches = status_breaches(&sighting);
+        assert_eq!(
+            breaches,
+            [
+                Violation::new(
+                    Invariant::Status,
+                    Some("stranger"),
+                    "listed in the domain's status, not one of the run's nodes"
+                ),
+                Violation::new(
+                    Invariant::Slots,
+                    None,
+                    r#"the status gives index 0 to ["n1", "n2"]"#
+                ),
+            ]
+        );
+        sighting.status = None;
+        assert!(status_breaches(&sighting).is_empty());
+    }
+
+    #[test]
+    fn a_status_not_ready_short_of_a_member_or_listing_one_not_ready_has_gaps() {
+        let members = names(&["n1", "n2", "n3"]);
+        let mut short = status(&[("n1", 0), ("n2", 1)]);
+        short.status = CrdPhase::NotReady;
+        short.nodes[1].status = CrdPhase::NotReady;
+        let gaps: Vec<String> = status_gaps(&short, &members)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            gaps,
+            [
+                "status is NotReady",
+                "2/2 nodes ready, not 3/3",
+                r#"lists ["n1", "n2"], not ["n1", "n2", "n3"]"#,
+                "n2 is NotReady",
+            ]
+        );
     }
 }
