@@ -51,7 +51,9 @@ fn pairs(peer_set: &PeerSet) -> PeerPairs {
 fn sighting(view: &ClusterView, uid: &str, named: &[String], daemons: bool) -> Sighting {
     let mut nodes = std::collections::BTreeMap::new();
     for (name, snapshot) in &view.nodes {
-        let domain = domain_of(view, name, uid).map(|d| DomainSighting {
+        let domain = snapshot.domains.iter().find(|d| d.domain.uid.0 == uid);
+        let domain = domain.ok_or_else(|| format!("has no domain {uid}"));
+        let domain = domain.map(|d| DomainSighting {
             members: d.members.clone(),
             lost: d.lost.clone(),
             phase: d.phase,
@@ -172,7 +174,7 @@ pub fn isolated() -> Check {
                 .find(|v| v.invariant == Invariant::Isolation);
             if let Some(violation) = breach {
                 let node = violation.node.unwrap_or_default();
-                return Err(format!("{node}'s peer set for {uid}: {}", violation.detail));
+                return Err(format!("{node}, for {uid}: {}", violation.detail));
             }
         }
         Ok(())
