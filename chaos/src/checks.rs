@@ -1,11 +1,17 @@
 //! Invariants, checked from outside: from each live node's snapshot, each IMEX
-//! daemon's configuration, and the status writes.
+//! daemon's configuration, and the status writes. Agreement, slots and isolation are
+//! the [`crate::sighting`] invariants every run checks, over a [`Sighting`] filled from
+//! the simulation's [`ClusterView`].
 
-use std::collections::BTreeSet;
-
+use domaind_actors::actors::domain::DomainSnapshot;
 use domaind_actors::model::Phase;
+use domaind_actors::rules::peers::PeerSet;
 
+use crate::invariants::Invariant;
 use crate::script::Check;
+use crate::sighting::{
+    Agreement, DomainSighting, NodeSighting, PeerPairs, Sighting, disagreements, peer_set_breaches,
+};
 use crate::sim::{ClusterView, node_name};
 
 fn names(nodes: &[usize]) -> Vec<String> {
@@ -18,7 +24,7 @@ fn domain_of<'a>(
     view: &'a ClusterView,
     node: &str,
     uid: &str,
-) -> Result<&'a domaind_actors::actors::domain::DomainSnapshot, String> {
+) -> Result<&'a DomainSnapshot, String> {
     let snapshot = view
         .nodes
         .get(node)
@@ -30,62 +36,106 @@ fn domain_of<'a>(
         .ok_or_else(|| format!("{node} has no domain {uid}"))
 }
 
+fn pairs(peer_set: &PeerSet) -> PeerPairs {
+    peer_set
+        .peers
+        .iter()
+        .map(|(slot, peer)| (*slot, peer.node.clone()))
+        .collect()
+}
+
+/// What the simulation shows of domain `uid`: each live node's snapshot of it and,
+/// with `daemons`, its fake IMEX daemon's peer set. The nodes in `named`, and every
+/// peer a live node names, are the run's nodes, seen or not: a dead node lingers in
+/// peer sets until it is dropped, and is no stranger.
+fn sighting(view: &ClusterView, uid: &str, named: &[String], daemons: bool) -> Sighting {
+    let mut nodes = std::collections::BTreeMap::new();
+    for (name, snapshot) in &view.nodes {
+        let domain = snapshot.domains.iter().find(|d| d.domain.uid.0 == uid);
+        let domain = domain.ok_or_else(|| format!("has no domain {uid}"));
+        let domain = domain.map(|d| DomainSighting {
+            members: d.members.clone(),
+            lost: d.lost.clone(),
+            phase: d.phase,
+            ready: d.ready,
+            total: d.total,
+            slots: d
+                .slots
+                .iter()
+                .map(|(node, slot)| (*slot, node.clone()))
+                .collect(),
+            peers: pairs(&d.peer_set),
+        });
+        let holds = snapshot
+            .domains
+            .iter()
+            .any(|d| d.domain.uid.0 == uid && !d.claims.is_empty());
+        let imex = match view.daemons.get(name) {
+            _ if !daemons => Err("its IMEX daemon is not looked at".to_owned()),
+            None => Err("has no IMEX daemon".to_owned()),
+            Some(daemon) if !daemon.running => Err("its IMEX daemon is not running".to_owned()),
+            Some(daemon) => Ok(pairs(&daemon.peers)),
+        };
+        let node = NodeSighting {
+            out: !holds,
+            domain,
+            imex,
+            judged: true,
+        };
+        nodes.insert(name.clone(), node);
+    }
+    let peers: Vec<String> = nodes
+        .values()
+        .filter_map(|n: &NodeSighting| n.domain.as_ref().ok())
+        .flat_map(|d| d.peers.iter().map(|(_, peer)| peer.clone()))
+        .collect();
+    for name in named.iter().chain(&peers) {
+        nodes
+            .entry(name.clone())
+            .or_insert_with(|| NodeSighting::unseen("is not running"));
+    }
+    Sighting {
+        nodes,
+        status: None,
+    }
+}
+
+/// Agreement among `nodes` on domain `uid`, the first breach of it as a script's
+/// check reports it.
+fn agreement(view: &ClusterView, uid: &str, nodes: &[usize], ready: bool) -> Result<(), String> {
+    let expected = names(nodes);
+    let sighting = sighting(view, uid, &expected, true);
+    let doubled = peer_set_breaches(&sighting).into_iter().find(|v| {
+        v.invariant == Invariant::Slots && v.node.as_ref().is_some_and(|n| expected.contains(n))
+    });
+    if let Some(violation) = doubled {
+        let node = violation.node.unwrap_or_default();
+        return Err(format!("{node}: {}", violation.detail));
+    }
+    let asked = Agreement {
+        members: &expected,
+        peer_holders: &expected,
+        ready,
+        exact_peers: false,
+        imex_as_domain: true,
+    };
+    match disagreements(&sighting, &asked).into_iter().next() {
+        Some((node, why)) => Err(format!("{node}: {why}")),
+        None => Ok(()),
+    }
+}
+
 /// Every one of `nodes` sees exactly `nodes` as the members of `uid`, none lost, with
 /// one peer set and unique slots, and its IMEX daemon runs with that peer set.
 pub fn agree(uid: &str, nodes: &[usize]) -> Check {
-    let (uid, expected) = (uid.to_owned(), names(nodes));
-    Box::new(move |view| {
-        let mut peer_set = None;
-        for node in &expected {
-            let d = domain_of(view, node, &uid)?;
-            if d.members != expected {
-                return Err(format!("{node} sees members {:?}", d.members));
-            }
-            if !d.lost.is_empty() {
-                return Err(format!("{node} still lists {:?} as lost", d.lost));
-            }
-            let slots: BTreeSet<_> = d.slots.values().collect();
-            if slots.len() != d.slots.len() {
-                return Err(format!("{node} has duplicate slots {:?}", d.slots));
-            }
-            match &peer_set {
-                None => peer_set = Some(d.peer_set.clone()),
-                Some(first) if first != &d.peer_set => {
-                    return Err(format!(
-                        "{node}'s peer set differs: {:?} vs {:?}",
-                        d.peer_set, first
-                    ));
-                }
-                Some(_) => {}
-            }
-            let daemon = view
-                .daemons
-                .get(node)
-                .ok_or_else(|| format!("{node} has no IMEX daemon"))?;
-            if !daemon.running || daemon.peers != d.peer_set {
-                return Err(format!(
-                    "{node}'s IMEX daemon is not running with the domain's peer set"
-                ));
-            }
-        }
-        Ok(())
-    })
+    let (uid, nodes) = (uid.to_owned(), nodes.to_vec());
+    Box::new(move |view| agreement(view, &uid, &nodes, false))
 }
 
 /// `agree`, and every one of `nodes` says the domain is Ready.
 pub fn ready(uid: &str, nodes: &[usize]) -> Check {
-    let agreement = agree(uid, nodes);
-    let (uid, expected) = (uid.to_owned(), names(nodes));
-    Box::new(move |view| {
-        agreement(view)?;
-        for node in &expected {
-            let d = domain_of(view, node, &uid)?;
-            if d.phase != Phase::Ready {
-                return Err(format!("{node}: {}/{} ready", d.ready, d.total));
-            }
-        }
-        Ok(())
-    })
+    let (uid, nodes) = (uid.to_owned(), nodes.to_vec());
+    Box::new(move |view| agreement(view, &uid, &nodes, true))
 }
 
 /// `gone` is in no observer's peer set, neither in its view nor in its IMEX daemon.
@@ -109,27 +159,22 @@ pub fn dropped(uid: &str, gone: usize, observers: &[usize]) -> Check {
     })
 }
 
-/// Isolation: no running IMEX daemon of a live node lists a live node that holds no
-/// claim for that daemon's domain.
+/// Isolation: no live node's peer set for a domain lists a live node that holds no
+/// claim for that domain.
 pub fn isolated() -> Check {
     Box::new(|view| {
-        for (node, snapshot) in &view.nodes {
-            for d in &snapshot.domains {
-                for peer in d.peer_set.nodes() {
-                    let Some(peer_snapshot) = view.nodes.get(peer) else {
-                        continue;
-                    };
-                    let holds = peer_snapshot
-                        .domains
-                        .iter()
-                        .any(|pd| pd.domain.uid == d.domain.uid && !pd.claims.is_empty());
-                    if !holds {
-                        return Err(format!(
-                            "{node}'s peer set for {} lists {peer}, which holds no claim for it",
-                            d.domain.uid
-                        ));
-                    }
-                }
+        let uids: std::collections::BTreeSet<&str> = view
+            .nodes
+            .values()
+            .flat_map(|snapshot| snapshot.domains.iter().map(|d| d.domain.uid.0.as_str()))
+            .collect();
+        for uid in uids {
+            let breach = peer_set_breaches(&sighting(view, uid, &[], false))
+                .into_iter()
+                .find(|v| v.invariant == Invariant::Isolation);
+            if let Some(violation) = breach {
+                let node = violation.node.unwrap_or_default();
+                return Err(format!("{node}, for {uid}: {}", violation.detail));
             }
         }
         Ok(())

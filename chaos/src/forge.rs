@@ -23,6 +23,7 @@ use domaind_gossip::pki::{DevCa, NodeCertRequest};
 use domaind_gossip::transport::wire::NodePart;
 use domaind_node::run::{DomainView, RunInfo};
 use domaind_testbed::rack::{http_get, node_view};
+use domaind_testkit::poll_every;
 use serde::Serialize;
 
 /// The forger's name: a node the rack's CA certifies, outside the rack.
@@ -172,17 +173,23 @@ pub async fn forge_rack(root: &Path, cluster: &str, ip: IpAddr) -> anyhow::Resul
     }
     // Each node checks a forgery when its gossip loop takes the frame up, after the
     // forger's connection has closed: the count is waited for, not assumed.
-    let counted_by = tokio::time::Instant::now() + COUNT_LIMIT;
-    let refused = loop {
-        let refused = refused_since(&nodes, &refused_before).await?;
+    // A count that never comes is reported below, with the counts as they stand.
+    let refused = poll_every(COUNT_POLL, COUNT_LIMIT, async || {
+        let refused = match refused_since(&nodes, &refused_before).await {
+            Ok(refused) => refused,
+            Err(error) => return Ok(Err(error)),
+        };
         let all_counted = expected
             .iter()
             .all(|(reason, sent)| refused.get(*reason).copied().unwrap_or(0) >= *sent);
-        if all_counted || tokio::time::Instant::now() >= counted_by {
-            break refused;
+        if all_counted {
+            Ok(Ok(refused))
+        } else {
+            Err(refused)
         }
-        tokio::time::sleep(COUNT_POLL).await;
-    };
+    })
+    .await
+    .unwrap_or_else(Ok)?;
     tokio::time::sleep(SETTLE).await;
 
     let mut problems = Vec::new();

@@ -3,9 +3,14 @@
 //! it saw (an [`Observation`]). Pure, so that each can be shown to fail on a bad
 //! observation.
 //!
+//! Slots, the peer-set half of isolation and agreement are the invariants every run
+//! shares ([`crate::sighting`]), over a [`Sighting`] filled here from the world and the
+//! observation; the rest is what only a loopback run sees.
+//!
 //! Checked on every observation:
 //! - **isolation**: a node that has held no claim for the grace period is in no peer
-//!   set (the hosts block of any node whose IMEX daemon runs), and runs no IMEX daemon
+//!   set (the hosts block of any node whose IMEX daemon runs, or its `/state`'s peer
+//!   set of the domain), and runs no IMEX daemon
 //!   itself; no peer set names an address outside the rack; the nodes config lists
 //!   slot names only (in DNS-names mode the hosts block is the whole peer set).
 //! - **slots**: no peer set gives one node two slots.
@@ -43,12 +48,15 @@ use std::fmt;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use domaind_actors::model::Phase;
 use domaind_kube_api::crd::{ComputeDomainStatus, Phase as CrdPhase, READY_CONDITION};
 use serde::Serialize;
 
 use crate::observe::{FileRead, Observation};
 use crate::schedule::FaultKind;
+use crate::sighting::{
+    Agreement, DomainSighting, NodeSighting, Sighting, disagreements, peer_set_breaches,
+    status_breaches, status_gaps,
+};
 
 /// Where a daemon is, as the harness made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -330,53 +338,6 @@ pub fn check(world: &World, obs: &Observation, now: Instant) -> Vec<Violation> {
             ));
         }
 
-        // The hosts block of a running IMEX daemon is a live peer set.
-        if node.life == Life::Up
-            && seen.imex_running()
-            && let FileRead::Read(block) = &seen.hosts
-        {
-            let mut slots_of: BTreeMap<IpAddr, Vec<u16>> = BTreeMap::new();
-            for (slot, ip) in &block.slots {
-                slots_of.entry(*ip).or_default().push(*slot);
-            }
-            for (ip, slots) in &slots_of {
-                if slots.len() > 1 {
-                    let who = world
-                        .index_of_ip(*ip)
-                        .map_or_else(|| ip.to_string(), |t| world.nodes[t].name.clone());
-                    found.push(violation(
-                        Invariant::Slots,
-                        format!("its peer set gives {who} slots {slots:?}"),
-                    ));
-                }
-            }
-            if node.holds_claims() && node.settled_up(now, world.grace) {
-                for (slot, ip) in &block.slots {
-                    match world.index_of_ip(*ip) {
-                        None => found.push(violation(
-                            Invariant::Isolation,
-                            format!("its peer set maps slot {slot} to {ip}, no node of the rack"),
-                        )),
-                        Some(t) => {
-                            let target = &world.nodes[t];
-                            if !target.holds_claims()
-                                && now.saturating_duration_since(target.released_at) >= world.grace
-                            {
-                                found.push(violation(
-                                    Invariant::Isolation,
-                                    format!(
-                                        "its peer set lists {} (slot {slot}), which has held no claim \
-                                         of the domain for over the {:?} grace",
-                                        target.name, world.grace
-                                    ),
-                                ));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-
         let prepared = node.claims_in(ClaimPhase::Prepared);
         let released = node.claims_in(ClaimPhase::Released);
         match &seen.checkpoint {
@@ -437,7 +398,76 @@ pub fn check(world: &World, obs: &Observation, now: Instant) -> Vec<Violation> {
             }
         }
     }
+    let sighting = sighting(world, obs, now);
+    found.extend(peer_set_breaches(&sighting));
+    found.extend(status_breaches(&sighting));
     found
+}
+
+/// The name of the node at `ip`, or the address where no node of the rack has it.
+fn who(world: &World, ip: IpAddr) -> String {
+    world
+        .index_of_ip(ip)
+        .map_or_else(|| ip.to_string(), |t| world.nodes[t].name.clone())
+}
+
+/// What a loopback run shows of its first domain, in the shape every run's invariants
+/// read: each node's `/state` of the domain and the hosts block of its running IMEX
+/// daemon, judged for isolation once it has held claims and run for the grace. A node
+/// is out once it has held no claim for the grace.
+fn sighting(world: &World, obs: &Observation, now: Instant) -> Sighting {
+    let nodes = world.nodes.iter().zip(&obs.nodes).map(|(node, seen)| {
+        let out =
+            !node.holds_claims() && now.saturating_duration_since(node.released_at) >= world.grace;
+        let domain = match &seen.view {
+            _ if node.life != Life::Up => Err(format!("is {:?}", node.life)),
+            None => Err(format!(
+                "no /state: {}",
+                seen.view_error.as_deref().unwrap_or("not asked")
+            )),
+            Some(view) => {
+                let domains: Vec<_> = view
+                    .domains
+                    .iter()
+                    .filter(|d| d.uid == world.domain_uid)
+                    .collect();
+                match domains.as_slice() {
+                    [d] => Ok(DomainSighting {
+                        members: d.members.clone(),
+                        lost: d.lost.clone(),
+                        phase: d.phase,
+                        ready: d.ready,
+                        total: d.total,
+                        slots: Vec::new(),
+                        peers: d.peers.iter().map(|(s, p)| (*s, p.clone())).collect(),
+                    }),
+                    _ => Err(format!("serves {} instances of the domain", domains.len())),
+                }
+            }
+        };
+        let imex = match &seen.hosts {
+            _ if node.life != Life::Up => Err(format!("is {:?}", node.life)),
+            _ if !seen.imex_running() => Err("runs no IMEX daemon".to_owned()),
+            FileRead::Read(block) => Ok(block
+                .slots
+                .iter()
+                .map(|(slot, ip)| (*slot, who(world, *ip)))
+                .collect()),
+            unread => Err(format!("hosts file: {unread:?}")),
+        };
+        let judged = node.holds_claims() && node.settled_up(now, world.grace);
+        let sighted = NodeSighting {
+            out,
+            domain,
+            imex,
+            judged,
+        };
+        (node.name.clone(), sighted)
+    });
+    Sighting {
+        nodes: nodes.collect(),
+        status: obs.status.read().cloned(),
+    }
 }
 
 /// Whether the status file says `node`'s IMEX daemon is failing, as the reporter
@@ -588,91 +618,47 @@ pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
     // domain's claim (one shared IMEX domain); otherwise the domain's members.
     let imex_members = world.imex_members();
     let imex_names = sorted_names(world, &imex_members);
-    let mut agreed: Option<(&str, BTreeMap<u16, String>)> = None;
     for m in &imex_members {
         let node = &world.nodes[*m];
-        let seen = &obs.nodes[*m];
-        let name = Some(node.name.as_str());
-        let agreement = |detail: String| Violation::new(Invariant::Agreement, name, detail);
         if node.life != Life::Up {
             reasons.push(Violation::new(
                 Invariant::Liveness,
-                name,
+                Some(&node.name),
                 format!("holds claims but is {:?}", node.life),
             ));
-            continue;
-        }
-        match &seen.view {
-            // Holds only claims of other sharing domains: in the shared IMEX domain,
-            // not a member of the first domain.
-            _ if !members.contains(m) => {}
-            None => reasons.push(agreement(format!(
-                "no /state: {}",
-                seen.view_error.as_deref().unwrap_or("not asked")
-            ))),
-            Some(view) => {
-                let domains: Vec<_> = view
-                    .domains
-                    .iter()
-                    .filter(|d| d.uid == world.domain_uid)
-                    .collect();
-                match domains.as_slice() {
-                    [domain] => {
-                        let mut seen_members: Vec<&str> =
-                            domain.members.iter().map(String::as_str).collect();
-                        seen_members.sort_unstable();
-                        if seen_members != names {
-                            reasons.push(agreement(format!(
-                                "sees members {seen_members:?}, not {names:?}"
-                            )));
-                        }
-                        if !domain.lost.is_empty() {
-                            reasons.push(agreement(format!("lists {:?} as lost", domain.lost)));
-                        }
-                        if domain.phase != Phase::Ready {
-                            reasons.push(agreement(format!(
-                                "sees the domain {} ({}/{} ready)",
-                                domain.phase, domain.ready, domain.total
-                            )));
-                        }
-                    }
-                    _ => reasons.push(agreement(format!(
-                        "serves {} instances of the domain",
-                        domains.len()
-                    ))),
-                }
-            }
-        }
-        if !seen.imex_running() {
-            reasons.push(agreement("runs no IMEX daemon".into()));
-            continue;
-        }
-        let Some(block) = seen.hosts.read() else {
-            reasons.push(agreement(format!("hosts file: {:?}", seen.hosts)));
-            continue;
-        };
-        let mut peers = BTreeMap::new();
-        for (slot, ip) in &block.slots {
-            let who = world
-                .index_of_ip(*ip)
-                .map_or_else(|| ip.to_string(), |t| world.nodes[t].name.clone());
-            peers.insert(*slot, who);
-        }
-        let mut in_block: Vec<&str> = peers.values().map(String::as_str).collect();
-        in_block.sort_unstable();
-        if in_block != imex_names {
-            reasons.push(agreement(format!(
-                "its peer set holds {in_block:?}, not {imex_names:?}"
-            )));
-        }
-        match &agreed {
-            None => agreed = Some((node.name.as_str(), peers)),
-            Some((first, theirs)) if *theirs != peers => reasons.push(agreement(format!(
-                "its peer set {peers:?} differs from {first}'s {theirs:?}"
-            ))),
-            Some(_) => {}
         }
     }
+    let sighting = sighting(world, obs, obs.at);
+    let owned = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+    let (member_names, holder_names) = (owned(&names), owned(&imex_names));
+    let asked = Agreement {
+        members: &member_names,
+        peer_holders: &holder_names,
+        ready: true,
+        exact_peers: true,
+        imex_as_domain: false,
+    };
+    let up = |name: &str| {
+        world
+            .nodes
+            .iter()
+            .any(|n| n.name == name && n.life == Life::Up)
+    };
+    for (node, why) in disagreements(&sighting, &asked) {
+        if up(&node) {
+            reasons.push(Violation::new(
+                Invariant::Agreement,
+                Some(&node),
+                why.to_string(),
+            ));
+        }
+    }
+    // The peer set every member agrees on, if they do: the status's slots are its.
+    let agreed: Option<BTreeMap<u16, String>> = imex_names
+        .iter()
+        .filter(|name| up(name))
+        .find_map(|name| sighting.nodes[*name].imex.as_ref().ok())
+        .map(|pairs| pairs.iter().cloned().collect());
     for (i, node) in world.nodes.iter().enumerate() {
         if !node.holds_claims() && node.life == Life::Up && obs.nodes[i].imex_running() {
             reasons.push(Violation::new(
@@ -686,28 +672,13 @@ pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
     let status_reason = |detail: String| Violation::new(Invariant::Status, None, detail);
     match &obs.status {
         FileRead::Read(status) if !members.is_empty() => {
-            if status.status != domaind_kube_api::crd::Phase::Ready {
-                reasons.push(status_reason(format!("status is {}", status.status)));
-            }
-            let count = members.len() as u32;
-            if status.ready_nodes != count || status.total_nodes != count {
-                reasons.push(status_reason(format!(
-                    "{}/{} nodes ready, not {count}/{count}",
-                    status.ready_nodes, status.total_nodes
-                )));
-            }
-            let mut listed: Vec<&str> = status.nodes.iter().map(|n| n.name.as_str()).collect();
-            listed.sort_unstable();
-            if listed != names {
-                reasons.push(status_reason(format!("lists {listed:?}, not {names:?}")));
+            for gap in status_gaps(status, &member_names) {
+                reasons.push(status_reason(gap.to_string()));
             }
             for entry in &status.nodes {
                 let Some(t) = world.nodes.iter().position(|n| n.name == entry.name) else {
                     continue;
                 };
-                if entry.status != domaind_kube_api::crd::Phase::Ready {
-                    reasons.push(status_reason(format!("{} is {}", entry.name, entry.status)));
-                }
                 if entry.ip_address != world.nodes[t].ip.to_string() {
                     reasons.push(status_reason(format!(
                         "{} has address {}",
@@ -725,7 +696,7 @@ pub fn unsettled(world: &World, obs: &Observation) -> Vec<Violation> {
                             .and_then(|d| d.slot)
                     })
                 } else {
-                    agreed.as_ref().map(|(_, peers)| {
+                    agreed.as_ref().map(|peers| {
                         peers
                             .iter()
                             .find(|(_, who)| **who == entry.name)

@@ -34,6 +34,7 @@ pub mod observe;
 pub mod report;
 pub mod schedule;
 pub mod script;
+pub mod sighting;
 pub mod sim;
 pub mod statedir;
 pub mod traffic;

@@ -24,6 +24,7 @@ use domaind_gossip::{
     ChannelTransport, GossipConfig, GossipNode, GossipTiming, NodeName, cluster_id_for_clique,
 };
 use domaind_node::run::GossipPort;
+use domaind_testkit::poll_every;
 use tracing::info;
 
 use crate::traffic::{CliqueTraffic, Count, CountingTransport};
@@ -493,17 +494,12 @@ impl SimCluster {
         check: impl Fn(&ClusterView) -> Result<(), String>,
     ) -> Result<Duration, String> {
         let start = tokio::time::Instant::now();
-        loop {
-            let view = self.view_among(among).await;
-            let outcome = check(&view);
-            match outcome {
-                Ok(()) => return Ok(start.elapsed()),
-                Err(why) if start.elapsed() >= within => {
-                    return Err(format!("{what}: not true after {within:?}: {why}"));
-                }
-                Err(_) => tokio::time::sleep(self.poll).await,
-            }
-        }
+        poll_every(self.poll, within, async || {
+            check(&self.view_among(among).await)
+        })
+        .await
+        .map(|()| start.elapsed())
+        .map_err(|why| format!("{what}: not true after {within:?}: {why}"))
     }
 }
 

@@ -18,14 +18,9 @@ pub async fn poll_until<T>(
     limit: Duration,
     mut check: impl AsyncFnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
-        tokio::time::sleep(POLL).await;
-    }
+    poll_every(POLL, limit, async || check().await.ok_or(()))
+        .await
+        .unwrap_or_else(|()| panic!("not within {limit:?}: {what}"))
 }
 
 /// [`poll_until`] for a check that says what it saw when it is not done yet
@@ -33,25 +28,58 @@ pub async fn poll_until<T>(
 pub async fn poll_for<T, S: std::fmt::Debug>(
     what: &str,
     limit: Duration,
-    mut check: impl AsyncFnMut() -> Result<T, S>,
+    check: impl AsyncFnMut() -> Result<T, S>,
 ) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        let seen = match check().await {
-            Ok(value) => return value,
-            Err(seen) => seen,
-        };
-        assert!(
-            Instant::now() < deadline,
-            "not within {limit:?}: {what}; last seen: {seen:#?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    poll_every(POLL, limit, check)
+        .await
+        .unwrap_or_else(|seen| panic!("not within {limit:?}: {what}; last seen: {seen:#?}"))
 }
 
 /// [`poll_until`] for a condition.
 pub async fn poll_until_true(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
     poll_until(what, limit, async || check().await.then_some(())).await;
+}
+
+/// The loop under every poll here, for a caller whose wait running out is an outcome
+/// rather than a failed test (a harness that reports it), or that looks at its own
+/// pace: `check` every `interval` until it gives a value (`Ok`), or the last thing it
+/// saw (`Err(seen)`) once `limit` has passed. It looks at least once, and once more
+/// at or after the limit when the limit falls between looks.
+pub async fn poll_every<T, S>(
+    interval: Duration,
+    limit: Duration,
+    mut check: impl AsyncFnMut() -> Result<T, S>,
+) -> Result<T, S> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let seen = match check().await {
+            Ok(value) => return Ok(value),
+            Err(seen) => seen,
+        };
+        if Instant::now() >= deadline {
+            return Err(seen);
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// [`poll_every`] outside a runtime: the thread sleeps between looks.
+pub fn poll_every_blocking<T, S>(
+    interval: Duration,
+    limit: Duration,
+    mut check: impl FnMut() -> Result<T, S>,
+) -> Result<T, S> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let seen = match check() {
+            Ok(value) => return Ok(value),
+            Err(seen) => seen,
+        };
+        if std::time::Instant::now() >= deadline {
+            return Err(seen);
+        }
+        std::thread::sleep(interval);
+    }
 }
 
 /// [`poll_until`] outside a runtime, for a synchronous test: the thread sleeps between
@@ -61,17 +89,8 @@ pub fn poll_until_blocking<T>(
     limit: Duration,
     mut check: impl FnMut() -> Option<T>,
 ) -> T {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not within {limit:?}: {what}"
-        );
-        std::thread::sleep(POLL);
-    }
+    poll_every_blocking(POLL, limit, || check().ok_or(()))
+        .unwrap_or_else(|()| panic!("not within {limit:?}: {what}"))
 }
 
 /// Awaits `future`, failing the test if it takes longer than `limit`.
@@ -132,5 +151,53 @@ mod tests {
             (looks == 2).then_some("found")
         });
         assert_eq!(found, "found");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_poll_at_its_own_pace_gives_the_value() {
+        let started = Instant::now();
+        let mut looks = 0;
+        let found = poll_every(
+            Duration::from_millis(500),
+            Duration::from_secs(10),
+            async || {
+                looks += 1;
+                if looks == 3 { Ok(looks) } else { Err(looks) }
+            },
+        )
+        .await;
+        assert_eq!(found, Ok(3));
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_poll_that_runs_out_gives_what_it_last_saw_after_the_limit() {
+        let started = Instant::now();
+        let mut looks = 0;
+        let outcome: Result<(), u32> = poll_every(
+            Duration::from_millis(300),
+            Duration::from_secs(1),
+            async || {
+                looks += 1;
+                Err(looks)
+            },
+        )
+        .await;
+        // Looks at 0, 300, 600, 900 and 1200 ms: the last one past the limit.
+        assert_eq!(outcome, Err(5));
+        assert_eq!(started.elapsed(), Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn the_blocking_poll_that_runs_out_gives_what_it_last_saw() {
+        let started = std::time::Instant::now();
+        let mut looks = 0;
+        let outcome: Result<(), u32> =
+            poll_every_blocking(Duration::from_millis(1), Duration::from_millis(5), || {
+                looks += 1;
+                Err(looks)
+            });
+        assert_eq!(outcome, Err(looks));
+        assert!(started.elapsed() >= Duration::from_millis(5));
     }
 }

@@ -6,13 +6,14 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow, bail};
 use async_trait::async_trait;
 use domaind_node::run::NodeView;
 use domaind_testbed::imex_sim::imports::Import;
 use domaind_testbed::rack::{HeldImport, LocalRack, RackBackend, RackSpec, http_get, node_view};
+use domaind_testkit::{poll_every, poll_every_blocking};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::Api;
@@ -177,10 +178,12 @@ impl LocalAccess {
     fn stop_controller(&mut self) -> Option<String> {
         let mut process = self.controller.take()?;
         let _ = kill(Pid::from_raw(process.child.id() as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + STOP_GRACE;
-        while matches!(process.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let _ = poll_every_blocking(Duration::from_millis(50), STOP_GRACE, || {
+            match process.child.try_wait() {
+                Ok(None) => Err(()),
+                _ => Ok(()),
+            }
+        });
         // Dropping it kills what is left past the grace.
         Some(process.identity.clone())
     }
@@ -189,17 +192,19 @@ impl LocalAccess {
 /// Waits until the daemon at `http` is ready, which with `--ready-needs-kubelet` (as
 /// the chart runs it) includes its kubelet's registration of the plugin.
 async fn wait_ready_for_kubelet(http: SocketAddr, node: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + START_LIMIT;
-    loop {
-        let (code, body) = http_get(http, "/readyz").await.unwrap_or_default();
-        if code == 200 {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{node}'s daemon was not ready within {START_LIMIT:?}: {body}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // A closure that returns a future owning what it uses, not an async closure: the
+    // future of an async closure, awaited inside an async_trait method, must be Send
+    // for every lifetime, which the compiler cannot show.
+    poll_every(
+        Duration::from_millis(200),
+        START_LIMIT,
+        move || async move {
+            let (code, body) = http_get(http, "/readyz").await.unwrap_or_default();
+            if code == 200 { Ok(()) } else { Err(body) }
+        },
+    )
+    .await
+    .map_err(|body| anyhow!("{node}'s daemon was not ready within {START_LIMIT:?}: {body}"))
 }
 
 #[async_trait]
@@ -255,9 +260,16 @@ impl ClusterAccess for LocalAccess {
         // prepare and waits out the kubelet's retry (a minute): as a DaemonSet would have
         // been running (and Ready) long before a workload comes, the run starts once
         // every daemon is.
-        for node in rack.nodes() {
-            let info = node.info().context("ready without its run.json")?;
-            wait_ready_for_kubelet(info.http_addr, node.name()).await?;
+        let daemons = rack
+            .nodes()
+            .iter()
+            .map(|node| {
+                let info = node.info().context("ready without its run.json")?;
+                Ok((info.http_addr, node.name().to_owned()))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        for (http, name) in &daemons {
+            wait_ready_for_kubelet(*http, name).await?;
         }
         self.restarts = vec![0; nodes.len()];
         self.rack = Some(rack);

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use domaind_node::run::RunInfo;
+use domaind_testkit::poll_every;
 
 use super::{Harness, LOG_TAIL, TICK};
 use crate::channels;
@@ -40,50 +41,39 @@ impl Harness {
     pub(super) async fn wait_until(
         &mut self,
         limit: Duration,
-        done: impl FnMut(&Self, &World, &Observation) -> bool,
+        mut done: impl FnMut(&Self, &World, &Observation) -> bool,
     ) -> Option<Instant> {
-        self.watch(limit, Watch::UntilSeen, done).await
+        poll_every(TICK, limit, async || {
+            self.tick().await;
+            let (world, observation) = self.last.as_ref().expect("observed");
+            done(self, world, observation)
+                .then_some(observation.at)
+                .ok_or(())
+        })
+        .await
+        .ok()
     }
 
-    /// Observes for `duration`; when `seen` first held, if it did.
+    /// Observes for `duration`, ending on time so that the fault lasts what the
+    /// schedule says; when `seen` first held, if it did.
     pub(super) async fn hold(
         &mut self,
         duration: Duration,
-        seen: impl FnMut(&Self, &World, &Observation) -> bool,
-    ) -> Option<Instant> {
-        self.watch(duration, Watch::Throughout, seen).await
-    }
-
-    /// Ticks until `limit` has passed (or, waiting, until `seen` held); when `seen`
-    /// first held.
-    async fn watch(
-        &mut self,
-        limit: Duration,
-        how: Watch,
         mut seen: impl FnMut(&Self, &World, &Observation) -> bool,
     ) -> Option<Instant> {
-        let deadline = Instant::now() + limit;
+        let deadline = Instant::now() + duration;
         let mut first = None;
         loop {
             self.tick().await;
             let (world, observation) = self.last.as_ref().expect("observed");
             if first.is_none() && seen(self, world, observation) {
                 first = Some(observation.at);
-                if how == Watch::UntilSeen {
-                    return first;
-                }
             }
             let now = Instant::now();
             if now >= deadline {
                 return first;
             }
-            // A wait's last tick may come after its limit; a hold ends on time, so
-            // that the fault lasts what the schedule says.
-            let pause = match how {
-                Watch::UntilSeen => TICK,
-                Watch::Throughout => TICK.min(deadline - now),
-            };
-            tokio::time::sleep(pause).await;
+            tokio::time::sleep(TICK.min(deadline - now)).await;
         }
     }
 
@@ -239,14 +229,6 @@ impl Harness {
             status,
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Watch {
-    /// Until the sign is seen, or the limit.
-    UntilSeen,
-    /// For the whole time, noting when the sign was first seen.
-    Throughout,
 }
 
 /// A hosts file is rewritten in place (it may be a bind mount), so a read can catch

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use domaind_kube_api::crd::ComputeDomain;
+use domaind_testkit::poll_every;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -345,26 +346,27 @@ impl ClusterRun {
         }
     }
 
-    /// Observes until `done` holds (its observation's time) or `limit` passes.
+    /// Observes until `done` holds (its observation's time) or `limit` passes. An
+    /// interruption ends the wait at the next look, within a tick.
     pub(super) async fn wait_until(
         &mut self,
         limit: Duration,
         mut done: impl FnMut(&Self, &ClusterObservation) -> bool,
     ) -> Option<Instant> {
-        let deadline = Instant::now() + limit;
-        loop {
+        poll_every(TICK, limit, async || {
             if self.interrupted() {
-                return None;
+                return Ok(None);
             }
             let obs = self.tick().await;
             if done(self, &obs) {
-                return Some(obs.at);
+                Ok(Some(obs.at))
+            } else {
+                Err(())
             }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            self.pause().await;
-        }
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     /// The time between observations, cut short by an interruption.
