@@ -412,16 +412,12 @@ async fn the_state_directory_is_created_if_missing_even_while_running() {
     // The journal it held was removed with the directory: the writer notices and
     // writes what it holds again.
     store.record_changes(Vec::new()).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            if node.journal_path().exists() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the journal is written again");
+    domaind_testkit::poll_until_true(
+        "the journal to be written again",
+        Duration::from_secs(10),
+        async || node.journal_path().exists(),
+    )
+    .await;
     store.record_changes(Vec::new()).await.unwrap();
     assert_eq!(
         node.store(BOOT_A)
