@@ -6,8 +6,6 @@
 //!   it or to recover from a failed append.
 //! - `checkpoint.journal.damaged-<unix ms>`: damaged records set aside at a load, the
 //!   three newest kept.
-//! - `checkpoint.json`: format 1, one envelope for the whole checkpoint; read once to
-//!   migrate, then removed (a corrupt one is moved to `checkpoint.json.corrupt-<ms>`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -21,10 +19,8 @@ use domaind_atomic_file as atomic;
 
 /// The journal's file name in the state directory.
 pub const JOURNAL_FILE: &str = "checkpoint.journal";
-/// Format 1's file, read once to migrate.
-pub const LEGACY_FILE: &str = "checkpoint.json";
 
-/// Copies of damaged records (and of a corrupt format-1 file) kept for a post-mortem.
+/// Copies of damaged records kept for a post-mortem.
 const ASIDE_COPIES_KEPT: usize = 3;
 const FILE_MODE: u32 = 0o600;
 
@@ -39,12 +35,9 @@ pub trait Journal: Send + std::fmt::Debug + 'static {
     fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// Replaces the journal with `bytes`, atomically.
     fn replace(&mut self, bytes: &[u8]) -> io::Result<()>;
-    /// Keeps `bytes` (damaged records, or a corrupt format-1 file) beside the journal,
-    /// named after `of`; returns where.
+    /// Keeps `bytes` (damaged records) beside the journal, named after `of`; returns
+    /// where.
     fn set_aside(&mut self, of: &str, bytes: &[u8]) -> io::Result<PathBuf>;
-    /// Format 1's file, if there is one.
-    fn read_legacy(&mut self) -> io::Result<Option<Vec<u8>>>;
-    fn remove_legacy(&mut self) -> io::Result<()>;
     /// Removes temporary files a crash left.
     fn remove_stale_temps(&mut self);
 }
@@ -168,18 +161,8 @@ impl Journal for DirJournal {
         Ok(self.dir.join(name))
     }
 
-    fn read_legacy(&mut self) -> io::Result<Option<Vec<u8>>> {
-        Self::read_file(&self.dir.join(LEGACY_FILE))
-    }
-
-    fn remove_legacy(&mut self) -> io::Result<()> {
-        atomic::remove(&self.dir, LEGACY_FILE).map(|_| ())
-    }
-
     fn remove_stale_temps(&mut self) {
-        match atomic::remove_stale_temps(&self.dir, |name| {
-            atomic::is_temp_of(name, JOURNAL_FILE) || atomic::is_temp_of(name, LEGACY_FILE)
-        }) {
+        match atomic::remove_stale_temps(&self.dir, |name| atomic::is_temp_of(name, JOURNAL_FILE)) {
             Ok(removed) if removed.is_empty() => {}
             Ok(removed) => warn!(
                 dir = %self.dir.display(),
@@ -194,13 +177,9 @@ impl Journal for DirJournal {
 }
 
 /// What set-aside copies of `of` are named after: `checkpoint.journal` gives
-/// `checkpoint.journal.damaged-`, `checkpoint.json` gives `checkpoint.json.corrupt-`.
+/// `checkpoint.journal.damaged-`.
 pub fn aside_prefix(of: &str) -> String {
-    if of == LEGACY_FILE {
-        format!("{of}.corrupt-")
-    } else {
-        format!("{of}.damaged-")
-    }
+    format!("{of}.damaged-")
 }
 
 /// The age order of `<prefix><ms>[-<n>]`, or none for another file.

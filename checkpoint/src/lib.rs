@@ -23,12 +23,9 @@
 //!   upgraded or the file removed: a downgrade never overwrites newer state. Records
 //!   of a newer revision of this format are read as far as this domaind understands
 //!   them, counted in `domaind_newer_version_total{format="checkpoint"}` and logged.
-//! - Format 1 (`checkpoint.json`, one envelope for everything: `legacy`) is read once
-//!   and migrated.
 
 mod error;
 mod journal;
-mod legacy;
 mod line;
 mod outcome;
 mod replay;
@@ -38,14 +35,14 @@ pub(crate) mod tests;
 mod writer;
 
 pub use error::CheckpointError;
-pub use journal::{DirJournal, JOURNAL_FILE, Journal, LEGACY_FILE};
+pub use journal::{DirJournal, JOURNAL_FILE, Journal};
 pub use line::FORMAT_VERSION;
 pub use outcome::{LoadOutcome, Loaded};
 pub use replay::Replay;
 pub use store::{CheckpointConfig, DEFAULT_BOOT_ID_PATH, FileCheckpointStore};
 pub use writer::{Persistence, WriterStats};
 
-/// Counter: damaged checkpoint records (or corrupt format-1 files) found and set aside.
+/// Counter: damaged checkpoint records found and set aside.
 pub const CORRUPT_TOTAL: &str = "domaind_checkpoint_corrupt_total";
 
 pub(crate) mod metrics_names {
@@ -62,26 +59,13 @@ pub use metrics_names::{GROUP_SIZE, PERSISTED, WRITE_FAILURES, WRITE_SECONDS};
 
 /// The claim uids in the journal of `state_dir`, as a reader outside the daemon sees
 /// it (the chaos harness): no side effects, no boot check. `None` when there is no
-/// journal (nor a format-1 file).
+/// journal.
 pub fn inspect(state_dir: &std::path::Path) -> std::io::Result<Option<Replay>> {
-    let journal = state_dir.join(JOURNAL_FILE);
-    match std::fs::read(&journal) {
+    match std::fs::read(state_dir.join(JOURNAL_FILE)) {
         Ok(bytes) => {
             let boot = inspect_boot(&bytes);
-            return Ok(Some(replay::replay(&bytes, &boot)));
+            Ok(Some(replay::replay(&bytes, &boot)))
         }
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
-        Err(_) => {}
-    }
-    match std::fs::read(state_dir.join(LEGACY_FILE)) {
-        Ok(bytes) => Ok(Some(match legacy::decode(&bytes) {
-            Ok(legacy::Decoded::Current { checkpoint, .. }) => Replay {
-                records: checkpoint.claims.len() + checkpoint.slots.len(),
-                checkpoint,
-                ..Replay::default()
-            },
-            _ => Replay::default(),
-        })),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(error) => Err(error),
     }

@@ -29,8 +29,8 @@ use domaind_actors::model::{DomainRef, DomainUid, Slot};
 use domaind_actors::ports::{CheckpointChange, ClaimRecord};
 use serde::{Deserialize, Serialize};
 
-/// The record format this domaind writes, and the newest it reads. Format 1 was the
-/// whole-file envelope (`legacy`).
+/// The record format this domaind writes, and the newest it reads. Format 1, a
+/// whole-file envelope, was never released and is not read.
 pub const FORMAT_VERSION: u32 = 2;
 
 /// The revision of the format this domaind writes, and the newest it reads whole.

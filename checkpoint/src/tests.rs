@@ -248,12 +248,6 @@ impl Journal for FlakyJournal {
         self.disk.check()?;
         self.inner.set_aside(of, bytes)
     }
-    fn read_legacy(&mut self) -> io::Result<Option<Vec<u8>>> {
-        self.inner.read_legacy()
-    }
-    fn remove_legacy(&mut self) -> io::Result<()> {
-        self.inner.remove_legacy()
-    }
     fn remove_stale_temps(&mut self) {
         self.inner.remove_stale_temps();
     }
@@ -418,16 +412,12 @@ async fn the_state_directory_is_created_if_missing_even_while_running() {
     // The journal it held was removed with the directory: the writer notices and
     // writes what it holds again.
     store.record_changes(Vec::new()).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            if node.journal_path().exists() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the journal is written again");
+    domaind_testkit::poll_until_true(
+        "the journal to be written again",
+        Duration::from_secs(10),
+        async || node.journal_path().exists(),
+    )
+    .await;
     store.record_changes(Vec::new()).await.unwrap();
     assert_eq!(
         node.store(BOOT_A)
@@ -741,51 +731,6 @@ async fn an_unreadable_journal_is_an_error_not_damage() {
             .contains(&node.journal_path().display().to_string())
     );
     assert!(node.journal_path().is_dir(), "it was moved");
-}
-
-#[tokio::test]
-async fn a_format_1_checkpoint_is_migrated_once() {
-    let node = Node::new();
-    fs::create_dir_all(node.state_dir()).unwrap();
-    let legacy_path = node.state_dir().join(LEGACY_FILE);
-    fs::write(&legacy_path, legacy::encode(&sample(), BOOT_A).unwrap()).unwrap();
-
-    let loaded = node.store(BOOT_A).load_with_outcome().await.unwrap();
-
-    assert_eq!(loaded.checkpoint, sample());
-    assert_eq!(loaded.outcome, LoadOutcome::Restored { claims: 10 });
-    assert_eq!(node.files(), [JOURNAL_FILE]);
-    let again = node.store(BOOT_A).load_with_outcome().await.unwrap();
-    assert_eq!(again.checkpoint, sample());
-}
-
-#[tokio::test]
-async fn a_format_1_checkpoint_of_a_previous_boot_or_corrupt_starts_empty() {
-    let recorder = DebuggingRecorder::new();
-    let mut seen = Seen::new(recorder.snapshotter());
-    let _local = metrics::set_default_local_recorder(&recorder);
-    let node = Node::new();
-    fs::create_dir_all(node.state_dir()).unwrap();
-    let legacy_path = node.state_dir().join(LEGACY_FILE);
-    fs::write(&legacy_path, legacy::encode(&sample(), BOOT_A).unwrap()).unwrap();
-    let loaded = node.store(BOOT_B).load_with_outcome().await.unwrap();
-    assert!(matches!(loaded.outcome, LoadOutcome::PreviousBoot { .. }));
-    assert!(!legacy_path.exists());
-
-    fs::write(&legacy_path, b"{\"format\":1,").unwrap();
-    let loaded = node.store(BOOT_A).load_with_outcome().await.unwrap();
-    let LoadOutcome::Damaged {
-        unattributed: 1,
-        moved_to: Some(moved_to),
-        ..
-    } = &loaded.outcome
-    else {
-        panic!("{:?}", loaded.outcome);
-    };
-    assert_eq!(fs::read(moved_to).unwrap(), b"{\"format\":1,");
-    assert_eq!(node.aside_copies(LEGACY_FILE).len(), 1);
-    assert!(!legacy_path.exists());
-    assert_eq!(seen.counter(CORRUPT_TOTAL), 1);
 }
 
 /// Issue 15: a full state directory is not fatal. Changes are answered from memory,

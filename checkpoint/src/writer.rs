@@ -25,11 +25,11 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use super::error::CheckpointError;
-use super::journal::{Journal, LEGACY_FILE};
+use super::journal::Journal;
 use super::line::{self, FORMAT_VERSION, Op};
+use super::metrics_names as names;
 use super::outcome::{LoadOutcome, Loaded};
 use super::replay::{self, Replay};
-use super::{legacy, metrics_names as names};
 use domaind_gossip::version::NewerVersions;
 
 /// Requests taken in one group at most: the answer to the first must not wait for an
@@ -418,12 +418,6 @@ impl Writer {
         } else {
             self.in_step();
         }
-        if assessed.remove_legacy && self.disk == Disk::InStep {
-            let removed = self.blocking(|journal| journal.remove_legacy()).await;
-            if let Err(error) = removed {
-                warn!(%error, file = LEGACY_FILE, "cannot remove the format-1 checkpoint; the next start removes it");
-            }
-        }
         Ok(Loaded {
             checkpoint: assessed.checkpoint,
             outcome,
@@ -453,37 +447,22 @@ pub(super) fn domains_of(checkpoint: &Checkpoint) -> Vec<DomainRef> {
 #[derive(Debug)]
 enum Found {
     Nothing,
-    Journal { replay: Replay, legacy_too: bool },
-    Legacy { bytes: Vec<u8>, boot_id: String },
+    Journal(Replay),
 }
 
 fn find(journal: &mut dyn Journal, boot_id: &str) -> std::io::Result<Found> {
     journal.remove_stale_temps();
-    if let Some(bytes) = journal.read()? {
-        let legacy_too = journal.read_legacy()?.is_some();
-        return Ok(Found::Journal {
-            replay: replay::replay(&bytes, boot_id),
-            legacy_too,
-        });
-    }
-    Ok(match journal.read_legacy()? {
-        Some(bytes) => Found::Legacy {
-            bytes,
-            boot_id: boot_id.to_owned(),
-        },
+    Ok(match journal.read()? {
+        Some(bytes) => Found::Journal(replay::replay(&bytes, boot_id)),
         None => Found::Nothing,
     })
 }
 
-/// A newer format in the journal (or, with no journal, in format 1's file).
+/// A newer format in the journal.
 fn newer_on_disk(journal: &mut dyn Journal, boot_id: &str) -> std::io::Result<Option<u32>> {
-    if let Some(bytes) = journal.read()? {
-        return Ok(replay::replay(&bytes, boot_id).newer);
-    }
     Ok(journal
-        .read_legacy()?
-        .and_then(|bytes| legacy::format_of(&bytes))
-        .filter(|format| *format > legacy::FORMAT_VERSION))
+        .read()?
+        .and_then(|bytes| replay::replay(&bytes, boot_id).newer))
 }
 
 /// What a load does about what it found.
@@ -492,10 +471,9 @@ struct Assessed {
     checkpoint: Checkpoint,
     outcome: LoadOutcome,
     /// The journal must be written whole: to drop damaged records, a torn tail or
-    /// another boot's records, or to migrate format 1.
+    /// or another boot's records.
     rewrite: bool,
     set_aside: Option<(String, Vec<u8>)>,
-    remove_legacy: bool,
     refused: Option<u32>,
     /// Harmless findings, for the log.
     notes: Vec<String>,
@@ -510,7 +488,6 @@ impl Assessed {
             outcome,
             rewrite: false,
             set_aside: None,
-            remove_legacy: false,
             refused: None,
             notes: Vec::new(),
             newer_revision: None,
@@ -534,12 +511,7 @@ impl Assessed {
 fn assess(found: Found) -> Assessed {
     match found {
         Found::Nothing => Assessed::new(Checkpoint::default(), LoadOutcome::Missing),
-        Found::Journal { replay, legacy_too } => {
-            let mut assessed = assess_journal(replay);
-            assessed.remove_legacy = legacy_too;
-            assessed
-        }
-        Found::Legacy { bytes, boot_id } => assess_legacy(bytes, &boot_id),
+        Found::Journal(replay) => assess_journal(replay),
     }
 }
 
@@ -638,44 +610,4 @@ fn assess_journal(replay: Replay) -> Assessed {
             .map(|rev| (replay.newer_revision_records, rev)),
         ..Assessed::new(replay.checkpoint, outcome)
     }
-}
-
-fn assess_legacy(bytes: Vec<u8>, boot_id: &str) -> Assessed {
-    let mut assessed = match legacy::decode(&bytes) {
-        Ok(legacy::Decoded::Newer { format }) => return Assessed::refused(format),
-        Ok(legacy::Decoded::Current {
-            boot_id: written_on,
-            checkpoint,
-        }) if written_on == boot_id => {
-            let claims = checkpoint.claims.len();
-            let mut assessed = Assessed::new(checkpoint, LoadOutcome::Restored { claims });
-            assessed.rewrite = true;
-            assessed
-        }
-        Ok(legacy::Decoded::Current {
-            boot_id: written_on_boot,
-            ..
-        }) => Assessed::new(
-            Checkpoint::default(),
-            LoadOutcome::PreviousBoot { written_on_boot },
-        ),
-        Err(corruption) => {
-            let mut assessed = Assessed::new(
-                Checkpoint::default(),
-                LoadOutcome::Damaged {
-                    claims: 0,
-                    damaged_records: 1,
-                    lost_claims: Vec::new(),
-                    unattributed: 1,
-                    details: vec![format!("{LEGACY_FILE}: {corruption}")],
-                    domains: Vec::new(),
-                    moved_to: None,
-                },
-            );
-            assessed.set_aside = Some((LEGACY_FILE.to_owned(), bytes));
-            assessed
-        }
-    };
-    assessed.remove_legacy = true;
-    assessed
 }

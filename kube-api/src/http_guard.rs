@@ -1,12 +1,15 @@
 //! The HTTP/1 server under every endpoint we serve over TCP, with limits a network peer
 //! cannot get around: request headers must arrive within a deadline (a slowloris
 //! connection is closed instead of holding a task and a socket for good), and headers and
-//! bodies have a size limit. Each refusal counts in `domaind_http_requests_refused_total`
-//! with its reason, and the first of each reason is logged at warn (later ones at debug:
-//! a peer that floods us must not flood the log). A keep-alive connection left idle after
-//! an answer is closed by the same deadline without counting as a refusal.
+//! bodies have a size limit. The limits are hyper's (header deadline and size) and
+//! tower-http's (body size); this module adds what they lack: counting and logging
+//! refusals, telling an idle keep-alive connection from a slow one, and stopping.
+//!
+//! Each refusal counts in `domaind_http_requests_refused_total` with its reason, and the
+//! first of each reason is logged at warn (later ones at debug: a peer that floods us
+//! must not flood the log). A keep-alive connection left idle after an answer is closed
+//! by the same deadline without counting as a refusal.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,8 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, Response, StatusCode, header};
+use axum::http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -24,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
+use tower_http::limit::RequestBodyLimitLayer;
 
 pub const REQUESTS_REFUSED: &str = "domaind_http_requests_refused_total";
 
@@ -35,7 +38,8 @@ pub struct HttpLimits {
     pub header_read_timeout: Duration,
     /// The request line and headers together, in bytes.
     pub max_header_bytes: usize,
-    /// A body announced larger is refused with 413; a chunked one is cut off there.
+    /// A body announced larger is refused with 413 before the router sees it; a chunked
+    /// one is cut off there.
     pub max_body_bytes: usize,
 }
 
@@ -165,19 +169,21 @@ async fn connection(
     let stream = Watched::new(stream);
     let progress = stream.progress.clone();
     let body_refusals = refusals.clone();
-    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        let app = app.clone();
-        let refusals = body_refusals.clone();
-        progress.request_read();
-        async move {
-            if announced_length(&request).is_some_and(|length| length > limits.max_body_bytes) {
-                refusals.record(Refusal::BodyTooLarge, server, peer);
-                return Ok::<_, Infallible>(too_large());
+    // A 413 is the limit's: tower-http's answer to an announced length, or the router's
+    // when the limited body of a chunked request runs out. Hyper closes the connection
+    // after it unless the unread body was already on the wire to be drained.
+    let guarded = tower::ServiceBuilder::new()
+        .map_response(move |response: Response<_>| {
+            if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                body_refusals.record(Refusal::BodyTooLarge, server, peer);
             }
-            let request = request
-                .map(|body| Body::new(http_body_util::Limited::new(body, limits.max_body_bytes)));
-            app.oneshot(request).await
-        }
+            response
+        })
+        .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
+        .service(app);
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        progress.request_read();
+        guarded.clone().oneshot(request)
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -288,29 +294,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
-}
-
-/// The body length the request announces; `None` when it announces none (or nonsense,
-/// which hyper has already refused).
-fn announced_length(request: &Request<Incoming>) -> Option<usize> {
-    request
-        .headers()
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .parse()
-        .ok()
-}
-
-fn too_large() -> Response<Body> {
-    let mut response = Response::new(Body::from("request body too large\n"));
-    *response.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
-    // The unread body is still on the wire: this connection cannot carry another request.
-    response.headers_mut().insert(
-        header::CONNECTION,
-        header::HeaderValue::from_static("close"),
-    );
-    response
 }
 
 #[cfg(test)]

@@ -24,9 +24,7 @@ pub const PATIENCE: Duration = Duration::from_secs(10);
 
 /// `future`'s output, or a panic naming `what` after [`PATIENCE`].
 pub async fn within<F: std::future::Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(PATIENCE, future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no answer within {PATIENCE:?}"))
+    domaind_testkit::within(what, PATIENCE, future).await
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,12 +80,11 @@ impl FakeNodePlugin {
 
     pub async fn until_called(&self, name: &str) {
         let mut calls = self.calls.subscribe();
-        tokio::time::timeout(
-            PATIENCE,
+        within(
+            &format!("claim {name} to reach the node"),
             calls.wait_for(|calls| calls.iter().any(|(_, c)| c.name == name)),
         )
         .await
-        .unwrap_or_else(|_| panic!("claim {name} did not reach the node within {PATIENCE:?}"))
         .expect("the fake outlives its calls");
     }
 

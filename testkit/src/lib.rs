@@ -63,6 +63,20 @@ pub async fn poll_every<T, S>(
     }
 }
 
+/// Polls `check` every `interval` until it gives a value, or `None` once `limit` has
+/// passed: for a poll that must not look more often than its target bears (a real API
+/// server), or whose caller says itself what a timeout means (the demo reports it as an
+/// error instead of failing a test).
+pub async fn poll_until_every<T, F, Fut>(interval: Duration, limit: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    poll_every(interval, limit, async || f().await.ok_or(()))
+        .await
+        .ok()
+}
+
 /// [`poll_every`] outside a runtime: the thread sleeps between looks.
 pub fn poll_every_blocking<T, S>(
     interval: Duration,
@@ -141,6 +155,36 @@ mod tests {
     #[should_panic(expected = "last seen: 7")]
     async fn a_failure_shows_what_was_last_seen() {
         poll_for("eight", Duration::from_millis(50), async || Err::<(), _>(7)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn polls_at_the_interval_given() {
+        let started = Instant::now();
+        let mut looks = 0;
+        let interval = Duration::from_millis(250);
+        let found = poll_until_every(interval, Duration::from_secs(5), || {
+            looks += 1;
+            let look = looks;
+            async move { (look == 3).then_some(look) }
+        })
+        .await;
+        assert_eq!(found, Some(3));
+        assert_eq!(started.elapsed(), 2 * interval);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_none_once_the_limit_has_passed() {
+        let started = Instant::now();
+        let mut looks = 0;
+        let found = poll_until_every(Duration::from_millis(250), Duration::from_secs(1), || {
+            looks += 1;
+            async { None::<()> }
+        })
+        .await;
+        assert_eq!(found, None);
+        // At 0, 250, 500, 750 and 1000 ms: the last look is at the limit, not after it.
+        assert_eq!(looks, 5);
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! manifests, applying cluster objects, waiting for what the API shows, and deciding
 //! whether to run at all.
 
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
@@ -59,20 +60,29 @@ pub async fn wait_every<T: std::fmt::Debug, F: std::future::Future<Output = (boo
     every: Duration,
     mut probe: impl FnMut() -> F,
 ) -> T {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let (done, seen) = probe().await;
-        if done {
-            return seen;
+    let last_seen = RefCell::new(None);
+    domaind_testkit::poll_until_every(every, LIMIT, || {
+        let probed = probe();
+        let last_seen = &last_seen;
+        async move {
+            let (done, seen) = probed.await;
+            if done {
+                Some(seen)
+            } else {
+                last_seen.replace(Some(seen));
+                None
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {LIMIT:?} waiting until {what}; last seen: {seen:#?}"
-        );
-        tokio::time::sleep(every).await;
-    }
+    })
+    .await
+    .unwrap_or_else(|| {
+        // Not done by the limit means it looked at least once.
+        let seen = last_seen.into_inner().expect("a look before the limit");
+        panic!("timed out after {LIMIT:?} waiting until {what}; last seen: {seen:#?}")
+    })
 }
 
+/// [`wait_every`] at a pace a shared API server bears.
 pub async fn wait_for<T: std::fmt::Debug, F: std::future::Future<Output = (bool, T)>>(
     what: &str,
     probe: impl FnMut() -> F,
@@ -337,4 +347,29 @@ pub async fn wait_node_lost_event(client: &Client, namespace: &str, cd_uid: &str
         (found, seen)
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_looks_at_its_pace_until_done() {
+        let started = tokio::time::Instant::now();
+        let mut looks = 0;
+        let seen = wait_every("the third look", Duration::from_secs(1), || {
+            looks += 1;
+            let look = looks;
+            async move { (look == 3, look) }
+        })
+        .await;
+        assert_eq!(seen, 3);
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "waiting until what never comes; last seen: \"not yet\"")]
+    async fn a_wait_that_times_out_shows_what_it_last_saw() {
+        wait_for("what never comes", || async { (false, "not yet") }).await;
+    }
 }

@@ -2,8 +2,9 @@
 //! processes. Each clique forms its own ComputeDomain, and nothing of gossip or IMEX
 //! ever reaches across cliques.
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use domaind_actors::model::{AllocationMode, ClaimRef, Phase, ReadinessPolicy};
 use domaind_backends::local::{ClaimFile, ComputeDomainRef};
@@ -11,6 +12,7 @@ use domaind_kube_api::crd;
 use domaind_kubelet_plugin::DraVersion;
 use domaind_node::run::NodeView;
 use domaind_testbed::rack::{LocalRack, RackSpec, http_get, node_view, prepare_until_ready};
+use domaind_testkit::poll_until_every;
 
 const CLIQUES: usize = 3;
 const PER_CLIQUE: usize = 3;
@@ -164,33 +166,41 @@ async fn three_cliques_form_three_domains_and_nothing_crosses_cliques() {
         assert_eq!(devices.len(), 1, "{devices:?}");
     }
 
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let views = views(&rack).await;
-        let statuses: Vec<_> = (0..CLIQUES)
-            .map(|c| rack.local().read_status(&domain_uid(c)).unwrap())
-            .collect();
-        let nodes_whole = views
-            .iter()
-            .enumerate()
-            .all(|(i, view)| view.as_ref().is_some_and(|v| whole(&rack, i, v)));
-        let statuses_whole = statuses.iter().enumerate().all(|(c, status)| {
-            status.as_ref().is_some_and(|s| {
-                let listed: BTreeSet<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
-                s.status == crd::Phase::Ready
-                    && s.ready_nodes as usize == PER_CLIQUE
-                    && listed == clique_names(&rack, c)
-            })
-        });
-        if nodes_whole && statuses_whole {
-            break;
+    // Each look asks every node for its /state: at a pace the rack's daemons bear.
+    let last_seen = RefCell::new(None);
+    let formed = poll_until_every(Duration::from_millis(100), LIMIT, || {
+        let (rack, last_seen) = (&rack, &last_seen);
+        async move {
+            let views = views(rack).await;
+            let statuses: Vec<_> = (0..CLIQUES)
+                .map(|c| rack.local().read_status(&domain_uid(c)).unwrap())
+                .collect();
+            let nodes_whole = views
+                .iter()
+                .enumerate()
+                .all(|(i, view)| view.as_ref().is_some_and(|v| whole(rack, i, v)));
+            let statuses_whole = statuses.iter().enumerate().all(|(c, status)| {
+                status.as_ref().is_some_and(|s| {
+                    let listed: BTreeSet<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
+                    s.status == crd::Phase::Ready
+                        && s.ready_nodes as usize == PER_CLIQUE
+                        && listed == clique_names(rack, c)
+                })
+            });
+            if nodes_whole && statuses_whole {
+                return Some(());
+            }
+            last_seen.replace(Some((views, statuses)));
+            None
         }
-        assert!(
-            Instant::now() < deadline,
+    })
+    .await;
+    if formed.is_none() {
+        let (views, statuses) = last_seen.into_inner().expect("a look before the limit");
+        panic!(
             "three domains of their cliques only did not form within {LIMIT:?}; \
              views: {views:#?}; statuses: {statuses:#?}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
     // One gossip cluster per clique.

@@ -1,8 +1,8 @@
 //! End to end: `domaind run` processes on loopback with TLS gossip, `imex-sim` and the
 //! local backend, called over their unix sockets as the kubelet calls them.
 
-use domaind_testkit::poll_for;
-use std::time::{Duration, Instant};
+use domaind_testkit::{poll_for, poll_until_true};
+use std::time::Duration;
 
 use domaind_actors::model::{AllocationMode, ClaimRef, ReadinessPolicy};
 use domaind_backends::local::{ClaimFile, ComputeDomainRef};
@@ -638,14 +638,10 @@ async fn a_daemon_restart_leaves_imex_running_and_the_next_daemon_adopts_it() {
         std::fs::read_to_string(format!("/proc/{kept}/stat"))
             .map_or(true, |stat| domaind_imex::leftover::stat_says_ended(&stat))
     };
-    let deadline = Instant::now() + LIMIT;
-    while !gone() {
-        assert!(
-            Instant::now() < deadline,
-            "a node kill takes its IMEX with it"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    poll_until_true("a node kill to take its IMEX with it", LIMIT, async || {
+        gone()
+    })
+    .await;
     assert!(rack.imex_daemons().unwrap()[1].is_empty());
     // The survivor drops the dead node from its IMEX, which cleans its import up.
     poll_for(

@@ -18,6 +18,7 @@ use domaind_kubelet_plugin::DraVersion;
 use domaind_kubelet_plugin::client::KubeletClient;
 use domaind_prepare::cdi::{CdiWriter, ClaimUid, Spec, channel_device_path};
 use domaind_testbed::rack::{LocalRack, node_view, prepare_until_ready};
+use domaind_testkit::poll_until_every;
 use serde::Serialize;
 
 use super::{DemoArgs, DemoDomain, STEP_LIMIT, demo_uid};
@@ -132,9 +133,14 @@ pub(super) async fn scenario(
     }
     let mut shared = Vec::new();
     for domain in &domains {
-        let status = wait_for(STEP_LIMIT, || ready_status(rack, domain, nodes))
+        let status = poll_until_every(LOOK, STEP_LIMIT, || ready_status(rack, domain, nodes))
             .await
-            .with_context(|| format!("{} did not become Ready {nodes}/{nodes}", domain.name))?;
+            .with_context(|| {
+                format!(
+                    "{} did not become Ready {nodes}/{nodes} within {STEP_LIMIT:?}",
+                    domain.name
+                )
+            })?;
         let channel = status
             .channel
             .with_context(|| format!("{}'s status publishes no channel", domain.name))?;
@@ -193,11 +199,16 @@ pub(super) async fn scenario(
         rack.local()
             .remove_claim(&claim_uid(node.name(), &deleted))?;
     }
-    wait_for(STEP_LIMIT, || async {
+    poll_until_every(LOOK, STEP_LIMIT, || async {
         (!shown_anywhere(rack, &deleted.uid).await).then_some(())
     })
     .await
-    .with_context(|| format!("nodes still show {} after its claims went", deleted.name))?;
+    .with_context(|| {
+        format!(
+            "nodes still show {} {STEP_LIMIT:?} after its claims went",
+            deleted.name
+        )
+    })?;
     let deleted_ms = started.elapsed().as_millis() as u64;
     let left = cdi_specs_left(rack, &deleted)?;
     if !left.is_empty() {
@@ -275,24 +286,6 @@ fn channels(domains: &[SharedDomain]) -> String {
         .map(|d| format!("{} channel {}", d.compute_domain.name, d.channel))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Polls `look` until it gives a value, at most `limit`.
-async fn wait_for<T, F, Fut>(limit: Duration, mut look: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = look().await {
-            return Ok(value);
-        }
-        if Instant::now() >= deadline {
-            bail!("not within {limit:?}");
-        }
-        tokio::time::sleep(LOOK).await;
-    }
 }
 
 /// `domain`'s status, when it says Ready with all `nodes`.

@@ -5,8 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use domaind_kubelet_plugin::RegistrationState;
-use domaind_kubelet_plugin::testing::{FakeNodePlugin, Op, claim, serve, short_dir, within};
+use domaind_kubelet_plugin::testing::{
+    FakeNodePlugin, Op, PATIENCE, claim, serve, short_dir, within,
+};
 use domaind_testbed::rack::{LocalRack, RackSpec, http_get, short_temp_dir};
+use domaind_testkit::poll_until;
 
 async fn kubelet_sim(args: &[&str]) -> (i32, serde_json::Value, String) {
     let out = within(
@@ -165,14 +168,9 @@ async fn a_daemon_needing_the_kubelet_is_ready_once_registered() {
 
     let (code, _, stderr) = kubelet_sim(&["register", "--registry-socket", &registry_socket]).await;
     assert_eq!(code, 0, "{stderr}");
-    let ready = within("/readyz after the registration", async {
-        loop {
-            let (code, body) = http_get(info.http_addr, "/readyz").await.unwrap();
-            if code == 200 {
-                return body;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    let ready = poll_until("/readyz after the registration", PATIENCE, async || {
+        let (code, body) = http_get(info.http_addr, "/readyz").await.unwrap();
+        (code == 200).then_some(body)
     })
     .await;
     assert!(!ready.contains("kubelet"), "{ready}");

@@ -1,4 +1,5 @@
-use axum::routing::get;
+use axum::body::Bytes;
+use axum::routing::{get, post};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -7,7 +8,10 @@ use tokio::time::Instant;
 use super::*;
 
 fn app() -> Router {
-    Router::new().route("/", get(|| async { "ok\n" }))
+    Router::new().route("/", get(|| async { "ok\n" })).route(
+        "/upload",
+        post(|body: Bytes| async move { format!("{} bytes\n", body.len()) }),
+    )
 }
 
 async fn start(limits: HttpLimits) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<()>) {
@@ -152,6 +156,40 @@ async fn an_oversized_body_is_refused_before_it_is_read() {
     let answer = read_until_closed(&mut stream).await;
     assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
     assert_eq!(refused(&recorder, "body_too_large"), 0);
+
+    stop.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_chunked_body_is_cut_off_at_the_limit() {
+    let recorder = DebuggingRecorder::new();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let limits = HttpLimits::default();
+    let (addr, stop, task) = start(limits).await;
+    let chunked = |size: usize| {
+        format!(
+            "POST /upload HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+             Transfer-Encoding: chunked\r\n\r\n{size:x}\r\n{}\r\n0\r\n\r\n",
+            "a".repeat(size)
+        )
+    };
+
+    let mut within = TcpStream::connect(addr).await.unwrap();
+    within.write_all(chunked(10).as_bytes()).await.unwrap();
+    let answer = read_until_closed(&mut within).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("10 bytes\n"), "{answer}");
+    assert_eq!(refused(&recorder, "body_too_large"), 0);
+
+    let mut over = TcpStream::connect(addr).await.unwrap();
+    // The server may close before it has read it all: a failed write is fine.
+    let _ = over
+        .write_all(chunked(limits.max_body_bytes + 1).as_bytes())
+        .await;
+    let answer = read_until_closed(&mut over).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(refused(&recorder, "body_too_large"), 1);
 
     stop.cancel();
     task.await.unwrap();

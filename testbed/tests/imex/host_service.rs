@@ -18,6 +18,7 @@ use nix::unistd::Pid;
 
 use crate::runner::alive;
 use crate::supervisor::{alone, assert_exit_told, settings, wait_ready};
+use domaind_testkit::poll_for;
 
 const LIMIT: Duration = Duration::from_secs(20);
 const FAKE_SYSTEMCTL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake-systemctl");
@@ -129,15 +130,15 @@ async fn the_unit_keeps_imex_and_a_restarted_daemon_adopts_it() {
 
     // A reload reaches the daemon through the unit (systemctl kill), without a restart.
     second.reload().await.unwrap();
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    while !host.output().contains("SIGUSR1") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the reload never reached imex-sim: {}",
-            host.output()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    poll_for("the reload to reach imex-sim", LIMIT, async || {
+        let output = host.output();
+        if output.contains("SIGUSR1") {
+            Ok(())
+        } else {
+            Err(output)
+        }
+    })
+    .await;
     assert_eq!(host.main_pid(), Some(pid));
 
     // An exit is seen through the unit, and told with how the daemon ended.

@@ -17,6 +17,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::supervisor::{alone, assert_exit_told, settings, wait_ready};
+use domaind_testkit::poll_until_true;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -40,14 +41,10 @@ impl Runner {
             .spawn()
             .unwrap();
         let client = RunnerClient::new(&socket);
-        let deadline = tokio::time::Instant::now() + LIMIT;
-        while client.instances().await.is_err() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the runner never answered"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        poll_until_true("the runner to answer", LIMIT, async || {
+            client.instances().await.is_ok()
+        })
+        .await;
         Self { process, socket }
     }
 
@@ -151,14 +148,10 @@ async fn an_adopted_daemon_keeps_the_peers_it_served_until_its_hold_is_over() {
         Resolution::Ip(loopback(94)),
         "kept while the node catches up"
     );
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    while slot_1(&s) != Resolution::Parked {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the hold never ended"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    poll_until_true("the hold to end", LIMIT, async || {
+        slot_1(&s) == Resolution::Parked
+    })
+    .await;
     assert_eq!(second.pid().await, Some(pid), "a reload, not a restart");
     assert!(!*second.catching_up().borrow(), "the hold is over");
     second.stop().await.unwrap();

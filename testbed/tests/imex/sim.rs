@@ -9,6 +9,9 @@ use domaind_actors::ports::Imex;
 use domaind_actors::rules::peers::{Peer, PeerSet};
 use domaind_imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
 use domaind_testbed::rack::imex_ports;
+use domaind_testkit::poll_until_every;
+
+use crate::supervisor::STATUS_POLL;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -77,23 +80,18 @@ fn peer_set(nodes: &[&Node]) -> PeerSet {
 }
 
 async fn wait_ready(nodes: &[&Node], want: bool) {
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    loop {
-        let mut all = true;
+    // Each look is a status query (a process) per node.
+    poll_until_every(STATUS_POLL * 2, LIMIT, || async {
         for node in nodes {
             let status = node.daemon.status().await.unwrap_or_default();
-            all &= status.running && status.ready == want;
+            if !(status.running && status.ready == want) {
+                return None;
+            }
         }
-        if all {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not all {} ready={want} in {LIMIT:?}",
-            nodes.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("not all {} ready={want} in {LIMIT:?}", nodes.len()));
 }
 
 async fn stop_all(nodes: &[Node]) {
@@ -402,16 +400,15 @@ async fn an_import_breaks_on_a_new_instance_or_a_dropped_peer_and_nothing_else()
     // C dropped from A's config.
     let of_c_again = of_c;
     a.daemon.apply(&peer_set(&[a, b])).await.unwrap();
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    loop {
-        let now = imports().await;
-        if let Some(why) = &now[&of_c_again].broken {
-            assert!(why.contains("dropped from the IMEX config"), "{why}");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{now:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let imports = &imports;
+    let broken = poll_until_every(STATUS_POLL, LIMIT, || async move {
+        imports().await[&of_c_again].broken.clone()
+    })
+    .await;
+    let Some(why) = broken else {
+        panic!("C's import never broke: {:?}", imports().await);
+    };
+    assert!(why.contains("dropped from the IMEX config"), "{why}");
     stop_all(&nodes).await;
 }
 
@@ -546,16 +543,15 @@ async fn a_link_our_reload_restarted_is_no_evidence_and_the_node_stays_ready_for
     kill(pid, Signal::SIGCONT).unwrap();
     wait_ready(&all, true).await;
     kill(pid, Signal::SIGSTOP).unwrap();
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    loop {
+    let link_down = poll_until_every(STATUS_POLL, LIMIT, || async {
         let status = a.daemon.status().await.unwrap();
-        if status.links.get(&b_slot) == Some(&false) {
-            assert!(!status.ready, "{status:?}");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{status:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (status.links.get(&b_slot) == Some(&false)).then_some(status)
+    })
+    .await;
+    let Some(status) = link_down else {
+        panic!("b's link never down: {:?}", a.daemon.status().await);
+    };
+    assert!(!status.ready, "{status:?}");
     kill(pid, Signal::SIGCONT).unwrap();
     stop_all(&nodes).await;
 }

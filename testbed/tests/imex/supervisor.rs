@@ -2,6 +2,7 @@
 //! crashed daemon is restarted with backoff, reloads coalesce, and a daemon a killed
 //! domaind left running is stopped before the next one starts.
 
+use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +17,7 @@ use domaind_actors::ports::Imex;
 use domaind_actors::rules::peers::{Peer, PeerSet};
 use domaind_imex::{Command, ImexDaemon, ImexSettings};
 use domaind_testbed::rack::imex_ports;
+use domaind_testkit::{poll_until_every, poll_until_true};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -177,15 +179,11 @@ async fn the_adapter_tells_of_an_exit_as_it_happens() {
     assert!(daemon.status().await.unwrap().exited.is_none());
 }
 
+/// How often a wait asks the daemon: an IMEX status query runs a process each time.
+pub(crate) const STATUS_POLL: Duration = Duration::from_millis(50);
+
 async fn wait(mut condition: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    while !condition() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not met in {LIMIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll_until_true("the condition", LIMIT, async || condition()).await;
 }
 
 /// `daemon`'s exit is told (`exited` resolves) and its status says it ended, naming
@@ -208,29 +206,32 @@ pub(crate) async fn assert_exit_told(daemon: &ImexDaemon, how: &str) {
 /// Waits until `daemon` says it is ready; on timeout, fails with what it last said
 /// (an exit names its status, and the simulator's error is in the adapter's log).
 pub(crate) async fn wait_ready(daemon: &ImexDaemon) {
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    loop {
-        let status = daemon.status().await;
-        if status.as_ref().is_ok_and(|s| s.ready) {
-            return;
+    let last_status = RefCell::new(None);
+    let ready = poll_until_every(STATUS_POLL, LIMIT, || {
+        let last_status = &last_status;
+        async move {
+            let status = daemon.status().await;
+            if status.as_ref().is_ok_and(|s| s.ready) {
+                return Some(());
+            }
+            last_status.replace(Some(status));
+            None
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not ready in {LIMIT:?}; last status: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    })
+    .await;
+    if ready.is_none() {
+        let status = last_status.into_inner().expect("a look before the limit");
+        panic!("not ready in {LIMIT:?}; last status: {status:?}");
     }
 }
 
 async fn wait_async<F: std::future::Future<Output = bool>>(mut condition: impl FnMut() -> F) {
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    while !condition().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not met in {LIMIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll_until_every(STATUS_POLL, LIMIT, || {
+        let met = condition();
+        async { met.await.then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|| panic!("condition not met in {LIMIT:?}"));
 }
 
 /// Reloads within IMEX's ~5 s throttle coalesce: one SIGUSR1 now, one when the

@@ -20,6 +20,7 @@ use domaind_imex::config::parse_config;
 use domaind_imex::{AddressingMode, Command, ImexDaemon, ImexSettings};
 use domaind_testbed::imex_sim::tls::ACCEPTED;
 use domaind_testbed::rack::imex_ports;
+use domaind_testkit::poll_until_every;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
@@ -491,14 +492,12 @@ async fn a_rotated_certificate_reaches_new_links_through_sigusr1_without_a_resta
 
     let second = issue(&ca, "node-a");
     a.credentials.send_replace(files(&second));
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    while presented(a, rack.server_port, &ca).await != der(&second.cert_pem) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "new links still get the old certificate after {LIMIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Each look is a TLS handshake with the daemon.
+    poll_until_every(Duration::from_millis(100), LIMIT, || async {
+        (presented(a, rack.server_port, &ca).await == der(&second.cert_pem)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("new links still get the old certificate after {LIMIT:?}"));
     let s = a.daemon.settings();
     assert_eq!(
         std::fs::read_to_string(s.tls_key_path()).unwrap(),
