@@ -65,8 +65,8 @@ impl Imex for FakeShortLivedImex {
         let mut d = self.daemon();
         if d.refusals > 0 {
             d.refusals -= 1;
-            return Err(PortError(
-                "IMEX cannot listen on 10.0.0.1:50000 (SERVER_PORT): Address already in use".into(),
+            return Err(PortError::transient(
+                "IMEX cannot listen on 10.0.0.1:50000 (SERVER_PORT): Address already in use",
             ));
         }
         d.starts.push(Instant::now());

@@ -60,7 +60,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use domaind_actors::model::Slot;
-use domaind_actors::ports::{Imex, ImexStatus, PortError};
+use domaind_actors::ports::{ErrorKind, Imex, ImexStatus, PortError};
 use domaind_actors::rules::peers::{
     PeerSet, render_nodes_config_dns, render_nodes_config_ips, slot_hostname,
 };
@@ -199,8 +199,22 @@ impl Exit {
     }
 }
 
-fn port_error(what: &str, error: impl std::fmt::Display) -> PortError {
-    PortError(format!("{what}: {error}"))
+/// A keeper's failure: the supervisor asks again after its backoff, which is what a
+/// keeper that did not answer needs, and a daemon it lost is started afresh.
+fn port_error(what: &str, error: impl std::error::Error + Send + Sync + 'static) -> PortError {
+    PortError::transient(what).with_source(error)
+}
+
+/// A missing program or directory, or one this process may not use, stays so until
+/// someone installs or fixes it; other I/O failures (a full disk) may pass.
+fn io_error(what: &str, error: std::io::Error) -> PortError {
+    let kind = match error.kind() {
+        std::io::ErrorKind::NotFound
+        | std::io::ErrorKind::PermissionDenied
+        | std::io::ErrorKind::ReadOnlyFilesystem => ErrorKind::Permanent,
+        _ => ErrorKind::Transient,
+    };
+    PortError::new(kind, what).with_source(error)
 }
 
 /// Who keeps the daemon outside this process, if anyone: the runner, else the host's
@@ -302,16 +316,16 @@ impl Inner {
         let output = timeout(s.query_timeout, output)
             .await
             .map_err(|_| {
-                PortError(format!(
+                PortError::transient(format!(
                     "IMEX status query timed out after {:?}",
                     s.query_timeout
                 ))
             })?
-            .map_err(|e| port_error(&format!("cannot run {}", s.ctl.program.display()), e))?;
+            .map_err(|e| io_error(&format!("cannot run {}", s.ctl.program.display()), e))?;
         // A tool that failed without answering (its own wait ran out, the daemon did not
         // answer) is no answer at all, not an empty one: "not ready" would be a guess.
         if !output.status.success() && output.stdout.is_empty() {
-            return Err(PortError(format!(
+            return Err(PortError::transient(format!(
                 "IMEX status query failed ({}): {}",
                 output.status,
                 String::from_utf8_lossy(&output.stderr).trim()
@@ -374,7 +388,7 @@ impl Imex for ImexDaemon {
                 let files = credentials.borrow().clone();
                 changed |= inner
                     .write_credentials(&files)
-                    .map_err(|e| port_error("cannot write IMEX's TLS credentials", e))?;
+                    .map_err(|e| io_error("cannot write IMEX's TLS credentials", e))?;
             }
             if changed {
                 request_reload(inner, &mut state);
@@ -385,13 +399,13 @@ impl Imex for ImexDaemon {
         let settings = &inner.settings;
         inner.prepare_credentials()?;
         write_atomic(&settings.config_path(), &render_config(settings)).map_err(|e| {
-            port_error(
+            io_error(
                 &format!("cannot write {}", settings.config_path().display()),
                 e,
             )
         })?;
         write_atomic(&settings.nodes_config_path(), &nodes_config).map_err(|e| {
-            port_error(
+            io_error(
                 &format!("cannot write {}", settings.nodes_config_path().display()),
                 e,
             )
@@ -407,7 +421,7 @@ impl Imex for ImexDaemon {
         let inner = &self.inner;
         let mut state = inner.state.lock().await;
         if !inner.alive(&mut state) {
-            return Err(PortError("the IMEX daemon is not running".into()));
+            return Err(PortError::transient("the IMEX daemon is not running"));
         }
         match inner.settings.mode {
             AddressingMode::DnsNames => {
@@ -426,7 +440,7 @@ impl Imex for ImexDaemon {
                 if nodes_config != state.nodes_config && !state.holding() {
                     let path = inner.settings.nodes_config_path();
                     write_atomic(&path, &nodes_config)
-                        .map_err(|e| port_error(&format!("cannot write {}", path.display()), e))?;
+                        .map_err(|e| io_error(&format!("cannot write {}", path.display()), e))?;
                     info!("IMEX peers changed (IPs mode): restarting the daemon");
                     inner.stop_child(&mut state).await;
                     inner.spawn(&mut state).await?;
