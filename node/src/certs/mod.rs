@@ -243,7 +243,7 @@ impl CertClient {
             .signer
             .request(&self.node, &csr, self.lifetime)
             .await
-            .map_err(Failure::Error)?;
+            .map_err(|e| Failure::Error(e.to_string()))?;
         let pem = match answer {
             Answer::Issued(pem) => pem,
             Answer::Denied { reason, message } => return Err(Failure::Denied { reason, message }),
