@@ -78,7 +78,7 @@ use super::config::{
     render_config,
 };
 use super::host_service::HostService;
-use super::keeper::ImexKeeper;
+use super::keeper::{ImexKeeper, KeeperError};
 use super::output::OutputTail;
 use super::relink::Relinking;
 use super::runner::{Instance, RunnerClient, RunnerSignal, StartRequest};
@@ -199,10 +199,16 @@ impl Exit {
     }
 }
 
-/// A keeper's failure: the supervisor asks again after its backoff, which is what a
-/// keeper that did not answer needs, and a daemon it lost is started afresh.
-fn port_error(what: &str, error: impl std::error::Error + Send + Sync + 'static) -> PortError {
-    PortError::transient(what).with_source(error)
+/// A keeper's failure. One that did not answer, or lost its daemon, is asked again
+/// after the supervisor's backoff (a lost daemon is started afresh); one that cannot run
+/// IMEX as configured stays so until a person changes the unit.
+fn port_error(what: &str, error: KeeperError) -> PortError {
+    let kind = if error.is_misconfigured() {
+        ErrorKind::Permanent
+    } else {
+        ErrorKind::Transient
+    };
+    PortError::new(kind, what).with_source(error)
 }
 
 /// A missing program or directory, or one this process may not use, stays so until
@@ -552,5 +558,46 @@ impl Imex for ImexDaemon {
             }
             notified.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_keeper_that_cannot_run_imex_as_configured_is_a_permanent_failure() {
+        let unit = KeeperError::Misconfigured("systemd unit imex has Type=forking".into());
+        let error = port_error("cannot start the IMEX daemon", unit);
+        assert_eq!(error.kind(), ErrorKind::Permanent);
+        assert_eq!(
+            error.to_string(),
+            "cannot start the IMEX daemon: systemd unit imex has Type=forking"
+        );
+        let silent = KeeperError::Failed("systemctl: no answer".into());
+        assert_eq!(port_error("x", silent).kind(), ErrorKind::Transient);
+        let lost = KeeperError::Gone("the runner is gone".into());
+        assert_eq!(port_error("x", lost).kind(), ErrorKind::Transient);
+    }
+
+    #[test]
+    fn a_missing_program_is_permanent_a_full_disk_is_not_and_the_io_error_is_kept() {
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let error = io_error("cannot start the IMEX daemon /usr/bin/nvidia-imex", missing);
+        assert_eq!(error.kind(), ErrorKind::Permanent);
+        let source = error
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            source.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::NotFound)
+        );
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        assert_eq!(
+            io_error("cannot write x", full).kind(),
+            ErrorKind::Transient
+        );
     }
 }
