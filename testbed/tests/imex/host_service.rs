@@ -218,7 +218,12 @@ async fn a_unit_that_cannot_run_the_config_domaind_writes_is_refused() {
 
     host.install(&s, Path::new("/etc/nvidia-imex/config.cfg"), "simple");
     let daemon = ImexDaemon::new(s.clone());
-    let error = daemon.start(&alone(ip)).await.unwrap_err().to_string();
+    let error = daemon.start(&alone(ip)).await.unwrap_err();
+    assert!(
+        error.is_permanent(),
+        "a unit to fix, not to wait out: {error}"
+    );
+    let error = error.to_string();
     assert!(
         error.contains(&format!("-c {}", s.config_path().display()))
             && error.contains("/etc/nvidia-imex/config.cfg"),
