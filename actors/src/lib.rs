@@ -6,6 +6,7 @@ pub mod actors;
 pub mod config;
 pub mod model;
 pub mod outcome;
+mod port_error;
 pub mod ports;
 pub mod rules;
 #[cfg(feature = "testing")]

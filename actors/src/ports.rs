@@ -18,10 +18,7 @@ use crate::model::{
 use crate::rules::peers::PeerSet;
 use crate::rules::status::DomainStatus;
 
-/// A port's failure, in words fit for a log line.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct PortError(pub String);
+pub use crate::port_error::{ErrorKind, PortError};
 
 /// This node's gossip membership.
 #[async_trait]

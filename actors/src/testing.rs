@@ -36,20 +36,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A failure to inject: the next `remaining` calls fail with `message`.
+/// A failure to inject: the next `remaining` calls fail with `error`.
 #[derive(Debug, Default)]
 struct Failure {
     remaining: u32,
-    message: String,
+    error: Option<PortError>,
 }
 
 impl Failure {
+    /// A timeout's kind, the failure most tests mean: the core retries it as it always
+    /// did. [`Self::of`] injects another kind.
+    fn transient(remaining: u32, message: &str) -> Self {
+        Self::of(remaining, PortError::transient(message))
+    }
+
+    fn of(remaining: u32, error: PortError) -> Self {
+        Self {
+            remaining,
+            error: Some(error),
+        }
+    }
+
     fn take(&mut self) -> Result<(), PortError> {
         if self.remaining == 0 {
             return Ok(());
         }
         self.remaining -= 1;
-        Err(PortError(self.message.clone()))
+        Err(self
+            .error
+            .clone()
+            .unwrap_or_else(|| PortError::transient("injected failure")))
     }
 }
 
@@ -350,7 +366,9 @@ impl FakeImexFabric {
             return Ok(ImexStatus::default());
         };
         if me.hung {
-            return Err(PortError(format!("IMEX on {node} does not answer")));
+            return Err(PortError::transient(format!(
+                "IMEX on {node} does not answer"
+            )));
         }
         let links: BTreeMap<Slot, bool> = me
             .peers
@@ -408,10 +426,7 @@ impl FakeImex {
 
     /// The next `times` starts or applies fail.
     pub fn fail_next(&self, times: u32, message: &str) {
-        *lock(&self.failure) = Failure {
-            remaining: times,
-            message: message.to_owned(),
-        };
+        *lock(&self.failure) = Failure::transient(times, message);
     }
 
     fn record(&self, call: ImexCall) {
@@ -472,7 +487,7 @@ impl Imex for FakeImex {
                 d.peers = peers.clone();
                 Ok(())
             }
-            None => Err(PortError("IMEX is not running".into())),
+            None => Err(PortError::transient("IMEX is not running")),
         }
     }
 
@@ -562,18 +577,17 @@ impl FakeStatusSink {
     }
 
     pub fn fail_next(&self, times: u32, message: &str) {
-        *lock(&self.failure) = Failure {
-            remaining: times,
-            message: message.to_owned(),
-        };
+        *lock(&self.failure) = Failure::transient(times, message);
+    }
+
+    /// Fails the next `times` writes with `error`, of whatever kind it is.
+    pub fn fail_next_with(&self, times: u32, error: PortError) {
+        *lock(&self.failure) = Failure::of(times, error);
     }
 
     /// Fails the next `times` reads (writes are failed by [`Self::fail_next`]).
     pub fn fail_next_reads(&self, times: u32, message: &str) {
-        *lock(&self.read_failure) = Failure {
-            remaining: times,
-            message: message.to_owned(),
-        };
+        *lock(&self.read_failure) = Failure::transient(times, message);
     }
 }
 
@@ -607,10 +621,7 @@ impl FakeEventSink {
     }
 
     pub fn fail_next(&self, times: u32, message: &str) {
-        *lock(&self.failure) = Failure {
-            remaining: times,
-            message: message.to_owned(),
-        };
+        *lock(&self.failure) = Failure::transient(times, message);
     }
 }
 
@@ -688,10 +699,7 @@ impl FakeCheckpointStore {
     }
 
     pub fn fail_next(&self, times: u32, message: &str) {
-        *lock(&self.failure) = Failure {
-            remaining: times,
-            message: message.to_owned(),
-        };
+        *lock(&self.failure) = Failure::transient(times, message);
     }
 }
 

@@ -1,6 +1,7 @@
 //! The ImexProcess actor restarting a daemon that keeps failing, in paused time: the
-//! waits grow up to the cap whatever the failure, a daemon that stayed up resets them,
-//! and the reason for each restart is kept.
+//! waits grow up to the cap whatever failure may pass (a start refused for good waits
+//! the cap at once), a daemon that stayed up resets them, and the reason for each
+//! restart is kept.
 //!
 //! The shape of issue 11's loop: every start succeeded (the process spawned), the
 //! daemon exited a moment later (its port was taken), and the restart came 200 ms
@@ -36,6 +37,8 @@ struct FakeShortLivedImex(Arc<Mutex<Daemon>>, Arc<tokio::sync::Notify>);
 struct Daemon {
     deaths: u32,
     refusals: u32,
+    /// Starts refused as a daemon without its binary is: permanently.
+    missing: u32,
     running: bool,
     exited: Option<String>,
     starts: Vec<Instant>,
@@ -63,10 +66,16 @@ impl FakeShortLivedImex {
 impl Imex for FakeShortLivedImex {
     async fn start(&self, _: &PeerSet) -> Result<(), PortError> {
         let mut d = self.daemon();
+        if d.missing > 0 {
+            d.missing -= 1;
+            return Err(PortError::permanent(
+                "cannot start the IMEX daemon /usr/bin/nvidia-imex: No such file or directory",
+            ));
+        }
         if d.refusals > 0 {
             d.refusals -= 1;
-            return Err(PortError(
-                "IMEX cannot listen on 10.0.0.1:50000 (SERVER_PORT): Address already in use".into(),
+            return Err(PortError::transient(
+                "IMEX cannot listen on 10.0.0.1:50000 (SERVER_PORT): Address already in use",
             ));
         }
         d.starts.push(Instant::now());
@@ -289,6 +298,33 @@ fn refused_and_short_lived_starts_share_one_backoff() {
             "{lifecycle:?}"
         );
         assert!(lifecycle.running);
+    });
+}
+
+/// A start that cannot succeed until a person acts (no binary) waits the cap at once,
+/// each time; a busy port, which may pass, climbs from the shortest wait.
+#[test]
+fn a_start_refused_for_good_waits_the_cap_not_the_shortest_wait() {
+    run_paused_actix(|| async {
+        let imex = FakeShortLivedImex::default();
+        imex.daemon().missing = 2;
+        let applied = Instant::now();
+        let (supervisor, _owner) = supervise(&imex);
+        wait_for_starts(&imex, 1).await;
+        let waited = imex.starts()[0] - applied;
+        assert!(
+            waited >= MAX + MAX && waited < MAX + MAX + POLL,
+            "{waited:?} before the first start, not two caps"
+        );
+        let lifecycle = supervisor.send(GetImexLifecycle).await.unwrap();
+        assert_eq!(lifecycle.failures, 2, "{lifecycle:?}");
+        assert!(
+            lifecycle
+                .last_failure
+                .as_deref()
+                .is_some_and(|why| why.contains("No such file")),
+            "{lifecycle:?}"
+        );
     });
 }
 

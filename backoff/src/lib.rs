@@ -59,7 +59,18 @@ impl Backoff {
     /// Counts a failure and says how long to wait before the next attempt.
     pub fn fail(&mut self) -> Duration {
         self.failures = self.failures.saturating_add(1);
-        let exact = self.delay_after(self.failures);
+        self.drawn(self.delay_after(self.failures))
+    }
+
+    /// Counts a failure that asking again soon will not mend (a refusal, bad input):
+    /// the wait is the cap at once, so a retry does not hammer a server that already
+    /// said no, yet a fix by a person is picked up within one cap.
+    pub fn fail_at_cap(&mut self) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        self.drawn(self.max)
+    }
+
+    fn drawn(&self, exact: Duration) -> Duration {
         if self.jitter {
             let half = exact / 2;
             half + half.mul_f64(rand::rng().random::<f64>())
@@ -93,6 +104,15 @@ mod tests {
         assert_eq!(backoff.failures(), 6);
         backoff.succeed();
         assert_eq!(backoff.failures(), 0);
+        assert_eq!(backoff.fail(), 100 * MS);
+    }
+
+    #[test]
+    fn a_refusal_waits_the_cap_at_once_and_counts_as_a_failure() {
+        let mut backoff = Backoff::new(100 * MS, Duration::from_secs(1));
+        assert_eq!(backoff.fail_at_cap(), Duration::from_secs(1));
+        assert_eq!(backoff.failures(), 1);
+        backoff.succeed();
         assert_eq!(backoff.fail(), 100 * MS);
     }
 

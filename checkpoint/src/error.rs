@@ -1,7 +1,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use domaind_actors::ports::PortError;
+use domaind_actors::ports::{ErrorKind, PortError};
 
 /// Why the checkpoint could not be read or written. Each names the file and, where
 /// there is one, what to do about it.
@@ -34,8 +34,32 @@ pub enum CheckpointError {
     WriterGone { path: PathBuf },
 }
 
+impl CheckpointError {
+    /// Only a read that may pass (not a refused one) is worth asking again soon: the
+    /// boot id and a newer format stay as they are until someone acts, and a writer
+    /// that stopped does not come back.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            CheckpointError::Read { source, .. } => io_kind(source),
+            CheckpointError::BootIdUnreadable { .. }
+            | CheckpointError::BootIdInvalid { .. }
+            | CheckpointError::NewerFormat { .. }
+            | CheckpointError::WriterGone { .. } => ErrorKind::Permanent,
+        }
+    }
+}
+
+/// A file this process may not use stays so until someone changes its permissions or
+/// mount; other I/O failures (a full disk, an interrupted call) may pass.
+pub(crate) fn io_kind(error: &io::Error) -> ErrorKind {
+    match error.kind() {
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => ErrorKind::Permanent,
+        _ => ErrorKind::Transient,
+    }
+}
+
 impl From<CheckpointError> for PortError {
     fn from(error: CheckpointError) -> Self {
-        PortError(error.to_string())
+        PortError::from_source(error.kind(), error)
     }
 }

@@ -190,9 +190,9 @@ impl FileCheckpointStore {
         self.send(Request::Record { changes, done });
         let path = self.inner.path.clone();
         Box::pin(async move {
-            answer.await.unwrap_or_else(|_| {
-                Err(PortError(CheckpointError::WriterGone { path }.to_string()))
-            })
+            answer
+                .await
+                .unwrap_or_else(|_| Err(CheckpointError::WriterGone { path }.into()))
         })
     }
 

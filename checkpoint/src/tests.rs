@@ -663,7 +663,9 @@ async fn a_newer_format_is_refused_and_never_overwritten() {
         Persistence::Refused { .. }
     ));
     let refused = store.record_changes(sample_changes()).await.unwrap_err();
-    assert_newer(&refused.0, &node.journal_path());
+    assert_newer(&refused.to_string(), &node.journal_path());
+    // Only a newer domaind, or a person, can change that: no retry soon mends it.
+    assert!(refused.is_permanent(), "{refused}");
 
     assert_eq!(fs::read(node.journal_path()).unwrap(), newer);
     assert!(node.aside_copies(JOURNAL_FILE).is_empty());

@@ -297,16 +297,17 @@ impl Writer {
         match probed {
             Ok(Some(found)) => {
                 self.disk = Disk::Refused { found };
-                Err(PortError(self.newer(found).to_string()))
+                Err(self.newer(found).into())
             }
             Ok(None) => {
                 self.write_whole().await;
                 Ok(())
             }
-            Err(error) => Err(PortError(format!(
-                "cannot read {}: {error}",
-                self.path().display()
-            ))),
+            Err(error) => Err(PortError::new(
+                crate::error::io_kind(&error),
+                format!("cannot read {}", self.path().display()),
+            )
+            .with_source(error)),
         }
     }
 

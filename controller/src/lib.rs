@@ -55,7 +55,7 @@ pub use reconcile::{Context, Error, Timing, error_policy, reconcile};
 pub use template::{Ownership, TemplateSettings};
 
 use domaind_kube_api::crd::ComputeDomain;
-use domaind_kube_api::health::{Liveness, Readiness};
+use domaind_kube_api::health::{Liveness, NotAlive, Readiness};
 use domaind_kube_api::names;
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -283,9 +283,9 @@ fn liveness(args: &ControllerArgs, heartbeat: Arc<Heartbeat>) -> Liveness {
             if !elected || since < limit {
                 Ok(())
             } else {
-                Err(format!(
+                Err(NotAlive::new(format!(
                     "the leader election loop has not finished a round for {since:?}"
-                ))
+                )))
             }
         }
         .boxed()

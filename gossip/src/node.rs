@@ -152,7 +152,7 @@ impl GossipNode {
                     written += usize::from(owner::publish(chitchat, &current, key, value, wire)?);
                 }
                 metrics::state_signed(written);
-                Ok::<_, String>(())
+                Ok::<_, owner::WriteError>(())
             })
             .await
             .map_err(|e| GossipError::Start(anyhow::anyhow!("signing this node's state: {e}")))?;
@@ -313,7 +313,7 @@ impl GossipNode {
         self.wrote(key, written);
     }
 
-    fn wrote(&self, key: &str, written: Result<bool, String>) {
+    fn wrote(&self, key: &str, written: Result<bool, owner::WriteError>) {
         match written {
             Ok(true) => {
                 metrics::state_signed(1);

@@ -215,20 +215,20 @@ impl HostService {
         let dropin =
             "a drop-in (systemctl edit) sets them, see docs/OPERATIONS.md, \"Host-managed IMEX\"";
         if state.load_state != "loaded" {
-            return Err(KeeperError::Failed(format!(
+            return Err(KeeperError::Misconfigured(format!(
                 "systemd unit {unit} is not loaded (LoadState={}): is NVIDIA's IMEX package installed on the host?",
                 state.load_state
             )));
         }
         if !matches!(state.unit_type.as_str(), "simple" | "exec") {
-            return Err(KeeperError::Failed(format!(
+            return Err(KeeperError::Misconfigured(format!(
                 "systemd unit {unit} has Type={}, but the config domaind writes runs IMEX in the \
                  foreground (DAEMONIZE=0), which needs Type=simple or Type=exec; {dropin}",
                 state.unit_type
             )));
         }
         if state.config().as_deref() != Some(self.config.as_path()) {
-            return Err(KeeperError::Failed(format!(
+            return Err(KeeperError::Misconfigured(format!(
                 "systemd unit {unit} runs `{}`, not IMEX on the config domaind writes: its \
                  ExecStart must end in `-c {}`; {dropin}",
                 state.exec_start.join(" "),
@@ -352,7 +352,7 @@ impl ImexKeeper for HostService {
 
     async fn start(&self, request: &StartRequest) -> Result<Instance, KeeperError> {
         if request.config != self.config {
-            return Err(KeeperError::Failed(format!(
+            return Err(KeeperError::Misconfigured(format!(
                 "host-managed IMEX runs one daemon per node, on {} (the config systemd unit {} \
                  runs); asked for one on {}",
                 self.config.display(),

@@ -22,11 +22,20 @@ pub enum KeeperError {
     /// No answer this time (a refusal, a timeout, a tool that failed): ask again.
     #[error("{0}")]
     Failed(String),
+    /// The keeper cannot run IMEX as domaind configures it (a unit not installed, of
+    /// the wrong type, on another config): asking again gets the same answer until a
+    /// person changes it.
+    #[error("{0}")]
+    Misconfigured(String),
 }
 
 impl KeeperError {
     pub fn is_gone(&self) -> bool {
         matches!(self, Self::Gone(_))
+    }
+
+    pub fn is_misconfigured(&self) -> bool {
+        matches!(self, Self::Misconfigured(_))
     }
 }
 

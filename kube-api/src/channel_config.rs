@@ -21,6 +21,8 @@
 //! ([`ChannelConfig::domain_of`]): a claim the nodes would refuse is still allocated,
 //! and deleting its domain must still wait for it.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -73,12 +75,11 @@ impl ChannelConfig {
 
     /// Decodes the `parameters` of an opaque device configuration. The error says what
     /// is wrong in words fit for the user who wrote the claim.
-    pub fn decode(parameters: &Value) -> Result<Self, String> {
+    pub fn decode(parameters: &Value) -> Result<Self, ConfigError> {
         let Some(object) = parameters.as_object() else {
-            return Err(format!(
-                "its parameters are not an object but {}",
-                kind_of(parameters)
-            ));
+            return Err(ConfigError::NotAnObject {
+                found: kind_of(parameters),
+            });
         };
         // apiVersion and kind first: a config of another kind would otherwise be
         // reported as a list of unknown fields.
@@ -86,23 +87,47 @@ impl ChannelConfig {
         if field("apiVersion") != Some(CHANNEL_CONFIG_API_VERSION)
             || field("kind") != Some(CHANNEL_CONFIG_KIND)
         {
-            return Err(format!(
-                "its parameters are apiVersion {:?}, kind {:?}; expected {CHANNEL_CONFIG_API_VERSION}, \
-                 {CHANNEL_CONFIG_KIND}",
-                field("apiVersion").unwrap_or(""),
-                field("kind").unwrap_or(""),
-            ));
+            return Err(ConfigError::OtherKind {
+                api_version: field("apiVersion").unwrap_or("").into(),
+                kind: field("kind").unwrap_or("").into(),
+            });
         }
         let config: Self = serde_json::from_value(parameters.clone())
-            .map_err(|e| format!("its {CHANNEL_CONFIG_KIND} is not valid: {e}"))?;
+            .map_err(|e| ConfigError::Invalid(Arc::new(e)))?;
         if config.domain_id.trim().is_empty() {
-            return Err(format!(
-                "its {CHANNEL_CONFIG_KIND} has an empty domainID; it must be the ComputeDomain's uid"
-            ));
+            return Err(ConfigError::EmptyDomainId);
         }
         Ok(config)
     }
 }
+
+/// Why a claim's opaque parameters are not a channel config this node can use, in
+/// words fit for the user who wrote the claim. Every one stays wrong until the claim
+/// is rewritten.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConfigError {
+    #[error("its parameters are not an object but {found}")]
+    NotAnObject { found: &'static str },
+    #[error(
+        "its parameters are apiVersion {api_version:?}, kind {kind:?}; expected \
+         {CHANNEL_CONFIG_API_VERSION}, {CHANNEL_CONFIG_KIND}"
+    )]
+    OtherKind { api_version: String, kind: String },
+    #[error("its {CHANNEL_CONFIG_KIND} is not valid: {0}")]
+    Invalid(#[source] Arc<serde_json::Error>),
+    #[error("its {CHANNEL_CONFIG_KIND} has an empty domainID; it must be the ComputeDomain's uid")]
+    EmptyDomainId,
+}
+
+/// Alike when they say the same: serde's error has no equality of its own, and a
+/// claim's refusal is compared (by its prepare's answers) for what it tells the user.
+impl PartialEq for ConfigError {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for ConfigError {}
 
 impl ChannelConfig {
     /// The domain uid an opaque parameters object names, if it is a channel config,
@@ -160,7 +185,12 @@ mod tests {
         let config = ChannelConfig::decode(&params(json!({"readiness": "Domain"}))).unwrap();
         assert_eq!(config.readiness, Some(Readiness::Domain));
         let error = ChannelConfig::decode(&params(json!({"readiness": "Eventually"}))).unwrap_err();
-        assert!(error.contains("unknown variant `Eventually`"), "{error}");
+        assert!(
+            error.to_string().contains("unknown variant `Eventually`"),
+            "{error}"
+        );
+        // serde's error is kept, not only its words.
+        assert!(std::error::Error::source(&error).is_some());
     }
 
     #[test]
@@ -188,12 +218,18 @@ mod tests {
         ];
         for (parameters, expected) in cases {
             let error = ChannelConfig::decode(&parameters).unwrap_err();
-            assert!(error.contains(expected), "{parameters}: {error}");
+            assert!(
+                error.to_string().contains(expected),
+                "{parameters}: {error}"
+            );
         }
         let mut missing = params(json!({}));
         missing.as_object_mut().unwrap().remove("domainID");
         let error = ChannelConfig::decode(&missing).unwrap_err();
-        assert!(error.contains("missing field `domainID`"), "{error}");
+        assert!(
+            error.to_string().contains("missing field `domainID`"),
+            "{error}"
+        );
     }
 
     #[test]

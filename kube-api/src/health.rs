@@ -70,7 +70,22 @@ impl Readiness {
 
 /// `/healthz`'s question: is the process still doing its work? `Err` says why not, and
 /// the kubelet restarts the container.
-pub type Liveness = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+pub type Liveness = Arc<dyn Fn() -> BoxFuture<'static, Result<(), NotAlive>> + Send + Sync>;
+
+/// Why a process is not alive. Its only reader is a person (the probe's body, the
+/// container's last state), and the only thing done about it is a restart, so it is
+/// words, not kinds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct NotAlive {
+    why: String,
+}
+
+impl NotAlive {
+    pub fn new(why: impl Into<String>) -> Self {
+        Self { why: why.into() }
+    }
+}
 
 #[derive(Clone)]
 struct Shared {
@@ -169,7 +184,7 @@ mod tests {
                 if alive {
                     Ok(())
                 } else {
-                    Err("the loop is stuck".to_string())
+                    Err(NotAlive::new("the loop is stuck"))
                 }
             }
             .boxed()

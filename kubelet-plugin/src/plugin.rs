@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use domaind_actors::model::ClaimRef;
+use domaind_actors::ports::{ErrorKind, PortError};
 
 /// One device a prepared claim was given, as the kubelet reports it to the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +44,19 @@ impl ClaimFailure {
             message: message.into(),
             retryable: false,
         }
+    }
+}
+
+/// A failed release or prepare seen from outside the kubelet (the stale claim checker):
+/// whether calling again can help is the port error's kind.
+impl From<ClaimFailure> for PortError {
+    fn from(failure: ClaimFailure) -> Self {
+        let kind = if failure.retryable {
+            ErrorKind::Transient
+        } else {
+            ErrorKind::Permanent
+        };
+        PortError::from_source(kind, failure)
     }
 }
 

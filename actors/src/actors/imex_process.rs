@@ -14,7 +14,9 @@
 //! Restarts cannot loop fast: every failure in a row (a start refused, a daemon that
 //! exited) doubles the wait up to `imex_restart_backoff_max`, and only a daemon that
 //! stayed up `imex_healthy_after` resets it. A successful start does not: a daemon that
-//! cannot listen on its port starts fine and exits a moment later. Each restart is
+//! cannot listen on its port starts fine and exits a moment later. A start the port
+//! calls permanent (no binary, no TLS credentials, a config it may not write) waits
+//! the cap at once: asking again sooner gets the same answer until a person acts. Each restart is
 //! logged with its cause, counted in `domaind_imex_restarts_total{cause}`, and the
 //! wait is in `domaind_imex_restart_backoff_seconds`.
 //!
@@ -37,7 +39,7 @@ use tracing::{info, warn};
 
 use crate::config::NodeConfig;
 use crate::model::Slot;
-use crate::ports::{Imex, ImexStatus, PortError};
+use crate::ports::{ErrorKind, Imex, ImexStatus, PortError};
 use crate::rules::imex_poll::{Answer, PollSchedule};
 use crate::rules::peers::PeerSet;
 
@@ -275,7 +277,11 @@ impl ImexProcessActor {
                     Err(error) => {
                         act.lifecycle.failures += 1;
                         if starting {
-                            act.schedule_restart("start_failed", error.to_string());
+                            act.schedule_restart(
+                                "start_failed",
+                                error.to_string(),
+                                error.kind(),
+                            );
                             // No poll follows a start that failed: tell the domain now.
                             act.report(false, BTreeMap::new(), (None, false, false), None);
                         } else {
@@ -407,7 +413,7 @@ impl ImexProcessActor {
                         Some(up) => format!("{why}, after {:.1} s up", up.as_secs_f64()),
                         None => why,
                     };
-                    act.schedule_restart("exited", why);
+                    act.schedule_restart("exited", why, ErrorKind::Transient);
                     act.drive(ctx);
                 }
                 let ready = act.running && status.ready;
@@ -496,7 +502,7 @@ impl ImexProcessActor {
 impl ImexProcessActor {
     /// The daemon failed (`cause`, for the metric; `why`, for people): the next start
     /// waits out the backoff.
-    fn schedule_restart(&mut self, cause: &'static str, why: String) {
+    fn schedule_restart(&mut self, cause: &'static str, why: String, kind: ErrorKind) {
         let episode = match &self.lifecycle.failing {
             Some(failing) => failing.episode,
             None => {
@@ -509,7 +515,10 @@ impl ImexProcessActor {
             episode,
             reason: why.clone(),
         });
-        let delay = self.backoff.fail();
+        let delay = match kind {
+            ErrorKind::Permanent => self.backoff.fail_at_cap(),
+            ErrorKind::Transient | ErrorKind::Conflict => self.backoff.fail(),
+        };
         self.lifecycle.failures_in_a_row = self.backoff.failures();
         self.not_before = Some(Instant::now() + delay);
         metrics::counter!(IMEX_RESTARTS, "cause" => cause).increment(1);

@@ -98,13 +98,16 @@ impl LastOut {
                     self.after_write(phase_before, &vacated.message).await;
                     return true;
                 }
-                Err(error) if attempt < WRITE_ATTEMPTS => {
+                // A refusal (RBAC, validation) gets the same answer a moment later:
+                // the attempts left would only repeat it.
+                Err(error) if attempt < WRITE_ATTEMPTS && !error.is_permanent() => {
                     let delay = backoff.fail();
                     warn!(domain = %self.domain, %error, retry_in = ?delay, "vacated status not written");
                     tokio::time::sleep(delay).await;
                 }
                 Err(error) => {
-                    warn!(domain = %self.domain, %error, "vacated status not written; giving up");
+                    warn!(domain = %self.domain, %error, kind = %error.kind(), "vacated status not written; giving up");
+                    return false;
                 }
             }
         }

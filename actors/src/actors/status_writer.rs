@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::model::{DomainRef, NodeId, Phase};
-use crate::ports::{DomainEvent, EventSink, Gossip, PortError, StatusSink};
+use crate::ports::{DomainEvent, ErrorKind, EventSink, Gossip, PortError, StatusSink};
 use crate::rules::membership::status_key;
 use crate::rules::status::DomainStatus;
 use crate::rules::status_writes::{Effect, Retirement, Stamp, StatusWrites, WriteOutcome};
@@ -179,20 +179,30 @@ impl StatusWriterActor {
                         act.backoff.succeed();
                         WriteOutcome::Written
                     }
-                    Err(_) => WriteOutcome::Failed {
-                        retry_in: act.backoff.fail(),
+                    Err(error) => WriteOutcome::Failed {
+                        retry_in: retry_wait(&mut act.backoff, error),
                     },
                 };
                 let effects = act.writes.finished(status, stamp, outcome, Instant::now());
                 for effect in &effects {
                     if let (Effect::Retry { retry_in }, Err(error)) = (effect, &result) {
                         metrics::counter!(STATUS_WRITE_FAILURES).increment(1);
-                        warn!(domain = %act.domain, %error, retry_in = ?retry_in, "status write failed");
+                        warn!(domain = %act.domain, %error, kind = %error.kind(), retry_in = ?retry_in, "status write failed");
                     }
                 }
                 act.apply(effects, ctx);
             }),
         );
+    }
+}
+
+/// How long a failed write waits. A refusal (RBAC, validation) gets the same answer
+/// until a person acts, so it waits the cap rather than climbing from the floor; a
+/// conflict is retried as a timeout is, since each write reads the object afresh.
+fn retry_wait(backoff: &mut Backoff, error: &PortError) -> Duration {
+    match error.kind() {
+        ErrorKind::Permanent => backoff.fail_at_cap(),
+        ErrorKind::Transient | ErrorKind::Conflict => backoff.fail(),
     }
 }
 

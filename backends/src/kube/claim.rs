@@ -54,7 +54,10 @@ pub enum BadClaim {
         requests: BTreeSet<String>,
     },
     #[error("the opaque config for request {request} is not usable: {problem}")]
-    BadConfig { request: String, problem: String },
+    BadConfig {
+        request: String,
+        problem: domaind_kube_api::channel_config::ConfigError,
+    },
     #[error(
         "its requests carry different ComputeDomainChannelConfigs ({first} and {second}); \
          one claim joins one ComputeDomain with one mode"

@@ -162,7 +162,7 @@ impl EventSink for KubeEventSink {
         .await;
         let outcome = if published.is_ok() { "ok" } else { "failed" };
         metrics::counter!(EVENTS, "outcome" => outcome).increment(1);
-        published.map_err(|e| PortError(e.to_string()))
+        published.map_err(super::port_error)
     }
 }
 

@@ -52,7 +52,9 @@ pub use stale::{KubeStaleClaimNotices, node_reference, released_kube_event};
 pub use status::{KubeStatusSink, status_apply_body};
 
 use crate::stale::{PreparedClaims, StaleClaimChecker};
+use domaind_actors::ports::{ErrorKind, PortError};
 use domaind_checkpoint::FileCheckpointStore;
+use domaind_kube_api::api::ApiError;
 use domaind_prepare::cdi::CdiWriter;
 
 /// Claims refused for something wrong with them, by `reason`.
@@ -256,5 +258,21 @@ impl KubeBackend {
                 Err(error) => warn!(%error, "this node's ResourceSlices were not deleted"),
             }
         }
+    }
+}
+
+/// The core's view of a failed API call: what asking again can do about it, with the
+/// call's error (and kube's beneath it) kept as the source.
+pub fn port_error(error: ApiError) -> PortError {
+    PortError::from_source(api_error_kind(&error), error)
+}
+
+fn api_error_kind(error: &ApiError) -> ErrorKind {
+    if error.is_conflict() {
+        ErrorKind::Conflict
+    } else if error.is_transient() {
+        ErrorKind::Transient
+    } else {
+        ErrorKind::Permanent
     }
 }

@@ -389,7 +389,7 @@ impl CheckpointStore for ReconcilingCheckpointStore {
             .file
             .load_with_outcome()
             .await
-            .map_err(|e| PortError(e.to_string()))?;
+            .map_err(PortError::from)?;
         if !loaded.outcome.may_have_lost_claims() {
             return Ok(loaded.checkpoint);
         }

@@ -16,6 +16,7 @@ use ::kube::api::Api;
 use ::kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use async_trait::async_trait;
 use domaind_actors::model::{ClaimRef, DomainRef};
+use domaind_actors::ports::PortError;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
@@ -143,7 +144,7 @@ pub fn released_kube_event(stale: &StaleClaim, node: &str) -> Event {
 
 #[async_trait]
 impl StaleClaimNotices for KubeStaleClaimNotices {
-    async fn released(&self, stale: &StaleClaim) -> Result<(), String> {
+    async fn released(&self, stale: &StaleClaim) -> Result<(), PortError> {
         let event = released_kube_event(stale, &self.node);
         let published = bounded(
             format!("record event {} on Node {}", event.reason, self.node),
@@ -153,6 +154,6 @@ impl StaleClaimNotices for KubeStaleClaimNotices {
         .await;
         let outcome = if published.is_ok() { "ok" } else { "failed" };
         metrics::counter!(EVENTS, "outcome" => outcome).increment(1);
-        published.map_err(|e| e.to_string())
+        published.map_err(super::port_error)
     }
 }

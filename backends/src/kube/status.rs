@@ -103,7 +103,7 @@ impl StatusSink for KubeStatusSink {
             // Without the cache there is no previous status (the Ready condition's
             // transition time) nor generation: wait for it rather than write a worse
             // document. The status writer retries.
-            return Err(PortError(format!(
+            return Err(PortError::transient(format!(
                 "status of {domain} not written: the ComputeDomain cache has not synced yet"
             )));
         }
@@ -144,7 +144,7 @@ impl StatusSink for KubeStatusSink {
             }
             Err(error) => {
                 count("failed");
-                Err(PortError(error.to_string()))
+                Err(super::port_error(error))
             }
         }
     }
@@ -155,7 +155,7 @@ impl StatusSink for KubeStatusSink {
         match self.domains.by_uid(&domain.uid.0) {
             Some(cached) => Ok(cached.status.as_ref().map(domain_from_status)),
             None if self.domains.is_synced() => Ok(None),
-            None => Err(PortError(format!(
+            None => Err(PortError::transient(format!(
                 "status of {domain} not read: the ComputeDomain cache has not synced yet"
             ))),
         }

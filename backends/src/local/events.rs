@@ -80,7 +80,7 @@ impl EventSink for LocalEventSink {
         let (sink, domain) = (self.clone(), domain.clone());
         tokio::task::spawn_blocking(move || sink.append(&domain, &event))
             .await
-            .map_err(|e| PortError(format!("event not recorded: {e}")))?
-            .map_err(|e| PortError(e.to_string()))
+            .map_err(|e| PortError::transient("event not recorded").with_source(e))?
+            .map_err(PortError::from)
     }
 }

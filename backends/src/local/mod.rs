@@ -27,6 +27,7 @@ pub use files::{CLAIM_FILE_LIMIT, STATUS_FILE_LIMIT};
 pub use stale::{LocalClaimExistence, LocalStaleClaimNotices};
 pub use status::LocalStatusSink;
 
+use domaind_actors::ports::{ErrorKind, PortError};
 use domaind_kube_api::crd::ComputeDomainStatus;
 
 /// Counts files of the local backend that could not be used, by `kind` (`claim`,
@@ -88,6 +89,26 @@ impl LocalError {
     /// opposed to a failure to reach it.
     pub fn is_bad_file(&self) -> bool {
         !matches!(self, LocalError::Read { .. } | LocalError::Write { .. })
+    }
+}
+
+/// A bad file stays bad, and so does a directory this process may not use; any other
+/// failure to reach a file (a full disk, an interrupted call) may pass.
+impl From<LocalError> for PortError {
+    fn from(error: LocalError) -> Self {
+        let refused = match &error {
+            LocalError::Read { source, .. } | LocalError::Write { source, .. } => matches!(
+                source.kind(),
+                io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
+            ),
+            _ => true,
+        };
+        let kind = if refused {
+            ErrorKind::Permanent
+        } else {
+            ErrorKind::Transient
+        };
+        PortError::from_source(kind, error)
     }
 }
 

@@ -6,6 +6,7 @@
 
 use async_trait::async_trait;
 use domaind_actors::model::{ClaimRef, DomainRef, NodeId};
+use domaind_actors::ports::PortError;
 
 use super::{CLAIM_FILE_LIMIT, ClaimFile, LocalDir, LocalEventSink, count_bad_file, read_json};
 use crate::stale::{
@@ -76,13 +77,13 @@ impl LocalStaleClaimNotices {
 
 #[async_trait]
 impl StaleClaimNotices for LocalStaleClaimNotices {
-    async fn released(&self, stale: &StaleClaim) -> Result<(), String> {
+    async fn released(&self, stale: &StaleClaim) -> Result<(), PortError> {
         let (events, domain) = (self.events.clone(), stale.domain.clone());
         let text = released_event(stale, &self.node);
         tokio::task::spawn_blocking(move || events.append_text(&domain, text))
             .await
-            .map_err(|e| format!("event not recorded: {e}"))?
-            .map_err(|e| e.to_string())
+            .map_err(|e| PortError::transient("event not recorded").with_source(e))?
+            .map_err(PortError::from)
     }
 }
 

@@ -63,8 +63,8 @@ impl StatusSink for LocalStatusSink {
         let (sink, domain, status) = (self.clone(), domain.clone(), status.clone());
         let written = tokio::task::spawn_blocking(move || sink.write_blocking(&domain, &status))
             .await
-            .map_err(|e| PortError(format!("status write failed: {e}")))
-            .and_then(|result| result.map_err(|e| PortError(e.to_string())));
+            .map_err(|e| PortError::transient("status write failed").with_source(e))
+            .and_then(|result| result.map_err(PortError::from));
         let outcome = match written {
             Ok(garbled) => {
                 if let Some(reason) = garbled {
@@ -84,12 +84,12 @@ impl StatusSink for LocalStatusSink {
         let (dir, uid) = (self.dir.clone(), domain.uid.0.clone());
         let read = tokio::task::spawn_blocking(move || dir.read_status(&uid))
             .await
-            .map_err(|e| PortError(format!("status read failed: {e}")))?;
+            .map_err(|e| PortError::transient("status read failed").with_source(e))?;
         match read {
             Ok(status) => Ok(status.as_ref().map(domain_from_status)),
             Err(error) => {
                 count_bad_file("status", error.reason());
-                Err(PortError(error.to_string()))
+                Err(error.into())
             }
         }
     }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use actix::Addr;
 use async_trait::async_trait;
 use domaind_actors::model::{ClaimRef, DomainRef, DomainUid};
-use domaind_actors::ports::ClaimRecord;
+use domaind_actors::ports::{ClaimRecord, PortError};
 use domaind_actors::{GetClaims, NodeActor};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -53,15 +53,15 @@ pub trait ClaimExistence: Send + Sync {
 /// The node's side: its checkpointed claims, and how one is released.
 #[async_trait]
 pub trait PreparedClaims: Send + Sync {
-    async fn claims(&self) -> Result<Vec<ClaimRecord>, String>;
+    async fn claims(&self) -> Result<Vec<ClaimRecord>, PortError>;
     /// Releases a claim as an unprepare would. A claim already gone succeeds.
-    async fn release(&self, claim: &ClaimRef) -> Result<(), String>;
+    async fn release(&self, claim: &ClaimRef) -> Result<(), PortError>;
 }
 
 /// Whom a release is told to (an event).
 #[async_trait]
 pub trait StaleClaimNotices: Send + Sync {
-    async fn released(&self, stale: &StaleClaim) -> Result<(), String>;
+    async fn released(&self, stale: &StaleClaim) -> Result<(), PortError>;
 }
 
 /// The event's text, the same for every backend.
@@ -84,7 +84,7 @@ pub struct CheckReport {
     /// `(claim uid, why)`: kept, for want of a definite answer.
     pub undecided: Vec<(String, String)>,
     /// `(claim uid, why)`: stale, but the release failed; tried again next check.
-    pub failed: Vec<(String, String)>,
+    pub failed: Vec<(String, PortError)>,
 }
 
 /// Releases stale checkpointed claims; see the module.
@@ -157,7 +157,9 @@ impl StaleClaimChecker {
             let claim = stale.claim.clone();
             let released = tokio::spawn(async move { node.release(&claim).await })
                 .await
-                .unwrap_or_else(|e| Err(format!("the release panicked: {e}")));
+                .unwrap_or_else(|e| {
+                    Err(PortError::permanent("the release panicked").with_source(e))
+                });
             match released {
                 Ok(()) => {
                     metrics::counter!(STALE_CLAIMS_RELEASED, "reason" => stale.reason.label())
@@ -222,18 +224,18 @@ impl NodeClaims {
 
 #[async_trait]
 impl PreparedClaims for NodeClaims {
-    async fn claims(&self) -> Result<Vec<ClaimRecord>, String> {
+    async fn claims(&self) -> Result<Vec<ClaimRecord>, PortError> {
         self.node
             .send(GetClaims)
             .await
-            .map_err(|_| "the node is shutting down".to_owned())
+            .map_err(|e| PortError::permanent("the node is shutting down").with_source(e))
     }
 
-    async fn release(&self, claim: &ClaimRef) -> Result<(), String> {
+    async fn release(&self, claim: &ClaimRef) -> Result<(), PortError> {
         self.plugin
             .unprepare(claim.clone())
             .await
-            .map_err(|failure| failure.message)
+            .map_err(PortError::from)
     }
 }
 

@@ -3,7 +3,7 @@ use std::sync::Mutex;
 
 use actix::Actor as _;
 use domaind_actors::model::{AllocationMode, ClaimInfo, CliqueId, ReadinessPolicy};
-use domaind_actors::ports::{Checkpoint, PrepareState};
+use domaind_actors::ports::{Checkpoint, PortError, PrepareState};
 use domaind_actors::testing::{
     FakeCheckpointStore, FakeClaimSource, FakeClock, FakeEventSink, FakeGossipNet, FakeImexFabric,
     FakeStatusSink, run_paused_actix,
@@ -129,15 +129,17 @@ struct FakeNode {
 
 #[async_trait]
 impl PreparedClaims for FakeNode {
-    async fn claims(&self) -> Result<Vec<ClaimRecord>, String> {
+    async fn claims(&self) -> Result<Vec<ClaimRecord>, PortError> {
         Ok(self.claims.lock().unwrap().values().cloned().collect())
     }
 
-    async fn release(&self, claim: &ClaimRef) -> Result<(), String> {
+    async fn release(&self, claim: &ClaimRef) -> Result<(), PortError> {
         let mut failures = self.failures.lock().unwrap();
         if *failures > 0 {
             *failures -= 1;
-            return Err("cannot record the unprepared claim: disk full".into());
+            return Err(PortError::transient(
+                "cannot record the unprepared claim: disk full",
+            ));
         }
         self.claims.lock().unwrap().remove(&claim.uid);
         Ok(())
@@ -149,7 +151,7 @@ struct FakeNotices(Mutex<Vec<StaleClaim>>);
 
 #[async_trait]
 impl StaleClaimNotices for FakeNotices {
-    async fn released(&self, stale: &StaleClaim) -> Result<(), String> {
+    async fn released(&self, stale: &StaleClaim) -> Result<(), PortError> {
         self.0.lock().unwrap().push(stale.clone());
         Ok(())
     }

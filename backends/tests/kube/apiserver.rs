@@ -73,3 +73,18 @@ pub fn counter(
         })
         .sum()
 }
+
+/// `error` keeps the API call's error and, beneath it, kube's own answer with `code`:
+/// the source chain is whole, not flattened into text.
+pub fn assert_refused_by_kube(error: &domaind_actors::ports::PortError, code: u16) {
+    use std::error::Error as _;
+    let api = error
+        .source()
+        .and_then(|s| s.downcast_ref::<domaind_kube_api::ApiError>())
+        .unwrap_or_else(|| panic!("no ApiError beneath {error}"));
+    assert_eq!(api.code(), Some(code), "{api}");
+    match api.source().and_then(|s| s.downcast_ref::<kube::Error>()) {
+        Some(kube::Error::Api(status)) => assert_eq!(status.code, code),
+        other => panic!("no kube error beneath {api}: {other:?}"),
+    }
+}

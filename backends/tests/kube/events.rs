@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use domaind_actors::model::{DomainRef, DomainUid};
-use domaind_actors::ports::{DomainEvent, EventSink};
+use domaind_actors::ports::{DomainEvent, ErrorKind, EventSink};
 use domaind_backends::kube::KubeEventSink;
 use http::Method;
 use serde_json::{Value, json};
 
-use crate::apiserver::{Expect, pair, status};
+use crate::apiserver::{Expect, assert_refused_by_kube, pair, status};
 
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
 
@@ -108,7 +108,10 @@ async fn a_refused_event_is_an_error_the_caller_logs() {
         )
         .await
         .unwrap_err();
-    assert!(error.0.contains("403 Forbidden"), "{error}");
+    assert!(error.to_string().contains("403 Forbidden"), "{error}");
+    // Asking again gets the same refusal; kube's own error stays beneath.
+    assert_eq!(error.kind(), ErrorKind::Permanent);
+    assert_refused_by_kube(&error, 403);
     script.await.unwrap();
 }
 

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use domaind_actors::model::{
     AllocationMode, ClaimInfo, ClaimRef, DomainRef, DomainUid, ReadinessPolicy,
 };
-use domaind_actors::ports::{ClaimRecord, PrepareState};
+use domaind_actors::ports::{ClaimRecord, PortError, PrepareState};
 use domaind_backends::kube::{KubeClaimSource, KubeStaleClaimNotices};
 use domaind_backends::stale::{
     ClaimExistence, FoundClaim, Lookup, PreparedClaims, StaleClaimChecker, StaleReason,
@@ -169,11 +169,11 @@ struct FakeNode(Mutex<BTreeMap<String, ClaimRecord>>);
 
 #[async_trait]
 impl PreparedClaims for FakeNode {
-    async fn claims(&self) -> Result<Vec<ClaimRecord>, String> {
+    async fn claims(&self) -> Result<Vec<ClaimRecord>, PortError> {
         Ok(self.0.lock().unwrap().values().cloned().collect())
     }
 
-    async fn release(&self, claim: &ClaimRef) -> Result<(), String> {
+    async fn release(&self, claim: &ClaimRef) -> Result<(), PortError> {
         self.0.lock().unwrap().remove(&claim.uid);
         Ok(())
     }

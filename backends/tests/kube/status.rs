@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use domaind_actors::model::{DomainRef, DomainUid, Phase};
-use domaind_actors::ports::StatusSink;
+use domaind_actors::ports::{ErrorKind, StatusSink};
 use domaind_actors::rules::status::{DomainStatus, NodeStatus};
 use domaind_backends::kube::KubeStatusSink;
 use domaind_kube_api::names::NODE_FIELD_MANAGER;
@@ -11,7 +11,8 @@ use metrics_util::debugging::DebuggingRecorder;
 use serde_json::{Value, json};
 
 use crate::apiserver::{
-    Expect, compute_domain, counter, pair, status, synced_cache, unsynced_cache,
+    Expect, assert_refused_by_kube, compute_domain, counter, pair, status, synced_cache,
+    unsynced_cache,
 };
 
 const STATUS_PATH: &str =
@@ -194,12 +195,23 @@ async fn failures_are_errors_for_the_writer_to_retry() {
         .write(&domain(), &document(Phase::Ready))
         .await
         .unwrap_err();
-    assert!(error.0.contains("500 InternalError"), "{error}");
+    assert!(error.to_string().contains("500 InternalError"), "{error}");
+    assert_eq!(
+        error.kind(),
+        ErrorKind::Transient,
+        "a server failure may pass"
+    );
     let error = sink
         .write(&domain(), &document(Phase::Ready))
         .await
         .unwrap_err();
-    assert!(error.0.contains("Unsupported value"), "{error}");
+    assert!(error.to_string().contains("Unsupported value"), "{error}");
+    assert_eq!(
+        error.kind(),
+        ErrorKind::Permanent,
+        "an invalid body stays invalid"
+    );
+    assert_refused_by_kube(&error, 422);
     script.await.unwrap();
 
     // Before the cache synced there is no previous status to keep the condition's
@@ -210,7 +222,8 @@ async fn failures_are_errors_for_the_writer_to_retry() {
         .write(&domain(), &document(Phase::Ready))
         .await
         .unwrap_err();
-    assert!(error.0.contains("has not synced"), "{error}");
+    assert!(error.to_string().contains("has not synced"), "{error}");
+    assert_eq!(error.kind(), ErrorKind::Transient);
     idle.assert_idle();
     let snapshot = snapshotter.snapshot().into_vec();
     assert_eq!(
@@ -251,6 +264,7 @@ async fn the_written_status_is_read_from_the_cache() {
         .read(&domain())
         .await
         .unwrap_err();
-    assert!(error.0.contains("not synced"), "{error}");
+    assert!(error.to_string().contains("not synced"), "{error}");
+    assert_eq!(error.kind(), ErrorKind::Transient);
     server.assert_idle();
 }

@@ -162,7 +162,7 @@ async fn make(
             info!(secret = %settings.secret, namespace = %settings.namespace, "made a gossip CA: no Secret held one");
             Ok(ca)
         }
-        Err(error) if error.code() == Some(409) => {
+        Err(error) if error.is_conflict() => {
             let what = format!(
                 "cannot read Secret {}/{}",
                 settings.namespace, settings.secret

@@ -352,7 +352,7 @@ async fn write_condition(
 fn tolerate_conflict<T>(result: Result<T, ApiError>) -> Result<Option<T>, ApiError> {
     match result {
         Ok(value) => Ok(Some(value)),
-        Err(error) if error.code() == Some(409) => Ok(None),
+        Err(error) if error.is_conflict() => Ok(None),
         Err(error) => Err(error),
     }
 }

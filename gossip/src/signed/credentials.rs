@@ -138,23 +138,28 @@ impl StateCredentials {
     }
 
     /// Signs `message` with this node's key.
-    pub fn sign(&self, message: &[u8]) -> Result<(SignatureScheme, Vec<u8>), String> {
-        let signer = self
-            .key
-            .choose_scheme(SCHEMES)
-            .ok_or_else(|| "the key fits no signing scheme".to_string())?;
-        let signature = signer.sign(message).map_err(|e| e.to_string())?;
+    pub fn sign(&self, message: &[u8]) -> Result<(SignatureScheme, Vec<u8>), SignError> {
+        let signer = self.key.choose_scheme(SCHEMES).ok_or(SignError::NoScheme)?;
+        let signature = signer.sign(message)?;
         Ok((signer.scheme(), signature))
     }
 
     /// Whether `cert` is one the gossip handshake would accept now: it chains to our
-    /// CA, is valid at `now`, and may authenticate a client.
-    pub fn trusts(&self, cert: &CertificateDer<'_>, now: UnixTime) -> Result<(), String> {
-        self.trust
-            .verify_client_cert(cert, &[], now)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+    /// CA, is valid at `now`, and may authenticate a client. The error is rustls's
+    /// verdict.
+    pub fn trusts(&self, cert: &CertificateDer<'_>, now: UnixTime) -> Result<(), rustls::Error> {
+        self.trust.verify_client_cert(cert, &[], now).map(|_| ())
     }
+}
+
+/// Why this node's key signed nothing. Loading refuses a key that fits no scheme, so
+/// either is a bug, not a condition to wait out.
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    #[error("the key fits no signing scheme")]
+    NoScheme,
+    #[error(transparent)]
+    Rustls(#[from] rustls::Error),
 }
 
 #[cfg(test)]

@@ -10,9 +10,24 @@
 
 use chitchat::{Chitchat, DeletionStatus};
 
-use super::credentials::StateCredentials;
+use super::credentials::{SignError, StateCredentials};
 use super::envelope::{self, CERT_KEY, Subject};
 use crate::version::WireVersion;
+
+/// Why a value of this node was not written. Either is a bug (the key was checked when
+/// loaded; chitchat's lock is held from signing to setting), so it is logged, not
+/// retried.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WriteError {
+    #[error(transparent)]
+    Sign(#[from] SignError),
+    #[error("chitchat gave {key:?} version {written:?}, the signature covers {version}")]
+    VersionMoved {
+        key: String,
+        written: Option<u64>,
+        version: u64,
+    },
+}
 
 /// Sets `key` to `payload`, signed. False when it already held that payload.
 pub(crate) fn publish(
@@ -21,7 +36,7 @@ pub(crate) fn publish(
     key: &str,
     payload: &str,
     wire: WireVersion,
-) -> Result<bool, String> {
+) -> Result<bool, WriteError> {
     let state = chitchat.self_node_state();
     let unchanged = state.get_versioned(key).is_some_and(|current| {
         matches!(current.status, DeletionStatus::Set)
@@ -41,7 +56,7 @@ pub(crate) fn retract(
     credentials: &StateCredentials,
     key: &str,
     wire: WireVersion,
-) -> Result<bool, String> {
+) -> Result<bool, WriteError> {
     let present = chitchat
         .self_node_state()
         .get_versioned(key)
@@ -59,7 +74,7 @@ pub(crate) fn publish_certificate(
     chitchat: &mut Chitchat,
     credentials: &StateCredentials,
     wire: WireVersion,
-) -> Result<usize, String> {
+) -> Result<usize, WriteError> {
     let cert = envelope::cert_payload(credentials.cert());
     let state = chitchat.self_node_state();
     let published = state
@@ -98,7 +113,7 @@ fn write(
     payload: &str,
     deleted: bool,
     wire: WireVersion,
-) -> Result<(), String> {
+) -> Result<(), WriteError> {
     let cluster = chitchat.cluster_id().to_owned();
     let owner = chitchat.self_chitchat_id().clone();
     let state = chitchat.self_node_state();
@@ -122,9 +137,11 @@ fn write(
     }
     let written = state.get_versioned(key).map(|value| value.version);
     if written != Some(version) {
-        return Err(format!(
-            "chitchat gave {key:?} version {written:?}, the signature covers {version}"
-        ));
+        return Err(WriteError::VersionMoved {
+            key: key.to_owned(),
+            written,
+            version,
+        });
     }
     Ok(())
 }

@@ -153,7 +153,7 @@ impl CertCache {
                     .to_string();
                 credentials
                     .trusts(&cert, now)
-                    .map_err(Refusal::UntrustedCertificate)?;
+                    .map_err(|e| Refusal::UntrustedCertificate(e.to_string()))?;
                 let (_, parsed) = X509Certificate::from_der(der)
                     .map_err(|e| Refusal::UntrustedCertificate(e.to_string()))?;
                 let checked = CheckedCert {

@@ -40,14 +40,14 @@ impl Inner {
             return Ok(());
         }
         let Some(credentials) = &self.credentials else {
-            return Err(PortError(
-                "IMEX TLS is on but the adapter was given no credentials".into(),
+            return Err(PortError::permanent(
+                "IMEX TLS is on but the adapter was given no credentials",
             ));
         };
         let files = credentials.borrow().clone();
         self.write_credentials(&files)
             .map(|_| ())
-            .map_err(|e| port_error("cannot write IMEX's TLS credentials", e))
+            .map_err(|e| io_error("cannot write IMEX's TLS credentials", e))
     }
 
     pub(super) fn nodes_config(&self, peers: &PeerSet) -> String {
@@ -71,7 +71,7 @@ impl Inner {
             hosts::render_block(peers, s.max_slots, s.unused_slot_ip)
         };
         hosts::write(&self.settings.hosts_file, &block).map_err(|e| {
-            port_error(
+            io_error(
                 &format!("cannot write {}", self.settings.hosts_file.display()),
                 e,
             )

@@ -60,7 +60,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use domaind_actors::model::Slot;
-use domaind_actors::ports::{Imex, ImexStatus, PortError};
+use domaind_actors::ports::{ErrorKind, Imex, ImexStatus, PortError};
 use domaind_actors::rules::peers::{
     PeerSet, render_nodes_config_dns, render_nodes_config_ips, slot_hostname,
 };
@@ -78,7 +78,7 @@ use super::config::{
     render_config,
 };
 use super::host_service::HostService;
-use super::keeper::ImexKeeper;
+use super::keeper::{ImexKeeper, KeeperError};
 use super::output::OutputTail;
 use super::relink::Relinking;
 use super::runner::{Instance, RunnerClient, RunnerSignal, StartRequest};
@@ -199,8 +199,28 @@ impl Exit {
     }
 }
 
-fn port_error(what: &str, error: impl std::fmt::Display) -> PortError {
-    PortError(format!("{what}: {error}"))
+/// A keeper's failure. One that did not answer, or lost its daemon, is asked again
+/// after the supervisor's backoff (a lost daemon is started afresh); one that cannot run
+/// IMEX as configured stays so until a person changes the unit.
+fn port_error(what: &str, error: KeeperError) -> PortError {
+    let kind = if error.is_misconfigured() {
+        ErrorKind::Permanent
+    } else {
+        ErrorKind::Transient
+    };
+    PortError::new(kind, what).with_source(error)
+}
+
+/// A missing program or directory, or one this process may not use, stays so until
+/// someone installs or fixes it; other I/O failures (a full disk) may pass.
+fn io_error(what: &str, error: std::io::Error) -> PortError {
+    let kind = match error.kind() {
+        std::io::ErrorKind::NotFound
+        | std::io::ErrorKind::PermissionDenied
+        | std::io::ErrorKind::ReadOnlyFilesystem => ErrorKind::Permanent,
+        _ => ErrorKind::Transient,
+    };
+    PortError::new(kind, what).with_source(error)
 }
 
 /// Who keeps the daemon outside this process, if anyone: the runner, else the host's
@@ -302,16 +322,16 @@ impl Inner {
         let output = timeout(s.query_timeout, output)
             .await
             .map_err(|_| {
-                PortError(format!(
+                PortError::transient(format!(
                     "IMEX status query timed out after {:?}",
                     s.query_timeout
                 ))
             })?
-            .map_err(|e| port_error(&format!("cannot run {}", s.ctl.program.display()), e))?;
+            .map_err(|e| io_error(&format!("cannot run {}", s.ctl.program.display()), e))?;
         // A tool that failed without answering (its own wait ran out, the daemon did not
         // answer) is no answer at all, not an empty one: "not ready" would be a guess.
         if !output.status.success() && output.stdout.is_empty() {
-            return Err(PortError(format!(
+            return Err(PortError::transient(format!(
                 "IMEX status query failed ({}): {}",
                 output.status,
                 String::from_utf8_lossy(&output.stderr).trim()
@@ -374,7 +394,7 @@ impl Imex for ImexDaemon {
                 let files = credentials.borrow().clone();
                 changed |= inner
                     .write_credentials(&files)
-                    .map_err(|e| port_error("cannot write IMEX's TLS credentials", e))?;
+                    .map_err(|e| io_error("cannot write IMEX's TLS credentials", e))?;
             }
             if changed {
                 request_reload(inner, &mut state);
@@ -385,13 +405,13 @@ impl Imex for ImexDaemon {
         let settings = &inner.settings;
         inner.prepare_credentials()?;
         write_atomic(&settings.config_path(), &render_config(settings)).map_err(|e| {
-            port_error(
+            io_error(
                 &format!("cannot write {}", settings.config_path().display()),
                 e,
             )
         })?;
         write_atomic(&settings.nodes_config_path(), &nodes_config).map_err(|e| {
-            port_error(
+            io_error(
                 &format!("cannot write {}", settings.nodes_config_path().display()),
                 e,
             )
@@ -407,7 +427,7 @@ impl Imex for ImexDaemon {
         let inner = &self.inner;
         let mut state = inner.state.lock().await;
         if !inner.alive(&mut state) {
-            return Err(PortError("the IMEX daemon is not running".into()));
+            return Err(PortError::transient("the IMEX daemon is not running"));
         }
         match inner.settings.mode {
             AddressingMode::DnsNames => {
@@ -426,7 +446,7 @@ impl Imex for ImexDaemon {
                 if nodes_config != state.nodes_config && !state.holding() {
                     let path = inner.settings.nodes_config_path();
                     write_atomic(&path, &nodes_config)
-                        .map_err(|e| port_error(&format!("cannot write {}", path.display()), e))?;
+                        .map_err(|e| io_error(&format!("cannot write {}", path.display()), e))?;
                     info!("IMEX peers changed (IPs mode): restarting the daemon");
                     inner.stop_child(&mut state).await;
                     inner.spawn(&mut state).await?;
@@ -538,5 +558,46 @@ impl Imex for ImexDaemon {
             }
             notified.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_keeper_that_cannot_run_imex_as_configured_is_a_permanent_failure() {
+        let unit = KeeperError::Misconfigured("systemd unit imex has Type=forking".into());
+        let error = port_error("cannot start the IMEX daemon", unit);
+        assert_eq!(error.kind(), ErrorKind::Permanent);
+        assert_eq!(
+            error.to_string(),
+            "cannot start the IMEX daemon: systemd unit imex has Type=forking"
+        );
+        let silent = KeeperError::Failed("systemctl: no answer".into());
+        assert_eq!(port_error("x", silent).kind(), ErrorKind::Transient);
+        let lost = KeeperError::Gone("the runner is gone".into());
+        assert_eq!(port_error("x", lost).kind(), ErrorKind::Transient);
+    }
+
+    #[test]
+    fn a_missing_program_is_permanent_a_full_disk_is_not_and_the_io_error_is_kept() {
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let error = io_error("cannot start the IMEX daemon /usr/bin/nvidia-imex", missing);
+        assert_eq!(error.kind(), ErrorKind::Permanent);
+        let source = error
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            source.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::NotFound)
+        );
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        assert_eq!(
+            io_error("cannot write x", full).kind(),
+            ErrorKind::Transient
+        );
     }
 }

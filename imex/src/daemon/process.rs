@@ -26,7 +26,8 @@ impl Inner {
             }
             held_by = holders::holders(s.bind_ip, port);
         }
-        Err(PortError(listen_check::refusal(
+        // Whoever holds the port may let go of it: the supervisor asks again.
+        Err(PortError::transient(listen_check::refusal(
             s.bind_ip,
             port,
             what,
@@ -88,11 +89,14 @@ impl Inner {
                 served: self.served(),
             };
             let instance = keeper.start(&request).await.map_err(|e| {
-                PortError(format!(
-                    "cannot start the IMEX daemon {} through {}: {e}",
-                    s.daemon.program.display(),
-                    keeper.describe()
-                ))
+                port_error(
+                    &format!(
+                        "cannot start the IMEX daemon {} through {}",
+                        s.daemon.program.display(),
+                        keeper.describe()
+                    ),
+                    e,
+                )
             })?;
             metrics::counter!(IMEX_STARTS).increment(1);
             info!(pid = instance.pid, instance = instance.instance, program = %instance.program.display(), keeper = %keeper.describe(), "IMEX daemon started outside this process");
@@ -109,11 +113,15 @@ impl Inner {
             .spawn(self.daemon_command())
             .await
             .map_err(|e| {
-                PortError(format!(
-                    "cannot start the IMEX daemon {}: {e} (is the NVIDIA IMEX package installed? \
-                     the binary path is configurable; imex-sim stands in for it without GPUs)",
-                    s.daemon.program.display()
-                ))
+                io_error(
+                    &format!(
+                        "cannot start the IMEX daemon {} (is the NVIDIA IMEX package installed? \
+                         the binary path is configurable; imex-sim stands in for it without \
+                         GPUs)",
+                        s.daemon.program.display()
+                    ),
+                    e,
+                )
             })?;
         let output = OutputTail::of(&mut child);
         metrics::counter!(IMEX_STARTS).increment(1);

@@ -15,6 +15,8 @@ use kube::runtime::wait::await_condition;
 use kube::{Api, Client, ResourceExt as _};
 
 use super::port::{Answer, Signer};
+use domaind_actors::ports::PortError;
+use domaind_backends::kube::port_error;
 use domaind_kube_api::bounded;
 use domaind_kube_api::names::{GOSSIP_CERT_USAGES, GOSSIP_SIGNER};
 
@@ -99,7 +101,7 @@ impl Signer for KubeSigner {
         node: &str,
         csr_pem: &str,
         lifetime: Duration,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, PortError> {
         let created = bounded(
             "cannot create a CertificateSigningRequest",
             self.api_timeout,
@@ -107,7 +109,7 @@ impl Signer for KubeSigner {
                 .create(&PostParams::default(), &csr_object(node, csr_pem, lifetime)),
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(port_error)?;
         let name = created.name_any();
         let answered = await_condition(
             self.api.clone(),
@@ -117,13 +119,18 @@ impl Signer for KubeSigner {
             },
         );
         match tokio::time::timeout(self.answer_timeout, answered).await {
-            Ok(Ok(Some(csr))) => answer_of(&csr).ok_or_else(|| format!("CSR {name} has no answer")),
-            Ok(Ok(None)) => Err(format!("CSR {name} was deleted before the signer answered")),
-            Ok(Err(error)) => Err(format!("cannot watch CSR {name}: {error}")),
-            Err(_) => Err(format!(
+            Ok(Ok(Some(csr))) => answer_of(&csr)
+                .ok_or_else(|| PortError::transient(format!("CSR {name} has no answer"))),
+            Ok(Ok(None)) => Err(PortError::transient(format!(
+                "CSR {name} was deleted before the signer answered"
+            ))),
+            Ok(Err(error)) => {
+                Err(PortError::transient(format!("cannot watch CSR {name}")).with_source(error))
+            }
+            Err(_) => Err(PortError::transient(format!(
                 "the signer ({GOSSIP_SIGNER}) did not answer CSR {name} within {:?}: is the controller running with --node-service-account?",
                 self.answer_timeout
-            )),
+            ))),
         }
     }
 }

@@ -238,12 +238,13 @@ impl CertClient {
     async fn attempt(&self) -> Result<Validity, Failure> {
         let key =
             KeyPair::generate().map_err(|e| Failure::Error(format!("cannot make a key: {e}")))?;
-        let csr = request_for(&self.node, &self.imex, &key).map_err(Failure::Error)?;
+        let csr =
+            request_for(&self.node, &self.imex, &key).map_err(|e| Failure::Error(e.to_string()))?;
         let answer = self
             .signer
             .request(&self.node, &csr, self.lifetime)
             .await
-            .map_err(Failure::Error)?;
+            .map_err(|e| Failure::Error(e.to_string()))?;
         let pem = match answer {
             Answer::Issued(pem) => pem,
             Answer::Denied { reason, message } => return Err(Failure::Denied { reason, message }),
@@ -292,15 +293,26 @@ impl ImexNames {
     }
 }
 
+/// Why no signing request could be made: rcgen's error, after what was being made.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("cannot name {node:?} in a request: {source}")]
+    Name { node: String, source: rcgen::Error },
+    #[error("cannot make the request: {0}")]
+    Make(#[source] rcgen::Error),
+}
+
 /// A CSR for `node`: its name as the common name and the first DNS name, and `imex`.
-pub fn request_for(node: &str, imex: &ImexNames, key: &KeyPair) -> Result<String, String> {
+pub fn request_for(node: &str, imex: &ImexNames, key: &KeyPair) -> Result<String, RequestError> {
     let names: Vec<String> = imex
         .dns_names(node)
         .into_iter()
         .map(str::to_owned)
         .collect();
-    let mut params = CertificateParams::new(names)
-        .map_err(|e| format!("cannot name {node:?} in a request: {e}"))?;
+    let mut params = CertificateParams::new(names).map_err(|source| RequestError::Name {
+        node: node.to_owned(),
+        source,
+    })?;
     params.distinguished_name.push(DnType::CommonName, node);
     params
         .subject_alt_names
@@ -308,7 +320,7 @@ pub fn request_for(node: &str, imex: &ImexNames, key: &KeyPair) -> Result<String
     params
         .serialize_request(key)
         .and_then(|csr| csr.pem())
-        .map_err(|e| format!("cannot make the request: {e}"))
+        .map_err(RequestError::Make)
 }
 
 /// Whether `pem` is a certificate for `node` and exactly `imex` of the key

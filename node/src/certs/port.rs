@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use domaind_actors::ports::PortError;
 
 /// The signer's answer to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,11 +19,13 @@ pub enum Answer {
 #[async_trait]
 pub trait Signer: Send + Sync {
     /// Submits `csr_pem` for `node`, asking for `lifetime`, and waits for the answer.
-    /// `Err` is anything else (the API server, a timeout), worth a retry.
+    /// `Err` is anything else (the API server, a timeout); the client retries each
+    /// with its backoff, whatever its kind, since a node without a certificate has
+    /// nothing better to do.
     async fn request(
         &self,
         node: &str,
         csr_pem: &str,
         lifetime: Duration,
-    ) -> Result<Answer, String>;
+    ) -> Result<Answer, PortError>;
 }

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use domaind_actors::ports::PortError;
 use rcgen::{BasicConstraints, CertificateSigningRequestParams, IsCa, Issuer, KeyUsagePurpose};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
@@ -62,7 +63,7 @@ impl Signer for FakeSigner {
         node: &str,
         csr_pem: &str,
         lifetime: Duration,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, PortError> {
         assert_eq!(lifetime, LIFETIME);
         self.asked.send(Instant::now()).unwrap();
         let next = self
@@ -82,7 +83,7 @@ impl Signer for FakeSigner {
                 message: "names another node".into(),
             }),
             Next::IssueForOtherNode => Ok(Answer::Issued(self.sign(csr_pem, "node-b"))),
-            Next::Fail => Err("the API server did not answer".into()),
+            Next::Fail => Err(PortError::transient("the API server did not answer")),
         }
     }
 }

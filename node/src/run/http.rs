@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 pub use domaind_kube_api::health::Readiness;
 
 use domaind_gossip::GossipNode;
+use domaind_kube_api::health::NotAlive;
 
 use super::state::{CheckpointView, GossipView, HandedChannel, NodeView};
 use super::vitals::Vitals;
@@ -51,14 +52,14 @@ pub async fn serve(
         let fault = vitals.failure();
         async move {
             if let Some(fault) = fault {
-                return Err(fault);
+                return Err(NotAlive::new(fault));
             }
             match tokio::time::timeout(LIVENESS_TIMEOUT, node.send(GetSnapshot)).await {
                 Ok(Ok(_)) => Ok(()),
-                Ok(Err(_)) => Err("the node actor has stopped".to_string()),
-                Err(_) => Err(format!(
+                Ok(Err(_)) => Err(NotAlive::new("the node actor has stopped")),
+                Err(_) => Err(NotAlive::new(format!(
                     "the node actor did not answer within {LIVENESS_TIMEOUT:?}"
-                )),
+                ))),
             }
         }
         .boxed()

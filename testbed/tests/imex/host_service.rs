@@ -219,7 +219,12 @@ async fn a_unit_that_cannot_run_the_config_domaind_writes_is_refused() {
 
     host.install(&s, Path::new("/etc/nvidia-imex/config.cfg"), "simple");
     let daemon = ImexDaemon::new(s.clone());
-    let error = daemon.start(&alone(ip)).await.unwrap_err().0;
+    let error = daemon.start(&alone(ip)).await.unwrap_err();
+    assert!(
+        error.is_permanent(),
+        "a unit to fix, not to wait out: {error}"
+    );
+    let error = error.to_string();
     assert!(
         error.contains(&format!("-c {}", s.config_path().display()))
             && error.contains("/etc/nvidia-imex/config.cfg"),
@@ -228,7 +233,7 @@ async fn a_unit_that_cannot_run_the_config_domaind_writes_is_refused() {
     assert_eq!(host.main_pid(), None, "nothing started");
 
     host.install(&s, &s.config_path(), "forking");
-    let error = daemon.start(&alone(ip)).await.unwrap_err().0;
+    let error = daemon.start(&alone(ip)).await.unwrap_err().to_string();
     assert!(error.contains("Type=forking"), "{error}");
     assert_eq!(host.main_pid(), None, "nothing started");
 
@@ -243,7 +248,7 @@ async fn a_unit_that_cannot_run_the_config_domaind_writes_is_refused() {
         .start(&alone(ip))
         .await
         .unwrap_err()
-        .0;
+        .to_string();
     assert!(
         error.contains(&second.config_path().display().to_string()),
         "{error}"
