@@ -74,6 +74,11 @@ fn build() -> Binaries {
         "CARGO_TARGET_DIR",
         dir.parent().expect("the target directory"),
     );
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_for_this_test) {
+            command.env_remove(&name);
+        }
+    }
     let built = command.output().expect("cannot run cargo");
     assert!(
         built.status.success(),
@@ -84,5 +89,59 @@ fn build() -> Binaries {
         domaind: dir.join("domaind"),
         imex_sim: dir.join("imex-sim"),
         chaos: dir.join("domaind-chaos"),
+    }
+}
+
+/// Whether cargo set `name` for this test process (its package's manifest, name and
+/// version, its cfg, its binaries) rather than the user for cargo. Build scripts such
+/// as ring's rerun when one of these changes (`rerun-if-env-changed=CARGO_PKG_NAME`),
+/// so a nested cargo that inherited them from `cargo test` rebuilt ring and all that
+/// links it (about two minutes on two cores), and the next top-level cargo rebuilt it
+/// all again.
+fn set_by_cargo_for_this_test(name: &str) -> bool {
+    const PREFIXES: [&str; 6] = [
+        "CARGO_MANIFEST_",
+        "CARGO_PKG_",
+        "CARGO_CFG_",
+        "CARGO_CRATE_",
+        "CARGO_BIN_",
+        "CARGO_TARGET_TMPDIR",
+    ];
+    name == "OUT_DIR"
+        || name == "CARGO_PRIMARY_PACKAGE"
+        || name == "CARGO_RUSTC_CURRENT_DIR"
+        || PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::set_by_cargo_for_this_test;
+
+    #[test]
+    fn what_cargo_sets_for_a_test_is_dropped_and_what_configures_cargo_is_kept() {
+        for set in [
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_CRATE_NAME",
+            "CARGO_BIN_EXE_domaind",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "OUT_DIR",
+        ] {
+            assert!(set_by_cargo_for_this_test(set), "{set}");
+        }
+        for kept in [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "CARGO_TERM_COLOR",
+            "CARGO_BUILD_JOBS",
+            "CARGO",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_for_this_test(kept), "{kept}");
+        }
     }
 }
