@@ -4,6 +4,7 @@
 
 pub mod actors;
 pub mod config;
+pub mod health_board;
 pub mod model;
 pub mod outcome;
 mod port_error;
@@ -16,5 +17,6 @@ pub use actors::node::{
     Complete, Depart, GetClaims, GetSnapshot, NodeActor, NodeSnapshot, Prepare, Shutdown, Unprepare,
 };
 pub use config::NodeConfig;
+pub use health_board::{HealthBoard, HealthView, PreparedDevice};
 pub use outcome::{PrepareError, Prepared};
 pub use ports::Ports;

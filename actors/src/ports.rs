@@ -280,6 +280,9 @@ pub struct Ports {
     pub claims: Arc<dyn ClaimSource>,
     pub checkpoint: Arc<dyn CheckpointStore>,
     pub clock: Arc<dyn Clock>,
+    /// Where the node publishes its prepared devices' health (not I/O: a view its
+    /// readers, the kubelet plugin and the backend, subscribe to).
+    pub health: crate::health_board::HealthBoard,
 }
 
 impl std::fmt::Debug for Ports {

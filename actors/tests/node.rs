@@ -13,6 +13,7 @@ use domaind_actors::actors::node::GetDomain;
 use domaind_actors::model::{DomainUid, Phase, ReadinessPolicy};
 use domaind_actors::ports::StatusSink;
 use domaind_actors::ports::{ClaimError, DomainEvent, PrepareState};
+use domaind_actors::rules::channel_health::ChannelHealth;
 use domaind_actors::rules::peer_health::PeerHealthConfig;
 use domaind_actors::rules::status::digest;
 use domaind_actors::testing::{GossipCall, ImexCall};
@@ -352,6 +353,87 @@ fn an_imex_daemon_that_exits_is_restarted_with_backoff() {
             },
         )
         .await;
+    });
+}
+
+/// A prepared channel's health follows its node's IMEX: Unknown before the domain is
+/// judged, Healthy once IMEX is ready and linked to both peers in a Ready domain,
+/// Unhealthy with the failure's reason while IMEX keeps failing, and Healthy again once
+/// it is back. A link cut names the peer. The claim's data (clique, index, peers
+/// linked) comes with it.
+#[test]
+fn a_prepared_channels_health_follows_its_imex_and_links() {
+    run(|| async {
+        let rack = rack_of(&NODES);
+        let cd = domain("cd1", 0);
+        for node in NODES {
+            rack.claim_with_device(&format!("c-{node}"), &cd, node);
+        }
+        let board = rack.nodes["node-a"].health.clone();
+        let device_health = |board: &domaind_actors::HealthBoard| {
+            let view = board.view();
+            view.devices
+                .iter()
+                .find(|d| d.claim.uid == "c-node-a")
+                .map(|d| (d.health().clone(), d.status.clone()))
+        };
+        prepare_all(&rack, "c", &NODES).await;
+        domaind_testkit::poll_for(
+            "node-a's channel is Healthy",
+            LIMIT,
+            async || match device_health(&board) {
+                Some((ChannelHealth::Healthy, Some(status))) if status.linked_peers == 2 => {
+                    Ok(status)
+                }
+                other => Err(other),
+            },
+        )
+        .await;
+        let status = device_health(&board).unwrap().1.unwrap();
+        assert_eq!(status.clique.0, "cluster-1.0");
+        assert_eq!(status.peers, 2);
+        assert!(status.index.is_some());
+
+        rack.nodes["node-a"]
+            .imex
+            .fail_next(u32::MAX, "nvidia-imex: cannot bind");
+        rack.fabric.crash("node-a");
+        domaind_testkit::poll_for(
+            "node-a's channel is Unhealthy, saying why",
+            LIMIT,
+            async || match device_health(&board) {
+                Some((ChannelHealth::Unhealthy(why), _)) if why.contains("IMEX is failing") => {
+                    Ok(())
+                }
+                other => Err(other),
+            },
+        )
+        .await;
+        assert!(board.view().imex_failing.is_some());
+
+        rack.nodes["node-a"].imex.fail_next(0, "");
+        domaind_testkit::poll_for("node-a's channel is Healthy again", LIMIT, async || {
+            match device_health(&board) {
+                Some((ChannelHealth::Healthy, _)) => Ok(()),
+                other => Err(other),
+            }
+        })
+        .await;
+        assert_eq!(board.view().imex_failing, None);
+
+        rack.fabric.cut("node-a", "node-c");
+        domaind_testkit::poll_for(
+            "the cut link names node-c",
+            LIMIT,
+            async || match device_health(&board) {
+                Some((ChannelHealth::Unhealthy(why), _)) if why.contains("node-c") => Ok(()),
+                other => Err(other),
+            },
+        )
+        .await;
+
+        rack.unprepare("node-a", "c-node-a").await.unwrap();
+        assert!(board.view().devices.is_empty());
     });
 }
 

@@ -272,6 +272,7 @@ impl SimCluster {
             claims: Arc::new(self.claims.clone()),
             checkpoint: Arc::new(checkpoint.clone()),
             clock: Arc::new(FakeClock::new(1_700_000_000_000)),
+            health: domaind_actors::HealthBoard::default(),
         };
         let actor = NodeActor::new(node_config, ports).start();
         info!(node = %name, generation, "simulated node started");

@@ -11,19 +11,21 @@ use actix::prelude::*;
 use tracing::{error, info, warn};
 
 use crate::actors::domain::{
-    AddClaim, DomainActor, DomainSnapshot, GetDomainSnapshot, GossipChanged, Halt, Leave,
-    RemoveClaim, SlotChanged, WaitClaim,
+    AddClaim, DomainActor, DomainSnapshot, GetDomainSnapshot, GossipChanged, Halt, HealthChanged,
+    Leave, NodeListeners, RemoveClaim, SlotChanged, WaitClaim,
 };
 use crate::actors::gossip_bridge::GossipBridge;
 use crate::actors::imex_process::{Detach, GetImexLifecycle, ImexLifecycle, ImexProcessActor};
 use crate::actors::sharing::{HeldChannels, Role, SharedImexProgress};
 use crate::config::NodeConfig;
+use crate::health_board::{HealthView, PreparedDevice};
 use crate::model::{AllocationMode, ClaimRef, DomainRef, DomainUid, Isolation};
 use crate::outcome::{PrepareError, Prepared, domain_label};
 use crate::ports::{
     Checkpoint, CheckpointChange, ClaimError, ClaimRecord, DomainEvent, PortError, Ports,
     PrepareState, Recorded,
 };
+use crate::rules::channel_health::DomainHealth;
 use crate::rules::channels::shared_imex_uid;
 
 pub const PREPARES: &str = "domaind_prepare_total";
@@ -98,6 +100,8 @@ pub struct NodeActor {
     /// What the checkpoint holds once every change recorded so far is: kept here, so
     /// that the store only ever hears of changes.
     checkpoint: Checkpoint,
+    /// Each domain's health here as it last judged it, for the prepared devices.
+    health: BTreeMap<DomainUid, DomainHealth>,
 }
 
 impl std::fmt::Debug for NodeActor {
@@ -119,6 +123,7 @@ impl NodeActor {
             shared_imex: None,
             shared_progress: None,
             checkpoint: Checkpoint::default(),
+            health: BTreeMap::new(),
         }
     }
 
@@ -153,11 +158,22 @@ impl NodeActor {
         ctx: &mut Context<Self>,
     ) -> Addr<DomainActor> {
         let (config, ports, imex) = (self.config.clone(), self.ports.clone(), self.imex());
-        let slots = ctx.address().recipient::<SlotChanged>();
+        let listeners = NodeListeners {
+            slots: ctx.address().recipient::<SlotChanged>(),
+            health: ctx.address().recipient::<HealthChanged>(),
+        };
         let progress =
             (role == Role::SharedImex).then(|| ctx.address().recipient::<SharedImexProgress>());
         Supervisor::start(move |_| {
-            DomainActor::new(domain, config, ports, imex, slots, role, progress)
+            DomainActor::new(
+                domain,
+                config,
+                ports,
+                imex,
+                listeners.clone(),
+                role,
+                progress,
+            )
         })
     }
 
@@ -222,6 +238,7 @@ impl NodeActor {
         for change in &changes {
             self.checkpoint.apply(change.clone());
         }
+        self.publish_health();
         let recorded: Recorded = self.ports.checkpoint.record(changes);
         async move {
             let result = recorded.await;
@@ -231,6 +248,43 @@ impl NodeActor {
             }
             result
         }
+    }
+
+    /// The prepared devices, each with its domain's health here: published on every
+    /// change of either.
+    fn publish_health(&mut self) {
+        let shared_imex = self
+            .shared_imex
+            .is_some()
+            .then(|| shared_imex_uid(&self.config.clique));
+        self.health
+            .retain(|uid, _| self.domains.contains_key(uid) || shared_imex.as_ref() == Some(uid));
+        let devices = self
+            .checkpoint
+            .claims
+            .values()
+            .flat_map(|record| {
+                let status = self.health.get(&record.info.domain.uid).cloned();
+                record
+                    .info
+                    .devices
+                    .iter()
+                    .map(move |device| PreparedDevice {
+                        claim: record.claim.clone(),
+                        device: device.clone(),
+                        domain: record.info.domain.clone(),
+                        status: status.clone(),
+                    })
+            })
+            .collect();
+        let imex_failing = self
+            .health
+            .values()
+            .find_map(|health| health.imex_failing.clone());
+        self.ports.health.publish(HealthView {
+            devices,
+            imex_failing,
+        });
     }
 
     /// Accepts a resolved claim: refuses a second domain, records, starts or joins the
@@ -465,6 +519,9 @@ impl Handler<Unprepare> for NodeActor {
                         }
                     }
                 }
+                if domain_left {
+                    act.publish_health();
+                }
                 let slot_gone = (!changes.is_empty()).then(|| act.record(changes));
                 async move {
                     let slot_gone = match slot_gone {
@@ -509,6 +566,19 @@ impl Handler<SharedImexProgress> for NodeActor {
             }
         }
         self.shared_progress = Some(progress);
+    }
+}
+
+impl Handler<HealthChanged> for NodeActor {
+    type Result = ();
+    fn handle(&mut self, HealthChanged { domain, health }: HealthChanged, _: &mut Self::Context) {
+        let shared_imex =
+            self.shared_imex.is_some() && domain == shared_imex_uid(&self.config.clique);
+        if !self.domains.contains_key(&domain) && !shared_imex {
+            return;
+        }
+        self.health.insert(domain, health);
+        self.publish_health();
     }
 }
 

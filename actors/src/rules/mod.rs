@@ -1,6 +1,7 @@
 //! The rules, as pure functions and state machines: given what gossip says, every node
 //! computes the same answer, so nodes agree without negotiating.
 
+pub mod channel_health;
 pub mod channel_roles;
 pub mod channels;
 pub mod domain_core;

@@ -36,6 +36,8 @@ pub struct TestNode {
     pub imex: FakeImex,
     pub checkpoint: FakeCheckpointStore,
     pub events: FakeEventSink,
+    /// What the node publishes of its prepared devices' health.
+    pub health: domaind_actors::HealthBoard,
     pub generation: u64,
     /// Its address is `127.0.1.<index>`, the same across restarts.
     pub index: u8,
@@ -94,6 +96,7 @@ impl Rack {
         let gossip = self.net.join(node, generation);
         let imex = self.fabric.daemon(node);
         let events = FakeEventSink::default();
+        let health = domaind_actors::HealthBoard::default();
         let mut config = NodeConfig::new(
             node,
             IpAddr::from([127, 0, 1, index]),
@@ -108,6 +111,7 @@ impl Rack {
             claims: Arc::new(self.claims.clone()),
             checkpoint: Arc::new(checkpoint.clone()),
             clock: Arc::new(FakeClock::new(1_700_000_000_000)),
+            health: health.clone(),
         };
         let addr = NodeActor::new(config, ports).start();
         self.nodes.insert(
@@ -118,6 +122,7 @@ impl Rack {
                 imex,
                 checkpoint,
                 events,
+                health,
                 generation,
                 index,
             },
@@ -151,6 +156,24 @@ impl Rack {
                 allocation_mode: AllocationMode::Single,
                 readiness: policy,
                 devices: Vec::new(),
+                isolation: Default::default(),
+            }),
+        );
+    }
+
+    /// A claim allocated `channel-0` of `node`'s pool.
+    pub fn claim_with_device(&self, uid: &str, domain: &DomainRef, node: &str) {
+        self.claims.insert(
+            uid,
+            Ok(ClaimInfo {
+                domain: domain.clone(),
+                allocation_mode: AllocationMode::Single,
+                readiness: Some(ReadinessPolicy::Local),
+                devices: vec![domaind_actors::model::AllocatedDevice {
+                    request: "channel".into(),
+                    pool: node.into(),
+                    device: "channel-0".into(),
+                }],
                 isolation: Default::default(),
             }),
         );

@@ -354,6 +354,7 @@ fn a_released_claim_frees_the_node_for_another_domain() {
             claims: Arc::new(claims),
             checkpoint: Arc::new(checkpoint.clone()),
             clock: Arc::new(FakeClock::new(1_700_000_000_000)),
+            health: domaind_actors::HealthBoard::default(),
         };
         let config = NodeConfig::new(
             node,

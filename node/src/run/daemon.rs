@@ -447,6 +447,7 @@ async fn start_backend(
                 claims: backend.claims.clone(),
                 checkpoint: backend.checkpoint.clone(),
                 clock: Arc::new(SystemClock),
+                health: domaind_actors::HealthBoard::default(),
             };
             Ok(BackendPorts {
                 ports,
@@ -472,6 +473,7 @@ async fn start_backend(
                 )),
                 checkpoint: Arc::new(checkpoint),
                 clock: Arc::new(SystemClock),
+                health: domaind_actors::HealthBoard::default(),
             };
             Ok(BackendPorts {
                 ports,

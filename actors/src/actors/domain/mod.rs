@@ -96,6 +96,23 @@ pub struct SlotChanged {
     pub slot: Option<Slot>,
 }
 
+/// How a domain's channel now is on this node, for the prepared devices' health.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct HealthChanged {
+    pub domain: crate::model::DomainUid,
+    pub health: crate::rules::channel_health::DomainHealth,
+}
+
+/// Where a domain tells the node what the node keeps for it.
+#[derive(Debug, Clone)]
+pub struct NodeListeners {
+    /// Its slot, for the checkpoint.
+    pub slots: Recipient<SlotChanged>,
+    /// Its health, for the prepared devices.
+    pub health: Recipient<HealthChanged>,
+}
+
 #[derive(Debug, Message)]
 #[rtype(result = "DomainSnapshot")]
 pub struct GetDomainSnapshot;
@@ -135,6 +152,7 @@ pub struct DomainActor {
     ports: Ports,
     imex: Addr<ImexProcessActor>,
     slot_listener: Recipient<SlotChanged>,
+    health_listener: Recipient<HealthChanged>,
     restarts: u32,
     /// The shared IMEX domain: the node, told of its progress.
     shared_listener: Option<Recipient<SharedImexProgress>>,
@@ -172,7 +190,7 @@ impl DomainActor {
         config: Arc<NodeConfig>,
         ports: Ports,
         imex: Addr<ImexProcessActor>,
-        slot_listener: Recipient<SlotChanged>,
+        listeners: NodeListeners,
         role: Role,
         shared_listener: Option<Recipient<SharedImexProgress>>,
     ) -> Self {
@@ -182,7 +200,8 @@ impl DomainActor {
             config,
             ports,
             imex,
-            slot_listener,
+            slot_listener: listeners.slots,
+            health_listener: listeners.health,
             restarts: 0,
             shared_listener,
             claims: BTreeMap::new(),

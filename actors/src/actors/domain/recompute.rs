@@ -159,6 +159,10 @@ impl DomainActor {
                 DomainEffect::Events(events) => self.tell_all(events),
                 DomainEffect::PassAt(at) => self.recompute_at(at, ctx),
                 DomainEffect::Pass => self.schedule_recompute(ctx),
+                DomainEffect::Health(health) => self.health_listener.do_send(HealthChanged {
+                    domain: self.domain.uid.clone(),
+                    health,
+                }),
             }
         }
     }

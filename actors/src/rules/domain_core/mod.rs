@@ -29,6 +29,7 @@ use crate::actors::sharing::{Role, SharedFault, SharedImexProgress};
 use crate::config::NodeConfig;
 use crate::model::{Advertisement, ChannelId, DomainRef, DomainUid, NodeId, Sharing, Slot};
 use crate::ports::DomainEvent;
+use crate::rules::channel_health::DomainHealth;
 use crate::rules::channel_roles::{SharedImexRole, SharingEffect, SharingRole};
 use crate::rules::peer_health::Verdict;
 use crate::rules::peers::PeerSet;
@@ -101,6 +102,8 @@ pub enum DomainEffect {
     PassAt(Instant),
     /// Pass again soon.
     Pass,
+    /// How the domain's channel now is on this node, for its pods' devices.
+    Health(DomainHealth),
 }
 
 /// What a restart of the domain on this node rebuilds from.
@@ -170,6 +173,18 @@ pub struct DomainCore {
     /// The reporter role: settle, takeover, tenure, announcements. Its tenures' terms
     /// must differ from every earlier one's, across restarts of the actor.
     reporter: ReporterRole,
+    /// The health last told ([`DomainEffect::Health`]).
+    health: Option<DomainHealth>,
+    /// A sharing domain: how the shared IMEX domain last said this node's daemon is.
+    shared_imex: Option<SharedImexState>,
+}
+
+/// What a sharing domain knows of the daemon it follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SharedImexState {
+    ready: bool,
+    failing: bool,
+    failure: Option<String>,
 }
 
 impl DomainCore {
@@ -200,6 +215,8 @@ impl DomainCore {
             membership_changed: None,
             imex_episode_told: 0,
             reporter: ReporterRole::default(),
+            health: None,
+            shared_imex: None,
         }
     }
 
@@ -316,6 +333,13 @@ impl DomainCore {
     /// on this domain too.
     pub fn shared_progress(&mut self, progress: SharedImexProgress) -> Vec<DomainEffect> {
         let mut effects = Vec::new();
+        let shared_imex = Some(SharedImexState {
+            ready: progress.local_ready,
+            failing: progress.imex_failing,
+            failure: progress.failure.as_ref().map(|(_, reason)| reason.clone()),
+        });
+        let daemon_changed = self.shared_imex != shared_imex;
+        self.shared_imex = shared_imex;
         if let Some((episode, reason)) = &progress.failure
             && *episode > self.imex_episode_told
         {
@@ -325,9 +349,13 @@ impl DomainCore {
                 self.config.clique
             )));
         }
-        if let RoleState::Sharing(role) = &mut self.role
-            && role.progress(progress)
-        {
+        // A sharing domain passes again when its channel moves, or when the daemon it
+        // follows changes: its pods' health is that daemon's.
+        let pass = match &mut self.role {
+            RoleState::Sharing(role) => role.progress(progress) || daemon_changed,
+            _ => false,
+        };
+        if pass {
             effects.push(DomainEffect::Pass);
         }
         effects
@@ -421,6 +449,7 @@ impl DomainCore {
             RoleState::Sharing(role) => role.reset(),
         }
         self.reporter.reset();
+        self.health = None;
     }
 }
 

@@ -12,6 +12,7 @@ use crate::actors::imex_peer::PeerSignal;
 use crate::actors::sharing::{ChannelState, Role};
 use crate::config::NodeConfig;
 use crate::model::{Advertisement, ChannelId, DomainMember, DomainUid, NodeId};
+use crate::rules::channel_health::{HealthInput, LocalImex, domain_health};
 use crate::rules::channel_roles::{AssignInput, FollowInput, SharedImexRole};
 use crate::rules::channels::sharing_domains;
 use crate::rules::local_imex::{DaemonReport, Reconfigure, desired_peers, imex_ready, reconfigure};
@@ -218,6 +219,7 @@ impl DomainCore {
         self.assignment = assignment;
         let report = self.report(&readiness, now, now_ms, writing);
         self.readiness = Some(readiness);
+        effects.extend(self.health_changed(my_slot, channel.confirmed()));
         Some(Pass {
             malformed: view.malformed,
             changes: observation.changes,
@@ -225,6 +227,48 @@ impl DomainCore {
             expiry,
             report,
         })
+    }
+
+    /// How the channel now is for this node's pods, if that changed.
+    fn health_changed(
+        &mut self,
+        index: Option<crate::model::Slot>,
+        channel: Option<ChannelId>,
+    ) -> Option<DomainEffect> {
+        let no_links = BTreeMap::new();
+        let imex = match (&self.role, &self.shared_imex) {
+            (RoleState::Sharing(_), Some(shared)) => Some(LocalImex {
+                running: !shared.failing,
+                ready: shared.ready,
+                failure: shared.failure.as_deref(),
+                links: &no_links,
+            }),
+            (RoleState::Sharing(_), None) => None,
+            _ => self.imex_report.as_ref().map(|r| LocalImex {
+                running: r.running,
+                // Ready for an older peer set still serves the links it has: a
+                // member joining is not a fault of the running pods.
+                ready: r.ready,
+                failure: r.failure.as_ref().map(|f| f.reason.as_str()),
+                links: &r.links,
+            }),
+        };
+        let health = domain_health(HealthInput {
+            me: self.me(),
+            clique: &self.config.clique,
+            has_fabric: self.has_fabric(),
+            imex,
+            // A sharing domain runs no peer set of its own: it follows the daemon.
+            peer_set: &self.peer_set,
+            readiness: self.readiness.as_ref(),
+            index,
+            channel,
+        });
+        if self.health.as_ref() == Some(&health) {
+            return None;
+        }
+        self.health = Some(health.clone());
+        Some(DomainEffect::Health(health))
     }
 
     /// Every remote member's ImexPeer hears that gossip knows it alive, and what it
