@@ -9,6 +9,7 @@
 //! - `cliques`: a loopback rack of three cliques, a domain each, nothing crossing.
 //! - `kube`: the node daemons and the controller against the real API server.
 //! - `kubelet`: the same with real kubelets, NVIDIA's blog workload and a node loss.
+//! - `health`: a pod's channel health from our `DRAResourceHealth` stream, as IMEX dies and comes back.
 //! - `formation`: the formation benchmark on real Kubernetes (ignored; run by hand).
 //! - `admission`: the chart's admission policies for the node daemon, with its tokens.
 //! - `certs`: gossip node certificates through the CSR signer on the real API server.
@@ -27,6 +28,7 @@ mod cliques;
 mod discovery;
 mod examples;
 mod formation;
+mod health;
 mod kube;
 mod kubelet;
 mod migrate;

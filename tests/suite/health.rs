@@ -1,0 +1,206 @@
+//! Device health in the pod, on real kubelets: the kubelet's `DRAResourceHealth` stream
+//! from our daemon shows in each pod's `status.containerStatuses[].allocatedResourcesStatus`.
+//!
+//! 1. Two fake nodes, a ComputeDomain of two, a pod on each: both channels Healthy.
+//! 2. Node 1's IMEX killed and kept down (its port taken): its pod's channel goes
+//!    Unhealthy, saying IMEX is failing. Prints how long the pod took to show it
+//!    (docs/BENCHMARKS.md).
+//! 3. The port freed: IMEX comes back, every channel Healthy again.
+//!
+//! Needs what `kubelet` needs (`../shared/kube`, root). Its nodes are its own:
+//! `domaind-health-1..2` on 127.0.0.11-12.
+
+use std::time::{Duration, Instant};
+
+use domaind_kube_api::crd::ComputeDomain;
+use domaind_testbed::rack::short_temp_dir;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::{Value, json};
+
+use crate::kubelet::{FakeCluster, create_from_yaml, start_daemons, wait_registered, wait_running};
+use domaind_e2e::cluster::{
+    create_namespace, install_crd_and_device_classes, spawn_controller, wait_every, wait_for,
+};
+
+const DOMAIN: &str = "health";
+const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
+const CLIQUE: &str = "e2e-health.1";
+
+fn compute_domain() -> Value {
+    json!({
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": DOMAIN},
+        "spec": {
+            "numNodes": 2,
+            "channel": {"resourceClaimTemplate": {"name": format!("{DOMAIN}-rct")}},
+        },
+    })
+}
+
+/// A pod on each of this test's nodes (its clique label), no GPUs asked.
+fn workload() -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": DOMAIN},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"job": DOMAIN}},
+            "template": {
+                "metadata": {"labels": {"job": DOMAIN}},
+                "spec": {
+                    "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": format!("{DOMAIN}-rct")}],
+                    "nodeSelector": {CLIQUE_LABEL: CLIQUE},
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": {"matchLabels": {"job": DOMAIN}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }]}},
+                    "containers": [{
+                        "name": "ctr",
+                        "image": "ubuntu:22.04",
+                        "command": ["sleep", "infinity"],
+                        "resources": {"claims": [{"name": "cd"}]},
+                    }],
+                },
+            },
+        },
+    })
+}
+
+/// Each device's health as the pod on `node` shows it: (resource id, health, message).
+async fn pod_health(pods: &Api<Pod>, node: &str) -> Vec<(String, String, String)> {
+    let list = pods
+        .list(&ListParams::default().labels(&format!("job={DOMAIN}")))
+        .await
+        .unwrap();
+    let Some(pod) = list
+        .items
+        .into_iter()
+        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+    else {
+        return Vec::new();
+    };
+    let status = serde_json::to_value(pod.status).unwrap();
+    let mut seen = Vec::new();
+    for container in status["containerStatuses"].as_array().into_iter().flatten() {
+        for allocated in container["allocatedResourcesStatus"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            for resource in allocated["resources"].as_array().into_iter().flatten() {
+                seen.push((
+                    resource["resourceID"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    resource["health"].as_str().unwrap_or_default().to_owned(),
+                    resource["message"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+        }
+    }
+    seen
+}
+
+fn all_healthy(seen: &[(String, String, String)]) -> bool {
+    !seen.is_empty() && seen.iter().all(|(_, health, _)| health == "Healthy")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; docs/TESTING.md)"]
+async fn a_pods_channel_shows_its_imex_health() {
+    let cluster = FakeCluster::start("domaind-health", &[11, 12], CLIQUE).await;
+    let (client, names, ips) = (
+        cluster.client.clone(),
+        cluster.names.clone(),
+        cluster.ips.clone(),
+    );
+    install_crd_and_device_classes(&client).await;
+    let namespace = format!("domaind-health-e2e-{}", std::process::id());
+    let _cleared_on_panic = create_namespace(&client, &namespace).await;
+    let tmp = short_temp_dir("dmhe").unwrap();
+    let controller = spawn_controller(&domaind_e2e::binaries().domaind, &namespace, tmp.path());
+    let (mut rack, _tokens) = start_daemons(&client, &names, &ips, tmp.path(), "health-e2e").await;
+    wait_registered(&client, &names, &rack).await;
+
+    let pods = Api::<Pod>::namespaced(client.clone(), &namespace);
+    let templates = Api::<ResourceClaimTemplate>::namespaced(client.clone(), &namespace);
+    create_from_yaml(&client, &namespace, &compute_domain()).await;
+    wait_for("the controller creates the template", || async {
+        let t = templates.get_opt(&format!("{DOMAIN}-rct")).await.unwrap();
+        (t.is_some(), ())
+    })
+    .await;
+    create_from_yaml(&client, &namespace, &workload()).await;
+    wait_running(&pods, &format!("job={DOMAIN}"), 2, 1).await;
+    for node in &names {
+        wait_every(
+            &format!("the pod on {node} shows its channel Healthy"),
+            Duration::from_millis(100),
+            || async {
+                let seen = pod_health(&pods, node).await;
+                (all_healthy(&seen), seen)
+            },
+        )
+        .await;
+    }
+
+    // Node 1's IMEX dies and cannot come back while its port is taken.
+    let taken = tokio::task::block_in_place(|| rack.take_imex_port(0, &mut 0)).unwrap();
+    let killed = Instant::now();
+    let seen = wait_every(
+        "the pod on node 1 shows its channel Unhealthy, saying why",
+        Duration::from_millis(50),
+        || async {
+            let seen = pod_health(&pods, &names[0]).await;
+            let unhealthy = seen
+                .iter()
+                .any(|(_, health, message)| health == "Unhealthy" && message.contains("IMEX"));
+            (unhealthy, seen)
+        },
+    )
+    .await;
+    let shown = killed.elapsed();
+    println!(
+        "health: IMEX killed and kept down -> the pod shows Unhealthy in {:.2} s: {seen:?}",
+        shown.as_secs_f64()
+    );
+
+    drop(taken);
+    for node in &names {
+        wait_every(
+            &format!("the pod on {node} shows its channel Healthy again"),
+            Duration::from_millis(100),
+            || async {
+                let seen = pod_health(&pods, node).await;
+                (all_healthy(&seen), seen)
+            },
+        )
+        .await;
+    }
+
+    let cds = Api::<ComputeDomain>::namespaced(client.clone(), &namespace);
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &namespace)
+        .delete(DOMAIN, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the pods are gone", || async {
+        let left = pods.list(&ListParams::default()).await.unwrap().items.len();
+        (left == 0, left)
+    })
+    .await;
+    cds.delete(DOMAIN, &DeleteParams::default()).await.unwrap();
+    rack.stop_all(Duration::from_secs(20));
+    assert!(rack.unexpected_exits().is_empty());
+    drop(controller);
+    if std::env::var("DOMAIND_E2E_KEEP").as_deref() != Ok("1") {
+        Api::<Namespace>::all(client.clone())
+            .delete(&namespace, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}
