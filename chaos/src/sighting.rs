@@ -411,9 +411,32 @@ fn sorted<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
     names
 }
 
+/// A Ready status listing `listed` Ready at their index: the fixture of this module's
+/// tests and the cluster checks'.
+#[cfg(test)]
+pub(crate) fn ready_status(listed: &[(&str, Slot)]) -> ComputeDomainStatus {
+    ComputeDomainStatus {
+        status: CrdPhase::Ready,
+        nodes: listed
+            .iter()
+            .map(|(name, index)| domaind_kube_api::crd::ComputeDomainNode {
+                name: (*name).into(),
+                ip_address: "127.0.0.1".into(),
+                clique_id: "c.1".into(),
+                index: Some(*index),
+                status: CrdPhase::Ready,
+            })
+            .collect(),
+        ready_nodes: listed.len() as u32,
+        total_nodes: listed.len() as u32,
+        conditions: Vec::new(),
+        observed_generation: None,
+        channel: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use domaind_kube_api::crd::ComputeDomainNode;
 
     use super::*;
 
@@ -455,29 +478,7 @@ mod tests {
         nodes.insert("n4".into(), outsider);
         Sighting {
             nodes,
-            status: Some(status(&[("n1", 0), ("n2", 1), ("n3", 2)])),
-        }
-    }
-
-    /// Ready, with `listed` Ready at their index.
-    fn status(listed: &[(&str, Slot)]) -> ComputeDomainStatus {
-        ComputeDomainStatus {
-            status: CrdPhase::Ready,
-            nodes: listed
-                .iter()
-                .map(|(name, index)| ComputeDomainNode {
-                    name: (*name).into(),
-                    ip_address: "127.0.0.1".into(),
-                    clique_id: "c.1".into(),
-                    index: Some(*index),
-                    status: CrdPhase::Ready,
-                })
-                .collect(),
-            ready_nodes: listed.len() as u32,
-            total_nodes: listed.len() as u32,
-            conditions: Vec::new(),
-            observed_generation: None,
-            channel: None,
+            status: Some(ready_status(&[("n1", 0), ("n2", 1), ("n3", 2)])),
         }
     }
 
@@ -675,7 +676,7 @@ mod tests {
     #[test]
     fn a_status_listing_a_stranger_or_an_index_twice_is_a_breach() {
         let mut sighting = agreed();
-        sighting.status = Some(status(&[("n1", 0), ("n2", 0), ("stranger", 2)]));
+        sighting.status = Some(ready_status(&[("n1", 0), ("n2", 0), ("stranger", 2)]));
         let breaches = status_breaches(&sighting);
         assert_eq!(
             breaches,
@@ -699,7 +700,7 @@ mod tests {
     #[test]
     fn a_status_not_ready_short_of_a_member_or_listing_one_not_ready_has_gaps() {
         let members = names(&["n1", "n2", "n3"]);
-        let mut short = status(&[("n1", 0), ("n2", 1)]);
+        let mut short = ready_status(&[("n1", 0), ("n2", 1)]);
         short.status = CrdPhase::NotReady;
         short.nodes[1].status = CrdPhase::NotReady;
         let gaps: Vec<String> = status_gaps(&short, &members)

@@ -402,12 +402,12 @@ impl Persistent {
 mod tests {
     use std::collections::BTreeMap;
 
-    use domaind_kube_api::crd::{ComputeDomainNode, ComputeDomainStatus};
     use serde_json::json;
 
     use super::*;
     use crate::cluster::access::DaemonInstance;
     use crate::cluster::observe::{ClaimSeen, DaemonSeen, DomainSeen, PodSeen};
+    use crate::sighting::ready_status;
 
     const DOMAIN: &str = "cd-uid";
 
@@ -452,27 +452,6 @@ mod tests {
         }
     }
 
-    fn status(names: &[(&str, u16)]) -> ComputeDomainStatus {
-        ComputeDomainStatus {
-            status: CrdPhase::Ready,
-            nodes: names
-                .iter()
-                .map(|(name, index)| ComputeDomainNode {
-                    name: (*name).into(),
-                    ip_address: "127.0.0.1".into(),
-                    clique_id: "c.1".into(),
-                    index: Some(*index),
-                    status: CrdPhase::Ready,
-                })
-                .collect(),
-            ready_nodes: names.len() as u32,
-            total_nodes: names.len() as u32,
-            conditions: Vec::new(),
-            observed_generation: None,
-            channel: None,
-        }
-    }
-
     #[test]
     fn a_node_whose_daemon_alone_went_is_kept_while_held_or_live() {
         let nodes = nodes();
@@ -511,7 +490,7 @@ mod tests {
             at: Instant::now(),
             domain: Some(DomainSeen {
                 uid: DOMAIN.into(),
-                status: Some(status(&[("n1", 0), ("n2", 1), ("n3", 2)])),
+                status: Some(ready_status(&[("n1", 0), ("n2", 1), ("n3", 2)])),
                 deleting: false,
             }),
             template_exists: true,
@@ -615,7 +594,8 @@ mod tests {
             "n2".into(),
             view("n2", &["uid-n2"], &all, &[(0, "n1"), (1, "n2"), (2, "n2")]),
         );
-        obs.domain.as_mut().unwrap().status = Some(status(&[("n1", 0), ("n2", 0), ("n3", 2)]));
+        obs.domain.as_mut().unwrap().status =
+            Some(ready_status(&[("n1", 0), ("n2", 0), ("n3", 2)]));
         let (breaches, unwhole) = check(&obs);
         assert!(
             breaches
@@ -702,7 +682,7 @@ mod tests {
     fn a_status_naming_other_nodes_or_missing_one_is_not_whole() {
         let mut obs = whole_world();
         obs.domain.as_mut().unwrap().status =
-            Some(status(&[("n1", 0), ("n2", 1), ("stranger", 2)]));
+            Some(ready_status(&[("n1", 0), ("n2", 1), ("stranger", 2)]));
         let (breaches, unwhole) = check(&obs);
         assert!(
             breaches
