@@ -41,29 +41,35 @@ fn is_error(line: &str) -> bool {
 mod tests {
     use super::*;
 
+    // Lines as kubelet 1.36.2 of ../shared/kube wrote them (/work/evidence/health/).
+
     #[test]
     fn finds_what_a_plugin_without_the_service_causes() {
         let log = concat!(
-            "I1129 05:01:02.000001    4242 kubelet.go:1] \"Started kubelet\"\n",
-            "E1129 05:01:03.000002    4242 manager.go:900] \"Error receiving from WatchResources stream\" err=\"rpc error: code = Unimplemented desc = \" pluginName=\"compute-domain.nvidia.com\"\n",
-            "I1129 05:01:03.000003    4242 dra_plugin_manager.go:300] \"WatchResources health stream has ended\" error=\"rpc error: code = Unimplemented desc = \"\n",
-            "E1129 05:01:04.000004    4242 manager.go:200] \"Failed to update health info cache\" err=\"disk full\"\n",
+            "I1129 05:11:49.905231   23161 dra_plugin_manager.go:402] \"Successfully started WatchResources health stream\" logger=\"DRA registration handler\"\n",
+            "E1129 05:11:49.929147   23161 manager.go:1038] \"Error receiving from WatchResources stream\" err=\"rpc error: code = Unimplemented desc = \" logger=\"DRA registration handler.dra-manager\" pluginName=\"compute-domain.nvidia.com\"\n",
+            "I1129 05:11:49.929548   23161 dra_plugin_manager.go:405] \"WatchResources health stream has ended\" logger=\"DRA registration handler\" error=\"rpc error: code = Unimplemented desc = \"\n",
+            "E1129 05:12:04.000004    4242 manager.go:200] \"Failed to update health info cache\" err=\"disk full\" pluginName=\"compute-domain.nvidia.com\"\n",
         );
         let found = health_stream_errors(log);
         assert_eq!(found.len(), 3, "{found:#?}");
         assert!(found[0].contains("Unimplemented"));
+        assert!(found[1].starts_with("I1129"));
         assert!(found[2].contains("health info cache"));
     }
 
     #[test]
     fn passes_a_healthy_stream_and_a_plugin_that_is_gone() {
         let log = concat!(
-            "I1129 05:01:02.000001    4242 dra_plugin_manager.go:290] \"Successfully started WatchResources health stream\"\n",
-            "I1129 05:01:02.000002    4242 dra_plugin_manager.go:300] \"WatchResources health stream has ended\" error=null\n",
-            "E1129 05:01:03.000003    4242 manager.go:900] \"Error receiving from WatchResources stream\" err=\"rpc error: code = Unavailable desc = error reading from server: EOF\"\n",
-            "E1129 05:01:08.000004    4242 dra_plugin.go:120] \"NodeWatchResources RPC call failed\" err=\"rpc error: code = Unavailable desc = connection error\"\n",
-            "E1129 05:01:09.000005    4242 manager.go:900] \"Error receiving from WatchResources stream\" err=\"rpc error: code = Canceled desc = context canceled\"\n",
-            "E1129 05:01:10.000006    4242 kubelet.go:2] \"Error syncing pod\" err=\"unrelated\"\n",
+            "I1129 05:20:33.388793    7306 dra_plugin_manager.go:402] \"Successfully started WatchResources health stream\" logger=\"DRA registration handler\"\n",
+            // SIGKILLed daemon.
+            "E1129 05:20:35.299087    7306 manager.go:1038] \"Error receiving from WatchResources stream\" err=\"rpc error: code = Unavailable desc = error reading from server: EOF\" logger=\"DRA registration handler.dra-manager\" pluginName=\"compute-domain.nvidia.com\"\n",
+            "I1129 05:20:35.299837    7306 dra_plugin_manager.go:405] \"WatchResources health stream has ended\" logger=\"DRA registration handler\" error=\"rpc error: code = Unavailable desc = error reading from server: EOF\"\n",
+            // Its successor registered: the kubelet drops the old plugin's stream.
+            "E1129 05:20:41.352226    7306 manager.go:1038] \"Error receiving from WatchResources stream\" err=\"rpc error: code = Canceled desc = context canceled\" logger=\"DRA registration handler.dra-manager\" pluginName=\"compute-domain.nvidia.com\"\n",
+            // A daemon stopping: the stream ends cleanly.
+            "I1129 05:21:00.622149    7306 dra_plugin_manager.go:405] \"WatchResources health stream has ended\" logger=\"DRA registration handler\" error=null\n",
+            "E1129 05:21:01.000000    7306 kubelet.go:2] \"Error syncing pod\" err=\"unrelated\"\n",
         );
         assert_eq!(health_stream_errors(log), Vec::<&str>::new());
     }
