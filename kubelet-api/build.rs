@@ -3,9 +3,12 @@
 
 use std::path::PathBuf;
 
-const PROTOS: [&str; 3] = [
+const PROTOS: [&str; 6] = [
     "dra/v1/api.proto",
     "dra/v1beta1/api.proto",
+    "dra-health/v1alpha1/api.proto",
+    "dra-health/v1beta1/api.proto",
+    "dra-health/v1/api.proto",
     "pluginregistration/v1/api.proto",
 ];
 

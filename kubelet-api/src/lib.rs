@@ -6,6 +6,9 @@
 //!   `dra.sock` (NodePrepareResources, NodeUnprepareResources). The two versions are
 //!   identical on the wire today; they are distinct services because the kubelet
 //!   calls them by their package.
+//! - [`dra_health`]: the `DRAResourceHealth` service on the same `dra.sock`
+//!   (NodeWatchResources, a server stream of device health) in its three versions,
+//!   `v1alpha1`, `v1beta1` and `v1`: the same messages in different packages.
 //! - [`pluginregistration`]: the `Registration` service on the driver's socket in the
 //!   kubelet's `plugins_registry` directory (GetInfo, NotifyRegistrationStatus).
 //!
@@ -27,6 +30,26 @@ pub mod dra {
             env!("OUT_DIR"),
             "/k8s.io.kubelet.pkg.apis.dra.v1beta1.rs"
         ));
+    }
+}
+
+pub mod dra_health {
+    //! The kubelet's device-health API. Its packages are bare versions, so the services
+    //! are `v1alpha1.DRAResourceHealth` and so on, the names registration offers too.
+
+    /// `v1alpha1`: what kubelet 1.36 calls.
+    pub mod v1alpha1 {
+        include!(concat!(env!("OUT_DIR"), "/v1alpha1.rs"));
+    }
+
+    /// `v1beta1`.
+    pub mod v1beta1 {
+        include!(concat!(env!("OUT_DIR"), "/v1beta1.rs"));
+    }
+
+    /// `v1`.
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/v1.rs"));
     }
 }
 

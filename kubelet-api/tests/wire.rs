@@ -2,6 +2,7 @@
 //! a service name drifted, the kubelet would talk past us without any error.
 
 use domaind_kubelet_api::dra::{v1, v1beta1};
+use domaind_kubelet_api::dra_health;
 use domaind_kubelet_api::pluginregistration as reg;
 use prost::Message;
 
@@ -18,6 +19,19 @@ fn service_names_are_the_kubelets() {
     assert_eq!(
         reg::registration_server::SERVICE_NAME,
         "pluginregistration.Registration"
+    );
+    // Kubelet 1.36 dials /v1alpha1.DRAResourceHealth/NodeWatchResources.
+    assert_eq!(
+        dra_health::v1alpha1::dra_resource_health_server::SERVICE_NAME,
+        "v1alpha1.DRAResourceHealth"
+    );
+    assert_eq!(
+        dra_health::v1beta1::dra_resource_health_server::SERVICE_NAME,
+        "v1beta1.DRAResourceHealth"
+    );
+    assert_eq!(
+        dra_health::v1::dra_resource_health_server::SERVICE_NAME,
+        "v1.DRAResourceHealth"
     );
 }
 
@@ -90,4 +104,47 @@ fn registration_messages() {
         error: "x".into(),
     };
     assert_eq!(status.encode_to_vec(), [0x08, 1, 0x12, 1, b'x']);
+}
+
+#[test]
+fn device_health_fields_and_enum_values() {
+    use dra_health::v1alpha1 as alpha;
+    let identifier = alpha::DeviceIdentifier {
+        pool_name: "p".into(),
+        device_name: "d".into(),
+    };
+    assert_eq!(identifier.encode_to_vec(), [0x0a, 1, b'p', 0x12, 1, b'd']);
+    assert_eq!(
+        [
+            alpha::HealthStatus::Unknown as i32,
+            alpha::HealthStatus::Healthy as i32,
+            alpha::HealthStatus::Unhealthy as i32,
+        ],
+        [0, 1, 2]
+    );
+    let health = alpha::DeviceHealth {
+        device: Some(identifier),
+        health: alpha::HealthStatus::Unhealthy as i32,
+        last_updated_time: 300,
+        health_check_timeout_seconds: 30,
+        message: "m".into(),
+    };
+    // device = 1 (nested), health = 2 (varint), last_updated_time = 3 (varint int64,
+    // 300 = 0xac 0x02), health_check_timeout_seconds = 4, message = 5.
+    let bytes = [
+        0x0a, 6, 0x0a, 1, b'p', 0x12, 1, b'd', 0x10, 2, 0x18, 0xac, 0x02, 0x20, 30, 0x2a, 1, b'm',
+    ];
+    assert_eq!(health.encode_to_vec(), bytes);
+    let response = alpha::NodeWatchResourcesResponse {
+        devices: vec![health],
+    };
+    let mut list = vec![0x0a, bytes.len() as u8];
+    list.extend_from_slice(&bytes);
+    assert_eq!(response.encode_to_vec(), list);
+    // The other versions are the same bytes.
+    let beta = dra_health::v1beta1::NodeWatchResourcesResponse::decode(&list[..]).unwrap();
+    assert_eq!(beta.encode_to_vec(), list);
+    let v1 = dra_health::v1::NodeWatchResourcesResponse::decode(&list[..]).unwrap();
+    assert_eq!(v1.encode_to_vec(), list);
+    assert_eq!(v1.devices[0].message, "m");
 }

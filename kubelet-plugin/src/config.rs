@@ -8,6 +8,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use domaind_kube_api::names::DEFAULT_DRIVER_NAME;
+
+use super::device_health::{DeviceHealthFeed, no_device_health};
 /// The kubelet's default `--root-dir` is /var/lib/kubelet; plugins keep their sockets here.
 pub const DEFAULT_PLUGINS_DIR: &str = "/var/lib/kubelet/plugins";
 /// The directory the kubelet's plugin watcher watches for registration sockets.
@@ -115,6 +117,9 @@ pub struct PluginServerConfig {
     pub health_addr: Option<SocketAddr>,
     /// How long shutdown waits for calls in flight before stopping the servers anyway.
     pub drain_timeout: Duration,
+    /// The devices' health the kubelet's `DRAResourceHealth` streams report. Default:
+    /// none ([`no_device_health`]), so the kubelet has every device Unknown.
+    pub device_health: DeviceHealthFeed,
 }
 
 impl Default for PluginServerConfig {
@@ -125,6 +130,7 @@ impl Default for PluginServerConfig {
             registry_dir: PathBuf::from(DEFAULT_REGISTRY_DIR),
             health_addr: None,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            device_health: no_device_health(),
         }
     }
 }

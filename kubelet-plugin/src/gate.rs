@@ -29,6 +29,12 @@ impl Drop for CallGuard {
     }
 }
 
+fn shutting_down() -> tonic::Status {
+    tonic::Status::unavailable(
+        "shutting down: the plugin takes no new calls; retry against its successor",
+    )
+}
+
 impl CallGate {
     pub(crate) fn new() -> Self {
         Self {
@@ -55,9 +61,28 @@ impl CallGate {
                 state: self.state.clone(),
             })
         } else {
-            Err(tonic::Status::unavailable(
-                "shutting down: the plugin takes no new calls; retry against its successor",
-            ))
+            Err(shutting_down())
+        }
+    }
+
+    /// Refuses as [`enter`](Self::enter) does once shutdown began, but admits without
+    /// counting: for the kubelet's long-lived streams, which end when shutdown begins
+    /// ([`closed`](Self::closed)) rather than being waited for.
+    pub(crate) fn check_open(&self) -> Result<(), tonic::Status> {
+        if self.state.borrow().open {
+            Ok(())
+        } else {
+            Err(shutting_down())
+        }
+    }
+
+    /// Resolves once shutdown began.
+    pub(crate) fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut state = self.state.subscribe();
+        async move {
+            // The sender lives in `self` and in every guard; were it gone, nothing could
+            // be admitted any more either.
+            let _ = state.wait_for(|state| !state.open).await;
         }
     }
 
@@ -102,6 +127,24 @@ mod tests {
         drop(second);
         assert!(waiter.await.unwrap());
         assert_eq!(gate.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn streams_are_refused_once_closed_and_told_when_it_closes() {
+        let gate = CallGate::new();
+        assert!(gate.check_open().is_ok());
+        let closed = tokio::spawn(gate.closed());
+        tokio::task::yield_now().await;
+        assert!(!closed.is_finished());
+        gate.close();
+        closed.await.unwrap();
+        assert_eq!(
+            gate.check_open().unwrap_err().code(),
+            tonic::Code::Unavailable
+        );
+        // Admitted without being counted: shutdown does not wait for a stream.
+        assert_eq!(gate.in_flight(), 0);
+        gate.closed().await;
     }
 
     #[tokio::test]

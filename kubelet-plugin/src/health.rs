@@ -1,13 +1,13 @@
 //! gRPC health (`grpc.health.v1.Health`) for the kubelet plugin: SERVING while both
 //! servers run, NOT_SERVING from the moment shutdown begins, for the whole server ("")
-//! and for each service we offer by name.
+//! and for each service we offer by name (DRA, device health, registration).
 
 use domaind_kubelet_api::pluginregistration::registration_server;
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
-use super::version::DraVersion;
+use super::version::{DraVersion, HealthVersion};
 
 #[derive(Debug, Clone)]
 pub(crate) struct PluginHealth {
@@ -33,6 +33,11 @@ impl PluginHealth {
         let names = DraVersion::ALL
             .iter()
             .map(|version| version.service_name())
+            .chain(
+                HealthVersion::ALL
+                    .iter()
+                    .map(|version| version.service_name()),
+            )
             .chain([registration_server::SERVICE_NAME, ""]);
         for name in names {
             self.reporter.set_service_status(name, status).await;

@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 
 use super::config::DriverName;
 use super::gate::CallGate;
-use super::version::DraVersion;
+use super::version::{DraVersion, HealthVersion};
 
 /// The kubelet's plugin type for DRA drivers.
 pub const DRA_PLUGIN_TYPE: &str = "DRAPlugin";
@@ -41,9 +41,14 @@ impl RegistrationService {
                 r#type: DRA_PLUGIN_TYPE.to_string(),
                 name: driver.to_string(),
                 endpoint: dra_socket.to_string_lossy().into_owned(),
+                // The DRA versions first: kubelet 1.36 takes the first entry it knows as
+                // the DRA service, and skips the health services, which later kubelets
+                // call only when offered here.
                 supported_versions: DraVersion::ALL
                     .iter()
-                    .map(|version| version.registration_name().to_string())
+                    .map(|version| version.registration_name())
+                    .chain(HealthVersion::ALL.iter().map(|v| v.service_name()))
+                    .map(str::to_string)
                     .collect(),
             },
             state: watch::Sender::new(RegistrationState::Pending),

@@ -1,5 +1,6 @@
-//! Starting and stopping the kubelet plugin: the DRA API (both versions) and health on
-//! `dra.sock`, registration on `-reg.sock`, health on an optional TCP port.
+//! Starting and stopping the kubelet plugin: the DRA API (both versions), device health
+//! (`DRAResourceHealth`, three versions) and gRPC health on `dra.sock`, registration on
+//! `-reg.sock`, gRPC health on an optional TCP port.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use domaind_kubelet_api::dra::{v1, v1beta1};
+use domaind_kubelet_api::dra_health;
 use domaind_kubelet_api::pluginregistration::registration_server::RegistrationServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -24,6 +26,7 @@ use super::config::PluginServerConfig;
 use super::error::PluginServerError;
 use super::gate::CallGate;
 use super::health::PluginHealth;
+use super::health_service::{HealthService, HealthStreams};
 use super::malformed::CountMalformed;
 use super::plugin::NodePlugin;
 use super::registration::{RegistrationService, RegistrationState};
@@ -75,6 +78,9 @@ impl KubeletPluginServer {
         let stop = CancellationToken::new();
         let sever = CancellationToken::new();
         let dra = Arc::new(DraService::new(ClaimHandler::new(plugin, gate.clone())));
+        let health_streams = HealthStreams::new();
+        let device_health =
+            HealthService::new(config.device_health, gate.clone(), health_streams.clone());
         let registration = RegistrationService::new(&config.driver_name, &dra_path, gate.clone());
         let registration_state = registration.state();
 
@@ -90,6 +96,21 @@ impl KubeletPluginServer {
                         dra.clone(),
                     ))
                     .add_service(v1beta1::dra_plugin_server::DraPluginServer::from_arc(dra))
+                    .add_service(
+                        dra_health::v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(
+                            device_health.clone(),
+                        ),
+                    )
+                    .add_service(
+                        dra_health::v1beta1::dra_resource_health_server::DraResourceHealthServer::new(
+                            device_health.clone(),
+                        ),
+                    )
+                    .add_service(
+                        dra_health::v1::dra_resource_health_server::DraResourceHealthServer::new(
+                            device_health,
+                        ),
+                    )
                     .serve_with_incoming_shutdown(
                         UnixListenerStream::new(dra_listener)
                             .map(authority_filtered("dra"))
@@ -131,7 +152,7 @@ impl KubeletPluginServer {
             dra_socket = %dra_path.display(),
             registration_socket = %registration_path.display(),
             health_addr = ?health_addr,
-            "kubelet plugin serving DRA v1 and v1beta1"
+            "kubelet plugin serving DRA v1 and v1beta1, device health v1, v1beta1 and v1alpha1"
         );
         Ok(RunningPluginServer {
             dra_socket,
@@ -139,6 +160,7 @@ impl KubeletPluginServer {
             health_addr,
             gate,
             health,
+            health_streams,
             registration: registration_state,
             stop,
             sever,
@@ -215,6 +237,7 @@ pub struct RunningPluginServer {
     health_addr: Option<SocketAddr>,
     gate: CallGate,
     health: PluginHealth,
+    health_streams: HealthStreams,
     registration: watch::Receiver<RegistrationState>,
     /// Stops accepting and closes connections once their calls are done.
     stop: CancellationToken,
@@ -250,7 +273,13 @@ impl RunningPluginServer {
         self.gate.in_flight()
     }
 
-    /// Refuses new calls with UNAVAILABLE and reports NOT_SERVING; calls in flight go on.
+    /// Device health streams open now (each kubelet keeps one).
+    pub fn health_streams(&self) -> usize {
+        self.health_streams.open()
+    }
+
+    /// Refuses new calls with UNAVAILABLE and reports NOT_SERVING; calls in flight go on;
+    /// device health streams end (cleanly: the kubelet sees the stream's end, no error).
     /// [`shutdown`](Self::shutdown) does this first; calling it earlier (on SIGTERM,
     /// say) is harmless.
     pub async fn begin_shutdown(&self) {

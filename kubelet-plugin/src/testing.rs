@@ -1,7 +1,8 @@
 //! A fake node behind the kubelet plugin's servers (`testing` feature), for the gRPC
 //! tests of this crate and of the binary's `kubelet-sim`. It honours `NodePlugin`'s
 //! contract: a claim prepared twice answers the same, failures are permanent or
-//! retryable, and a call the server gives up on is dropped, not left running.
+//! retryable, and a call the server gives up on is dropped, not left running. It also
+//! feeds the servers its devices' health, which a test sets ([`FakeNodePlugin::set_device_health`]).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -14,8 +15,8 @@ use tempfile::TempDir;
 use tokio::sync::watch;
 
 use super::{
-    ClaimFailure, KubeletPluginServer, NodePlugin, PluginServerConfig, PreparedDevice,
-    RunningPluginServer,
+    ClaimFailure, DeviceHealthEntry, DeviceHealthFeed, KubeletPluginServer, NodePlugin,
+    PluginServerConfig, PreparedDevice, RunningPluginServer,
 };
 
 /// How long a test waits for a server's answer (and `until_called` for a claim) before
@@ -42,6 +43,7 @@ pub struct FakeNodePlugin {
     released: watch::Sender<bool>,
     /// Calls running now: a call the server gave up on must not run on.
     pub active: watch::Sender<usize>,
+    device_health: watch::Sender<Arc<Vec<DeviceHealthEntry>>>,
 }
 
 /// Counts a call as active until its future ends or is dropped.
@@ -67,7 +69,18 @@ impl FakeNodePlugin {
             calls: watch::Sender::new(Vec::new()),
             released: watch::Sender::new(false),
             active: watch::Sender::new(0),
+            device_health: watch::Sender::new(Arc::new(Vec::new())),
         })
+    }
+
+    /// Replaces the health [`serve`] reports for this node's devices (none at first).
+    pub fn set_device_health(&self, devices: Vec<DeviceHealthEntry>) {
+        self.device_health.send_replace(Arc::new(devices));
+    }
+
+    /// The feed [`serve`] gives the servers.
+    pub fn device_health_feed(&self) -> DeviceHealthFeed {
+        self.device_health.subscribe()
     }
 
     pub fn calls(&self) -> Vec<(Op, ClaimRef)> {
@@ -166,9 +179,14 @@ pub fn config(dir: &Path) -> PluginServerConfig {
     }
 }
 
-/// The real servers over unix sockets under `dir`, with `plugin` behind them.
+/// The real servers over unix sockets under `dir`, with `plugin` behind them and its
+/// device health fed to them.
 pub async fn serve(dir: &Path, plugin: &Arc<FakeNodePlugin>) -> RunningPluginServer {
-    KubeletPluginServer::start(config(dir), plugin.clone())
+    let config = PluginServerConfig {
+        device_health: plugin.device_health_feed(),
+        ..config(dir)
+    };
+    KubeletPluginServer::start(config, plugin.clone())
         .await
         .expect("the plugin servers start")
 }

@@ -5,6 +5,7 @@
 
 pub mod binaries;
 pub mod cluster;
+pub mod kubelet_log;
 pub mod tokens;
 
 pub use binaries::{Binaries, binaries};

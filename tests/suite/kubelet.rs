@@ -48,16 +48,22 @@ use domaind_e2e::cluster::{
     DRIVER, create_namespace, documents, env_list, install_crd_and_device_classes, repo_file,
     require, spawn_controller, wait_every, wait_for, wait_node_lost_event,
 };
+use domaind_e2e::kubelet_log::health_stream_errors;
 use domaind_e2e::tokens::node_tokens_for_rack;
 
 const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
 const CD_NAME: &str = "compute-domain-0";
 const TEMPLATE_NAME: &str = "compute-domain-0-rct";
 
-/// Fake nodes made with `kubelet.sh`; stopped and deleted when dropped.
+/// Fake nodes made with `kubelet.sh`; stopped and deleted when dropped. Before they
+/// stop, each kubelet's log since this start is checked for errors of our plugin's
+/// device-health stream ([`health_stream_errors`]): the test fails with the lines found.
 pub(crate) struct FakeNodes {
     script: PathBuf,
     names: Vec<String>,
+    /// Each node's `kubelet.log` and its length before this start: `kubelet.sh` appends
+    /// to a node's log across runs, so only what follows is this test's.
+    logs: Vec<(PathBuf, u64)>,
     keep: bool,
     /// The kubelets' working directory. The fake runtime reports containers with an
     /// empty log path, and the kubelet's container log cleanup then removes what it can
@@ -69,9 +75,21 @@ impl FakeNodes {
     pub(crate) fn start(kube_dir: &Path, names: &[String], ips: &[IpAddr], clique: &str) -> Self {
         let script = kube_dir.join("kubelet.sh");
         let cwd = short_temp_dir("dmkl-cwd").unwrap();
+        let logs = names
+            .iter()
+            .map(|name| {
+                let log = kube_state_dir()
+                    .join("nodes")
+                    .join(name)
+                    .join("logs/kubelet.log");
+                let start = std::fs::metadata(&log).map_or(0, |m| m.len());
+                (log, start)
+            })
+            .collect();
         let nodes = Self {
             script: script.clone(),
             names: names.to_vec(),
+            logs,
             keep: std::env::var("DOMAIND_E2E_KEEP").as_deref() == Ok("1"),
             cwd,
         };
@@ -86,13 +104,32 @@ impl FakeNodes {
         }
         nodes
     }
-}
 
-impl Drop for FakeNodes {
-    fn drop(&mut self) {
-        if self.keep {
-            return;
+    /// The health-stream errors each kubelet logged since this start, as
+    /// `node: line`; a log that cannot be read counts as one.
+    fn health_stream_errors(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for (name, (log, start)) in self.names.iter().zip(&self.logs) {
+            let text = match std::fs::read(log) {
+                Ok(text) => text,
+                Err(e) => {
+                    found.push(format!("{name}: cannot read {}: {e}", log.display()));
+                    continue;
+                }
+            };
+            // A log shorter than at start was replaced: all of it is this test's.
+            let start = usize::try_from(*start).unwrap_or(usize::MAX);
+            let since = text.get(start..).unwrap_or(&text);
+            found.extend(
+                health_stream_errors(&String::from_utf8_lossy(since))
+                    .into_iter()
+                    .map(|line| format!("{name}: {line}")),
+            );
         }
+        found
+    }
+
+    fn stop(&self) {
         for name in &self.names {
             let _ = Command::new(&self.script)
                 .current_dir(self.cwd.path())
@@ -101,6 +138,29 @@ impl Drop for FakeNodes {
             let _ = Command::new("kubectl")
                 .args(["delete", "node", name, "--ignore-not-found", "--wait=false"])
                 .status();
+        }
+    }
+}
+
+impl Drop for FakeNodes {
+    fn drop(&mut self) {
+        let found = self.health_stream_errors();
+        if !self.keep {
+            self.stop();
+        }
+        if found.is_empty() {
+            return;
+        }
+        let report = format!(
+            "the kubelets logged {} error(s) of our device-health stream \
+             (DRAResourceHealth/NodeWatchResources):\n{}",
+            found.len(),
+            found.join("\n")
+        );
+        if std::thread::panicking() {
+            eprintln!("{report}");
+        } else {
+            panic!("{report}");
         }
     }
 }

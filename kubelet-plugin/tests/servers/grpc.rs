@@ -55,7 +55,13 @@ async fn registration_then_both_versions_prepare_and_unprepare() {
     assert_eq!(registration.endpoint, server.dra_socket());
     assert_eq!(
         registration.supported_versions,
-        ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1beta1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth",
+        ]
     );
     assert_eq!(registration.preferred_version(), DraVersion::V1);
     within(
@@ -306,6 +312,9 @@ async fn health_is_serving_until_shutdown_begins_on_the_socket_and_on_tcp() {
         "",
         "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
         "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
+        "v1alpha1.DRAResourceHealth",
+        "v1beta1.DRAResourceHealth",
+        "v1.DRAResourceHealth",
     ];
     for name in names {
         assert_eq!(

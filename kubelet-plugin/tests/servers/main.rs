@@ -1,7 +1,9 @@
 //! The kubelet plugin's gRPC servers over real unix sockets: the kubelet-style client
-//! with a fake node behind them, and the `:authority` filter with raw HTTP/2 clients.
+//! with a fake node behind them, device health as the kubelet watches it, and the
+//! `:authority` filter with raw HTTP/2 clients.
 
 mod authority;
+mod device_health;
 mod grpc;
 
 use std::collections::BTreeMap;
