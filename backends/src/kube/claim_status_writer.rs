@@ -185,16 +185,31 @@ async fn write_due(api: &dyn ClaimStatusApi, book: &mut Book) {
     for uid in book.due(Instant::now()) {
         if let Step::Read(claim) = book.step(&uid, OffsetDateTime::now_utc()) {
             let answer = api.read(&claim).await;
-            if let Some(error) = record(book, &uid, &claim, "read", answer) {
+            if let Some(error) = record(book, &uid, &claim, Op::Read, answer) {
                 warn!(namespace = %claim.namespace, claim = %claim.name, failures = book.failures(&uid), %error, "cannot read the claim to write its device status; retrying");
                 continue;
             }
         }
         if let Step::Apply(claim, body) = book.step(&uid, OffsetDateTime::now_utc()) {
             let answer = api.apply(&claim, &body).await;
-            if let Some(error) = record(book, &uid, &claim, "apply", answer) {
+            if let Some(error) = record(book, &uid, &claim, Op::Apply, answer) {
                 warn!(namespace = %claim.namespace, claim = %claim.name, failures = book.failures(&uid), %error, "device status not written; retrying");
             }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Read,
+    Apply,
+}
+
+impl Op {
+    fn as_str(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Apply => "apply",
         }
     }
 }
@@ -204,17 +219,17 @@ fn record(
     book: &mut Book,
     uid: &str,
     claim: &ClaimRef,
-    op: &'static str,
+    op: Op,
     answer: Result<Option<Seen>, PortError>,
 ) -> Option<PortError> {
     let now = Instant::now();
     let note = |book: &mut Book, answer| match op {
-        "read" => book.read(uid, answer, now),
-        _ => book.written(uid, answer, now),
+        Op::Read => book.read(uid, answer, now),
+        Op::Apply => book.written(uid, answer, now),
     };
     match answer {
         Ok(Some(seen)) => {
-            if op == "apply" {
+            if op == Op::Apply {
                 count_write("ok");
                 debug!(namespace = %claim.namespace, claim = %claim.name, "device status written");
             }
@@ -228,10 +243,10 @@ fn record(
             None
         }
         Err(error) => {
-            if op == "apply" {
+            if op == Op::Apply {
                 count_write("failed");
             }
-            metrics::counter!(CLAIM_STATUS_FAILURES, "op" => op, "kind" => error.kind().to_string())
+            metrics::counter!(CLAIM_STATUS_FAILURES, "op" => op.as_str(), "kind" => error.kind().to_string())
                 .increment(1);
             note(book, Err(error.kind()));
             Some(error)
