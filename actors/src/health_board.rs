@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::model::{AllocatedDevice, ClaimRef, DomainRef};
-use crate::rules::channel_health::{ChannelHealth, DomainHealth};
+use crate::rules::channel_health::{ChannelHealth, DomainHealth, HealthReason};
 
 /// One device of one claim prepared (or being prepared) on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +26,13 @@ impl PreparedDevice {
         self.status
             .as_ref()
             .map_or(&UNKNOWN, |status| &status.health)
+    }
+
+    /// Why, as a machine reads it: `Pending` until the domain has judged.
+    pub fn reason(&self) -> HealthReason {
+        self.status
+            .as_ref()
+            .map_or(HealthReason::Pending, |status| status.reason)
     }
 }
 

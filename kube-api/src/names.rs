@@ -37,6 +37,13 @@ pub const MANAGED_BY: &str = "domaind-controller";
 /// The node daemons' server-side-apply field manager (CD status, ResourceSlices).
 pub const NODE_FIELD_MANAGER: &str = "domaind-node";
 
+/// The node daemons' field manager of a ResourceClaim's `status.devices` entries, one
+/// per driver name: an apply drops what its manager no longer sets, so two releases of
+/// different drivers with devices in one claim would otherwise remove each other's.
+pub fn claim_status_field_manager(driver: &str) -> String {
+    format!("{NODE_FIELD_MANAGER}/{driver}")
+}
+
 /// The controller's server-side-apply field manager. With `conditions` a map keyed by
 /// `type`, neither it nor the node daemons' removes what the other wrote.
 pub const CONTROLLER_FIELD_MANAGER: &str = "domaind-controller";

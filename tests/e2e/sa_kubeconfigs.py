@@ -121,6 +121,10 @@ def checks(
     reconcile.rs, leader/, rack.rs)."""
     elsewhere = ["-n", ELSEWHERE]
     everywhere = ["--all-namespaces"]
+    claims = "resourceclaims.resource.k8s.io"
+    # The synthetic subresource the API server checks a driver's status.devices
+    # entries against (Kubernetes 1.36), named by the driver.
+    ours = f"{claims}/{values['driverName']}"
     node_may = [
         ["list", CD, *everywhere],  # watcher of every ComputeDomain
         ["watch", CD, *everywhere],
@@ -129,6 +133,8 @@ def checks(
         ["patch", CD, "--subresource=status", *elsewhere],  # server-side apply of status
         ["get", "resourceclaims.resource.k8s.io", *elsewhere],
         ["list", "resourceclaims.resource.k8s.io", *everywhere],  # start-up reconcile
+        ["patch", claims, "--subresource=status", *elsewhere],  # claim_status_writer.rs
+        ["associated-node:patch", ours, "--subresource=driver", *elsewhere],
         ["list", "resourceslices.resource.k8s.io"],
         ["watch", "resourceslices.resource.k8s.io"],
         ["create", "resourceslices.resource.k8s.io"],  # apply of a new slice
@@ -151,6 +157,12 @@ def checks(
         ["deletecollection", "resourceslices.resource.k8s.io"],
         ["get", CD, "--subresource=status", *elsewhere],
         ["create", "resourceclaimtemplates.resource.k8s.io", *elsewhere],
+        # Claims: only our driver's device status, only on the claim's own node.
+        ["patch", claims, *elsewhere],
+        ["update", claims, "--subresource=status", *elsewhere],
+        ["patch", claims, "--subresource=binding", *elsewhere],
+        ["arbitrary-node:patch", ours, "--subresource=driver", *elsewhere],
+        ["associated-node:patch", f"{claims}/gpu.nvidia.com", "--subresource=driver", *elsewhere],
     ]
     controller = values["controller"]
     election = controller["leaderElection"]

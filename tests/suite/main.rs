@@ -20,10 +20,12 @@
 //! - `chaos_cluster`: `domaind-chaos run --cluster` on the real API server and kubelets.
 //! - `examples`: `deploy/examples/` accepted by the real API server (server-side dry run).
 //! - `pods`: the chaos harness's access to a chart-installed cluster's pods (`PodAccess`).
+//! - `claim_status`: each pod's claim says how its channel is (`status.devices`).
 
 mod admission;
 mod certs;
 mod chaos_cluster;
+mod claim_status;
 mod cliques;
 mod discovery;
 mod examples;

@@ -54,10 +54,53 @@ impl fmt::Display for ChannelHealth {
     }
 }
 
+/// Which of the causes [`ChannelHealth`] says in words, for machines: the claim's
+/// `Ready` condition gives it as its reason (CamelCase, as conditions' reasons are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HealthReason {
+    /// Unknown: IMEX has not answered, or the domain has not judged itself yet.
+    #[default]
+    Pending,
+    /// Healthy: IMEX runs, is ready and reaches every peer, and the domain is Ready.
+    ImexReady,
+    /// Healthy without NVLink fabric: the domain is Ready, there is no IMEX to judge.
+    DomainReady,
+    /// IMEX not running, or not ready within a failure episode.
+    ImexFailing,
+    /// IMEX runs but does not reach a peer.
+    LinkDown,
+    /// IMEX runs, reaches no peer that is down, and is not ready yet (forming).
+    ImexNotReady,
+    /// The channel is fine here, the domain is not Ready.
+    DomainNotReady,
+}
+
+impl HealthReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::ImexReady => "ImexReady",
+            Self::DomainReady => "DomainReady",
+            Self::ImexFailing => "ImexFailing",
+            Self::LinkDown => "LinkDown",
+            Self::ImexNotReady => "ImexNotReady",
+            Self::DomainNotReady => "DomainNotReady",
+        }
+    }
+}
+
+impl fmt::Display for HealthReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A domain as its channel's devices on this node report it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DomainHealth {
     pub health: ChannelHealth,
+    /// The cause `health` gives, as a machine reads it.
+    pub reason: HealthReason,
     pub clique: CliqueId,
     /// This node's slot (its IMEX index) in the domain.
     pub index: Option<Slot>,
@@ -120,9 +163,10 @@ pub fn domain_health(input: HealthInput<'_>) -> DomainHealth {
         .iter()
         .filter(|(slot, _)| link(*slot) == Some(true))
         .count();
-    let health = judge(has_fabric, imex, &remote, link, readiness);
+    let (reason, health) = judge(has_fabric, imex, &remote, link, readiness);
     DomainHealth {
         health,
+        reason,
         clique: clique.clone(),
         index,
         channel,
@@ -143,20 +187,24 @@ fn judge(
     remote: &[(Slot, &NodeId)],
     link: impl Fn(Slot) -> Option<bool>,
     readiness: Option<&Readiness>,
-) -> ChannelHealth {
+) -> (HealthReason, ChannelHealth) {
+    let unhealthy = |reason, why| (reason, ChannelHealth::unhealthy(why));
     let Some(readiness) = readiness else {
-        return ChannelHealth::Unknown;
+        return (HealthReason::Pending, ChannelHealth::Unknown);
     };
     // Without NVLink fabric there is no IMEX to judge: the domain's readiness is all.
     if has_fabric {
         let Some(imex) = imex else {
-            return ChannelHealth::Unknown;
+            return (HealthReason::Pending, ChannelHealth::Unknown);
         };
         if !imex.running {
-            return ChannelHealth::unhealthy(match imex.failure {
-                Some(reason) => format!("IMEX is failing on this node: {reason}"),
-                None => "IMEX is not running on this node".to_owned(),
-            });
+            return unhealthy(
+                HealthReason::ImexFailing,
+                match imex.failure {
+                    Some(reason) => format!("IMEX is failing on this node: {reason}"),
+                    None => "IMEX is not running on this node".to_owned(),
+                },
+            );
         }
         // A daemon that runs but is not ready is so because of a peer, when one is down:
         // naming it tells the owner where to look.
@@ -166,19 +214,36 @@ fn judge(
             .map(|(slot, node)| format!("{node} (index {slot})"))
             .collect();
         if !down.is_empty() {
-            return ChannelHealth::unhealthy(format!("IMEX link down to {}", down.join(", ")));
+            return unhealthy(
+                HealthReason::LinkDown,
+                format!("IMEX link down to {}", down.join(", ")),
+            );
         }
         if !imex.ready {
-            return ChannelHealth::unhealthy(match imex.failure {
-                Some(reason) => format!("IMEX is failing on this node: {reason}"),
-                None => "IMEX on this node is not ready for the domain's peers yet".to_owned(),
-            });
+            return match imex.failure {
+                Some(reason) => unhealthy(
+                    HealthReason::ImexFailing,
+                    format!("IMEX is failing on this node: {reason}"),
+                ),
+                None => unhealthy(
+                    HealthReason::ImexNotReady,
+                    "IMEX on this node is not ready for the domain's peers yet".to_owned(),
+                ),
+            };
         }
     }
     if !readiness.is_ready() {
-        return ChannelHealth::unhealthy(format!("ComputeDomain NotReady: {readiness}"));
+        return unhealthy(
+            HealthReason::DomainNotReady,
+            format!("ComputeDomain NotReady: {readiness}"),
+        );
     }
-    ChannelHealth::Healthy
+    let reason = if has_fabric {
+        HealthReason::ImexReady
+    } else {
+        HealthReason::DomainReady
+    };
+    (reason, ChannelHealth::Healthy)
 }
 
 fn truncate_chars(mut text: String, max: usize) -> String {
@@ -282,6 +347,7 @@ mod tests {
     fn ready_imex_linked_to_every_peer_in_a_ready_domain_is_healthy() {
         let health = Case::healthy().judge();
         assert_eq!(health.health, ChannelHealth::Healthy);
+        assert_eq!(health.reason, HealthReason::ImexReady);
         assert_eq!((health.linked_peers, health.peers), (2, 2));
         assert_eq!(health.index, Some(0));
     }
@@ -291,9 +357,11 @@ mod tests {
         let mut case = Case::healthy();
         case.imex = None;
         assert_eq!(case.judge().health, ChannelHealth::Unknown);
+        assert_eq!(case.judge().reason, HealthReason::Pending);
         let mut case = Case::healthy();
         case.readiness = None;
         assert_eq!(case.judge().health, ChannelHealth::Unknown);
+        assert_eq!(case.judge().reason, HealthReason::Pending);
     }
 
     #[test]
@@ -306,6 +374,9 @@ mod tests {
             ChannelHealth::Unhealthy("IMEX is failing on this node: exited with status 1".into())
         );
         assert_eq!(health.imex_failing.as_deref(), Some("exited with status 1"));
+        assert_eq!(health.reason, HealthReason::ImexFailing);
+        case.imex = Some((true, false, Some("exited with status 1")));
+        assert_eq!(case.judge().reason, HealthReason::ImexFailing);
     }
 
     #[test]
@@ -316,8 +387,10 @@ mod tests {
             case.judge().health.message(),
             "IMEX is not running on this node"
         );
+        assert_eq!(case.judge().reason, HealthReason::ImexFailing);
         case.imex = Some((true, false, None));
         assert!(case.judge().health.message().contains("not ready"));
+        assert_eq!(case.judge().reason, HealthReason::ImexNotReady);
     }
 
     #[test]
@@ -329,6 +402,7 @@ mod tests {
             health.health,
             ChannelHealth::Unhealthy("IMEX link down to node-2 (index 2)".into())
         );
+        assert_eq!(health.reason, HealthReason::LinkDown);
         assert_eq!(health.linked_peers, 1);
     }
 
@@ -351,6 +425,7 @@ mod tests {
                 "ComputeDomain NotReady: 2/3 nodes ready, lost: node-2".into()
             )
         );
+        assert_eq!(case.judge().reason, HealthReason::DomainNotReady);
     }
 
     #[test]
@@ -359,8 +434,10 @@ mod tests {
         case.has_fabric = false;
         case.imex = None;
         assert_eq!(case.judge().health, ChannelHealth::Healthy);
+        assert_eq!(case.judge().reason, HealthReason::DomainReady);
         case.readiness = Some(degraded("node-1"));
         assert!(!case.judge().health.is_healthy());
+        assert_eq!(case.judge().reason, HealthReason::DomainNotReady);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! |---|---|
 //! | [`claim`] | a ResourceClaim's allocation on this node (pure) |
 //! | [`claims`](KubeClaimSource) | `ClaimSource`: the claim from the API, its domain from the cache |
+//! | [`claim_status`] | what each prepared device's entry in its claim's `status.devices` says, and when a claim needs a write (pure) |
+//! | [`claim_status_writer`] | writes them as the node's health board changes, with backoff |
 //! | [`domains`](DomainCache) | every ComputeDomain, kept by a watch |
 //! | [`status`](KubeStatusSink) | `StatusSink`: server-side apply of the CD's status |
 //! | [`events`](KubeEventSink) | `EventSink`: Events on the CD through kube-runtime's recorder |
@@ -20,6 +22,8 @@
 //! slice writes are retried with backoff, and events are dropped after a bounded wait.
 
 pub mod claim;
+pub mod claim_status;
+pub mod claim_status_writer;
 mod claims;
 mod domains;
 mod events;
@@ -35,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::kube::Client;
+use domaind_actors::HealthView;
 use domaind_actors::model::ReadinessPolicy;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -223,6 +228,27 @@ impl KubeBackend {
             Peers::new(self.settings.node.clone(), self.settings.clique.clone()),
             sink,
             peers::RESEED_INTERVAL,
+            self.stop.clone(),
+        )));
+    }
+
+    /// Writes each prepared device's health into its claim's `status.devices` as
+    /// `views` (the node's health board) change, until [`stop`](Self::stop).
+    pub fn write_claim_status(&mut self, views: watch::Receiver<Arc<HealthView>>) {
+        let api = Arc::new(claim_status_writer::KubeClaimStatus::new(
+            self.client.clone(),
+            self.settings.driver.clone(),
+            self.settings.api_timeout,
+        ));
+        let book = claim_status::Book::new(
+            self.settings.driver.clone(),
+            claim_status_writer::SETTLE,
+            claim_status_writer::backoff(),
+        );
+        self.tasks.push(tokio::spawn(claim_status_writer::run(
+            api,
+            book,
+            views,
             self.stop.clone(),
         )));
     }

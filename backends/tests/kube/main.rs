@@ -2,6 +2,7 @@
 //! checks the exact calls the backend makes and answers them as an API server would.
 
 mod apiserver;
+mod claim_status;
 mod claims;
 mod events;
 mod reconcile;

@@ -439,6 +439,8 @@ async fn start_backend(
             if gossip.seed_plan == SeedPlan::ApiServer {
                 backend.discover_seeds(gossip.node.clone());
             }
+            let health = domaind_actors::HealthBoard::default();
+            backend.write_claim_status(health.subscribe());
             let ports = Ports {
                 gossip: gossip_port,
                 imex,
@@ -447,7 +449,7 @@ async fn start_backend(
                 claims: backend.claims.clone(),
                 checkpoint: backend.checkpoint.clone(),
                 clock: Arc::new(SystemClock),
-                health: domaind_actors::HealthBoard::default(),
+                health,
             };
             Ok(BackendPorts {
                 ports,
