@@ -30,6 +30,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use super::device_health;
 use super::seeds::{self, SeedPlan, StaticSeeds};
 use super::vitals::{self, Vitals};
 use super::{
@@ -157,6 +158,7 @@ impl Daemon {
             "imex",
             readiness::catch_up_hold,
         ));
+        let (device_health, _follows_health) = device_health::follow(&backend.ports.health);
         let node_actor = NodeActor::new(node_config(&args, clique), backend.ports).start();
 
         let stop_http = CancellationToken::new();
@@ -210,6 +212,7 @@ impl Daemon {
                 plugins_dir: args.kubelet_plugins_dir.clone(),
                 registry_dir: args.kubelet_registry_dir.clone(),
                 health_addr: args.health_grpc_addr,
+                device_health,
                 ..PluginServerConfig::default()
             },
             plugin,

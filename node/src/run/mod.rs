@@ -10,6 +10,7 @@
 
 mod args;
 mod daemon;
+mod device_health;
 mod http;
 mod info;
 mod ports;
