@@ -19,7 +19,9 @@
 //! - `chaos_cluster`: `domaind-chaos run --cluster` on the real API server and kubelets.
 //! - `examples`: `deploy/examples/` accepted by the real API server (server-side dry run).
 //! - `pods`: the chaos harness's access to a chart-installed cluster's pods (`PodAccess`).
+//! - `admin`: monitoring pods with `adminAccess` beside a workload, joining no domain.
 
+mod admin;
 mod admission;
 mod certs;
 mod chaos_cluster;
