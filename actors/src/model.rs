@@ -234,4 +234,17 @@ pub struct ClaimInfo {
     /// domain's channel (see the DRA plugin).
     #[serde(default)]
     pub devices: Vec<AllocatedDevice>,
+    /// The claim was allocated with `adminAccess` (a monitoring pod's): its devices and
+    /// nothing more. It joins no domain, so it counts for none of the node's rules:
+    /// not a member, not a holder against another domain, not a holder of a channel.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_access: bool,
+}
+
+impl ClaimInfo {
+    /// Whether preparing the claim makes this node a member of its domain: every claim
+    /// but an admin one.
+    pub fn joins_domain(&self) -> bool {
+        !self.admin_access
+    }
 }

@@ -18,6 +18,27 @@ pub struct Prepared {
     pub channel: Option<ChannelId>,
     /// As the claim source resolved them.
     pub devices: Vec<AllocatedDevice>,
+    /// An admin claim (`adminAccess`): answered without joining the domain, so no slot
+    /// and no channel of the domain's; it gets the channels it was allocated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_access: bool,
+}
+
+impl Prepared {
+    /// The answer to an admin claim: at once, from its record alone, since it waits
+    /// for no domain.
+    pub fn admin(record: &crate::ports::ClaimRecord, node: &NodeId) -> Self {
+        Self {
+            claim_uid: record.claim.uid.clone(),
+            domain: record.info.domain.clone(),
+            node: node.clone(),
+            allocation_mode: record.info.allocation_mode,
+            slot: None,
+            channel: None,
+            devices: record.info.devices.clone(),
+            admin_access: true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -351,6 +351,7 @@ impl SimCluster {
                 readiness: policy,
                 devices: Vec::new(),
                 isolation: Default::default(),
+                admin_access: false,
             }),
         );
         let actor = self.nodes[&index].actor.clone().expect("node alive");

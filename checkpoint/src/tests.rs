@@ -41,6 +41,7 @@ pub(crate) fn record(uid: &str, state: PrepareState, mode: AllocationMode) -> Cl
             readiness: Some(ReadinessPolicy::Domain),
             devices: Vec::new(),
             isolation: Default::default(),
+            admin_access: false,
         },
         policy: ReadinessPolicy::Domain,
         state,

@@ -6,7 +6,8 @@
 //! prepared it there, and only once every pod using it is gone is it deallocated (or
 //! deleted). Claims name the domain only by uid, and the node daemons refuse a claim in
 //! another namespace than the domain's, so the domain's namespace holds every claim
-//! that counts.
+//! that counts. An admin claim (`adminAccess`: a monitoring pod's) joins no domain on
+//! its node and does not count, wherever it is.
 //!
 //! The CD's `status.nodes` is not the answer: it is written by the nodes themselves, so
 //! a node that died keeps its entry until a survivor notices, and a domain whose nodes
@@ -36,6 +37,14 @@ fn allocated_for(claim: &ResourceClaim, driver: &str, domain_uid: &str) -> bool 
     let Some(allocation) = claim.status.as_ref().and_then(|s| s.allocation.as_ref()) else {
         return false;
     };
+    let results = allocation
+        .devices
+        .as_ref()
+        .and_then(|devices| devices.results.as_ref());
+    let ours = || results.into_iter().flatten().filter(|r| r.driver == driver);
+    if ours().next().is_some() && ours().all(|r| r.admin_access == Some(true)) {
+        return false;
+    }
     let configs = allocation
         .devices
         .as_ref()
@@ -103,6 +112,50 @@ mod tests {
             .unwrap()[0];
         config.opaque.as_mut().unwrap().parameters.0["kind"] = "ComputeDomainDaemonConfig".into();
         assert!(allocated_claims(&[other_kind], DRIVER, DOMAIN).is_empty());
+    }
+
+    #[test]
+    fn an_admin_claim_is_no_member() {
+        let mut admin = reference_claim();
+        let results = admin
+            .status
+            .as_mut()
+            .unwrap()
+            .allocation
+            .as_mut()
+            .unwrap()
+            .devices
+            .as_mut()
+            .unwrap()
+            .results
+            .as_mut()
+            .unwrap();
+        results[0].admin_access = Some(true);
+        let mut foreign = results[0].clone();
+        foreign.driver = "gpu.nvidia.com".into();
+        foreign.admin_access = None;
+        results.push(foreign);
+        assert!(allocated_claims(&[admin.clone()], DRIVER, DOMAIN).is_empty());
+
+        // One of our results without adminAccess: the node daemon refuses such a claim,
+        // but while it is allocated it may yet be a member.
+        let results = admin
+            .status
+            .as_mut()
+            .unwrap()
+            .allocation
+            .as_mut()
+            .unwrap()
+            .devices
+            .as_mut()
+            .unwrap()
+            .results
+            .as_mut()
+            .unwrap();
+        let mut member = results[0].clone();
+        member.admin_access = Some(false);
+        results.push(member);
+        assert_eq!(allocated_claims(&[admin], DRIVER, DOMAIN).len(), 1);
     }
 
     #[test]

@@ -17,6 +17,18 @@ pub const CHANNEL_REQUEST: &str = "channel";
 /// The IMEX channel every domain's claims get in `Single` mode.
 pub const DOMAIN_CHANNEL: u32 = 0;
 
+/// The name of IMEX channel `channel`'s device in a node's pool.
+pub fn channel_device(channel: u32) -> String {
+    format!("channel-{channel}")
+}
+
+/// The IMEX channel a device of a node's pool is, from its name: the inverse of
+/// [`channel_device`], so `channel-01` or `channel-+1` is none.
+pub fn channel_of_device(name: &str) -> Option<u32> {
+    let channel = name.strip_prefix("channel-")?.parse().ok()?;
+    (channel_device(channel) == name).then_some(channel)
+}
+
 /// GPU feature discovery's node label: the node's `<clusterUUID>.<cliqueId>`.
 pub const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
 
@@ -105,4 +117,26 @@ pub mod csr_reason {
     pub const APPROVED: &str = "NodeCertificateApproved";
     /// Someone else approved a CSR our rules refuse: it gets `Failed`, never a certificate.
     pub const REFUSED_AFTER_APPROVAL: &str = "RefusedAfterApproval";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_channel_device_names_its_channel_and_nothing_else_does() {
+        for channel in [0, 7, 2047] {
+            assert_eq!(channel_of_device(&channel_device(channel)), Some(channel));
+        }
+        for name in [
+            "channel-",
+            "channel-01",
+            "channel-+1",
+            "channel-x",
+            "daemon-0",
+            "channel-0 ",
+        ] {
+            assert_eq!(channel_of_device(name), None, "{name:?}");
+        }
+    }
 }

@@ -6,7 +6,8 @@
 //!
 //! Octet 0 is not ours: 127.0.0.1 holds the shared Kubernetes control plane of
 //! `../shared/kube` and 127.0.0.2 and up its fake nodes (the end-to-end suite's kubelets
-//! on 127.0.0.2-4, 8-10, 41-42 and 51-52), each kubelet on fixed ports. Tests that bind only
+//! on 127.0.0.2-4, 5-7, 8-10, 11-12 (admin), 13-14 (health), 41-42, 43-44 (taints) and
+//! 51-52 (claim status)), each kubelet on fixed ports. Tests that bind only
 //! port 0 on 127.0.0.x (the gossip tests, unit tests on 127.0.0.1) need no entry: an
 //! ephemeral port collides with nothing. Addresses that are only data (never bound) need
 //! none either.

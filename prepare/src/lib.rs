@@ -5,16 +5,19 @@
 //! gets the domain's channel: pods on different nodes share memory only through the
 //! same channel number. A domain with its own IMEX domain has channel 0 (one such domain
 //! per node); a domain sharing the clique's IMEX domain has the channel the shared
-//! domain confirmed for it, which no other domain has.
+//! domain confirmed for it, which no other domain has. An admin claim (`adminAccess`)
+//! joins no domain and gets the channels it was allocated (`Single`) or every channel
+//! (`All`), as [`claim_channels`] says.
 
 pub mod cdi;
 pub mod devices;
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use actix::Addr;
 use async_trait::async_trait;
-use domaind_actors::model::{AllocatedDevice, ClaimRef};
+use domaind_actors::model::{AllocatedDevice, AllocationMode, ClaimRef};
 use domaind_actors::{Complete, NodeActor, Prepare, PrepareError, Unprepare};
 use tracing::{info, warn};
 
@@ -22,7 +25,42 @@ use crate::cdi::{CdiWriter, ClaimChannels, ClaimUid};
 use crate::devices::ChannelDevices;
 use domaind_kubelet_plugin::{ClaimFailure, NodePlugin, PreparedDevice};
 
-use domaind_kube_api::names::{CHANNEL_REQUEST, DOMAIN_CHANNEL};
+use domaind_kube_api::names::{CHANNEL_REQUEST, DOMAIN_CHANNEL, channel_device, channel_of_device};
+
+/// The channels a claim's containers get: the domain's channel (`Single`) or every one
+/// of `all` (`All`). An admin claim joins no domain, so it has no domain's channel: in
+/// `Single` mode it gets the channel devices it was allocated (`channel-<N>`: channel
+/// N), one or several, whichever other claims hold them; a device that is no channel
+/// is an error (the claim sources refuse such claims first).
+pub fn claim_channels(
+    mode: AllocationMode,
+    admin: bool,
+    domain_channel: u32,
+    devices: &[AllocatedDevice],
+    all: Range<u32>,
+) -> Result<ClaimChannels, String> {
+    if !admin || mode == AllocationMode::All {
+        return Ok(ClaimChannels::for_mode(mode, domain_channel, all));
+    }
+    let mut channels = devices
+        .iter()
+        .map(|d| {
+            channel_of_device(&d.device).ok_or_else(|| {
+                format!(
+                    "admin claim allocated device {}, which is not a channel device",
+                    d.device
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    channels.sort_unstable();
+    channels.dedup();
+    match channels[..] {
+        [] => Err("admin claim allocated no channel device".into()),
+        [one] => Ok(ClaimChannels::Single(one)),
+        _ => Ok(ClaimChannels::All(channels)),
+    }
+}
 
 /// How a claim's channels reach its containers.
 #[derive(Debug, Clone)]
@@ -103,11 +141,14 @@ impl NodePlugin for PrepareService {
             .await
             .map_err(|_| node_gone())?
             .map_err(failure)?;
-        let channels = ClaimChannels::for_mode(
+        let channels = claim_channels(
             prepared.allocation_mode,
+            prepared.admin_access,
             prepared.channel.unwrap_or(DOMAIN_CHANNEL),
+            &prepared.devices,
             0..self.channels.all_channels,
-        );
+        )
+        .map_err(ClaimFailure::permanent)?;
         let ids = self.inject(uid, channels).await.map_err(|message| {
             warn!(claim = %claim.uid, %message, "claim's devices not prepared");
             ClaimFailure::retryable(message)
@@ -128,12 +169,12 @@ impl NodePlugin for PrepareService {
             vec![AllocatedDevice {
                 request: CHANNEL_REQUEST.into(),
                 pool: self.node_name.clone(),
-                device: format!("channel-{DOMAIN_CHANNEL}"),
+                device: channel_device(DOMAIN_CHANNEL),
             }]
         } else {
             prepared.devices
         };
-        info!(claim = %claim.uid, domain = %prepared.domain, slot = ?prepared.slot, channel = ?prepared.channel, "claim prepared");
+        info!(claim = %claim.uid, domain = %prepared.domain, slot = ?prepared.slot, channel = ?prepared.channel, admin_access = prepared.admin_access, "claim prepared");
         Ok(allocated
             .into_iter()
             .map(|device| PreparedDevice {
@@ -162,5 +203,65 @@ impl NodePlugin for PrepareService {
             .map_err(|e| ClaimFailure::retryable(e.to_string()))?;
         info!(claim = %claim.uid, cdi_spec_removed = removed, "claim unprepared");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn devices(names: &[&str]) -> Vec<AllocatedDevice> {
+        names
+            .iter()
+            .map(|name| AllocatedDevice {
+                request: CHANNEL_REQUEST.into(),
+                pool: "node-a".into(),
+                device: (*name).into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_member_gets_its_domains_channel_whichever_device_it_was_allocated() {
+        let allocated = devices(&["channel-5"]);
+        for admin in [false, true] {
+            assert_eq!(
+                claim_channels(AllocationMode::All, admin, 3, &allocated, 0..4),
+                Ok(ClaimChannels::All(vec![0, 1, 2, 3])),
+                "All is every channel, admin or not"
+            );
+        }
+        assert_eq!(
+            claim_channels(AllocationMode::Single, false, 3, &allocated, 0..4),
+            Ok(ClaimChannels::Single(3))
+        );
+    }
+
+    #[test]
+    fn an_admin_claim_gets_the_channels_it_was_allocated() {
+        assert_eq!(
+            claim_channels(
+                AllocationMode::Single,
+                true,
+                3,
+                &devices(&["channel-5"]),
+                0..8
+            ),
+            Ok(ClaimChannels::Single(5))
+        );
+        assert_eq!(
+            claim_channels(
+                AllocationMode::Single,
+                true,
+                0,
+                &devices(&["channel-6", "channel-1", "channel-6"]),
+                0..8
+            ),
+            Ok(ClaimChannels::All(vec![1, 6]))
+        );
+        let error = claim_channels(AllocationMode::Single, true, 0, &devices(&["gpu-0"]), 0..8)
+            .unwrap_err();
+        assert!(error.contains("gpu-0"), "{error}");
+        assert!(claim_channels(AllocationMode::Single, true, 0, &[], 0..8).is_err());
     }
 }

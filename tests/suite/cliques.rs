@@ -56,6 +56,7 @@ fn claim_file(node: &str, clique: usize) -> ClaimFile {
         readiness: Some(ReadinessPolicy::Domain),
         driver: None,
         device: None,
+        admin_access: false,
     }
 }
 

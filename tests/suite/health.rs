@@ -8,7 +8,7 @@
 //! 3. The port freed: IMEX comes back, every channel Healthy again.
 //!
 //! Needs what `kubelet` needs (`../shared/kube`, root). Its nodes are its own:
-//! `domaind-health-1..2` on 127.0.0.11-12.
+//! `domaind-health-1..2` on 127.0.0.13-14.
 
 use std::time::{Duration, Instant};
 
@@ -113,7 +113,7 @@ fn all_healthy(seen: &[(String, String, String)]) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; docs/TESTING.md)"]
 async fn a_pods_channel_shows_its_imex_health() {
-    let cluster = FakeCluster::start("domaind-health", &[11, 12], CLIQUE).await;
+    let cluster = FakeCluster::start("domaind-health", &[13, 14], CLIQUE).await;
     let (client, names, ips) = (
         cluster.client.clone(),
         cluster.names.clone(),

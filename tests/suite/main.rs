@@ -21,7 +21,9 @@
 //! - `examples`: `deploy/examples/` accepted by the real API server (server-side dry run).
 //! - `pods`: the chaos harness's access to a chart-installed cluster's pods (`PodAccess`).
 //! - `claim_status`: each pod's claim says how its channel is (`status.devices`).
+//! - `admin`: monitoring pods with `adminAccess` beside a workload, joining no domain.
 
+mod admin;
 mod admission;
 mod certs;
 mod chaos_cluster;

@@ -61,6 +61,7 @@ fn claim_file(uid: &str, cd_uid: &str, cd_name: &str, num_nodes: u32) -> ClaimFi
         readiness: Some(ReadinessPolicy::Domain),
         driver: None,
         device: None,
+        admin_access: false,
     }
 }
 

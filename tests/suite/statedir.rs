@@ -80,6 +80,7 @@ fn claim(rack: &LocalRack, uid: &str) -> ClaimRef {
             readiness: Some(ReadinessPolicy::Domain),
             driver: None,
             device: None,
+            admin_access: false,
         })
         .unwrap();
     ClaimRef {

@@ -71,6 +71,7 @@ fn claim_file(claim: &ClaimRef) -> ClaimFile {
         readiness: Some(ReadinessPolicy::Local),
         driver: None,
         device: None,
+        admin_access: false,
     }
 }
 

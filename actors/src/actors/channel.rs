@@ -76,6 +76,7 @@ impl ChannelActor {
             slot: progress.slot,
             channel: progress.channel,
             devices: self.record.info.devices.clone(),
+            admin_access: false,
         })
     }
 

@@ -2,7 +2,8 @@
 //! claims at start, routes prepare and unprepare calls to the domains, enforces one
 //! domain per node (or several, all of `isolation: Channel`, and then runs the clique's
 //! shared IMEX domain beside them), and starts the singletons (IMEX supervisor, gossip
-//! bridge).
+//! bridge). Admin claims (`adminAccess`) are recorded and answered at once, and
+//! otherwise left out of every rule here: they join no domain.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -205,17 +206,20 @@ impl NodeActor {
             .checkpoint
             .claims
             .values()
-            .filter(|r| r.state == PrepareState::PrepareCompleted)
+            .filter(|r| r.state == PrepareState::PrepareCompleted && r.info.joins_domain())
             .filter_map(|r| Some((r.info.domain.uid.clone(), r.channel?)))
             .collect();
         shared.do_send(HeldChannels(held));
     }
 
     /// The claim already held here that keeps `info`'s domain off this node, if any:
-    /// one domain per node, unless every domain on it shares the IMEX domain.
+    /// one domain per node, unless every domain on it shares the IMEX domain. Admin
+    /// claims hold nothing against anyone.
     fn holder_against(&self, info: &crate::model::ClaimInfo) -> Option<&ClaimRecord> {
         self.checkpoint.claims.values().find(|held| {
-            held.info.domain.uid != info.domain.uid
+            info.joins_domain()
+                && held.info.joins_domain()
+                && held.info.domain.uid != info.domain.uid
                 && !(held.info.isolation == Isolation::Channel
                     && info.isolation == Isolation::Channel)
         })
@@ -225,7 +229,7 @@ impl NodeActor {
         self.checkpoint
             .claims
             .values()
-            .any(|r| r.info.isolation == Isolation::Channel)
+            .any(|r| r.info.joins_domain() && r.info.isolation == Isolation::Channel)
     }
 
     /// Applies `changes` here and hands them to the store, in this order: the store
@@ -288,7 +292,8 @@ impl NodeActor {
     }
 
     /// Accepts a resolved claim: refuses a second domain, records, starts or joins the
-    /// domain. Returns the domain to wait on and the checkpoint record to await first.
+    /// domain (an admin claim joins none). Returns what to wait on and the checkpoint
+    /// record to await first.
     fn admit(
         &mut self,
         claim: ClaimRef,
@@ -296,7 +301,7 @@ impl NodeActor {
         ctx: &mut Context<Self>,
     ) -> Result<
         (
-            Addr<DomainActor>,
+            Admitted,
             impl std::future::Future<Output = Result<(), PortError>> + use<>,
         ),
         PrepareError,
@@ -315,7 +320,10 @@ impl NodeActor {
                 self.config.node
             )));
         }
-        if info.isolation == Isolation::Channel && info.allocation_mode == AllocationMode::All {
+        if info.joins_domain()
+            && info.isolation == Isolation::Channel
+            && info.allocation_mode == AllocationMode::All
+        {
             return Err(PrepareError::Permanent(format!(
                 "ComputeDomain {} has isolation Channel and allocationMode All: a domain sharing \
                  its IMEX domain gets its own channel only, never every channel; use \
@@ -362,10 +370,25 @@ impl NodeActor {
             channel: None,
         };
         let recorded = self.record(vec![CheckpointChange::Claim(record.clone())]);
+        if !record.info.joins_domain() {
+            info!(claim = %record.claim.uid, domain = %record.info.domain, "admin claim admitted: it joins no domain");
+            return Ok((
+                Admitted::Admin(Prepared::admin(&record, &self.config.node)),
+                recorded,
+            ));
+        }
         let domain = self.domain(&record, ctx);
         domain.do_send(AddClaim(record));
-        Ok((domain, recorded))
+        Ok((Admitted::Domain(domain), recorded))
     }
+}
+
+/// What an admitted claim's prepare waits on before it is answered.
+enum Admitted {
+    /// Its domain's readiness, as its readiness policy asks.
+    Domain(Addr<DomainActor>),
+    /// Nothing: an admin claim, answered from its record.
+    Admin(Prepared),
 }
 
 impl Actor for NodeActor {
@@ -395,7 +418,13 @@ impl Actor for NodeActor {
                     error!(%error, "checkpoint unreadable; starting with no prepared claims");
                 }
             }
-            let records: Vec<ClaimRecord> = act.checkpoint.claims.values().cloned().collect();
+            let records: Vec<ClaimRecord> = act
+                .checkpoint
+                .claims
+                .values()
+                .filter(|r| r.info.joins_domain())
+                .cloned()
+                .collect();
             for record in records {
                 let domain = act.domain(&record, ctx);
                 domain.do_send(AddClaim(record));
@@ -411,6 +440,22 @@ impl Handler<Prepare> for NodeActor {
 
     fn handle(&mut self, Prepare(claim): Prepare, _: &mut Self::Context) -> Self::Result {
         let uid = claim.uid.clone();
+        if let Some(record) = self
+            .checkpoint
+            .claims
+            .get(&uid)
+            .filter(|r| !r.info.joins_domain())
+        {
+            let prepared = Prepared::admin(record, &self.config.node);
+            let recorded = self.record(Vec::new());
+            return Box::pin(
+                async move {
+                    recorded.await.map_err(not_recorded)?;
+                    answer(Admitted::Admin(prepared), uid).await
+                }
+                .into_actor(self),
+            );
+        }
         let known = self
             .checkpoint
             .claims
@@ -437,9 +482,9 @@ impl Handler<Prepare> for NodeActor {
                 .then(move |resolved, act, ctx| {
                     let admitted = act.admit(claim, resolved, ctx);
                     async move {
-                        let (domain, recorded) = admitted?;
+                        let (admitted, recorded) = admitted?;
                         recorded.await.map_err(not_recorded)?;
-                        wait(domain, uid).await
+                        answer(admitted, uid).await
                     }
                     .into_actor(act)
                 }),
@@ -449,6 +494,16 @@ impl Handler<Prepare> for NodeActor {
 
 fn not_recorded(error: PortError) -> PrepareError {
     PrepareError::Transient(format!("cannot record the prepared claim: {error}"))
+}
+
+async fn answer(admitted: Admitted, uid: String) -> Result<Prepared, PrepareError> {
+    match admitted {
+        Admitted::Domain(domain) => wait(domain, uid).await,
+        Admitted::Admin(prepared) => {
+            metrics::counter!(PREPARES, "outcome" => "prepared").increment(1);
+            Ok(prepared)
+        }
+    }
 }
 
 async fn wait(domain: Addr<DomainActor>, uid: String) -> Result<Prepared, PrepareError> {
@@ -473,6 +528,18 @@ impl Handler<Unprepare> for NodeActor {
         let Some(record) = self.checkpoint.claims.get(&uid) else {
             return Box::pin(actix::fut::ready(Ok(())));
         };
+        if !record.info.joins_domain() {
+            // It joined nothing: only its record goes.
+            let gone = self.record(vec![CheckpointChange::ClaimGone(uid)]);
+            return Box::pin(
+                async move {
+                    gone.await.map_err(|e| {
+                        PrepareError::Transient(format!("cannot record the unprepared claim: {e}"))
+                    })
+                }
+                .into_actor(self),
+            );
+        }
         let domain_uid = record.info.domain.uid.clone();
         let domain = self.domains.get(&domain_uid).cloned();
         // Recorded now, not once the domain has answered: a prepare of the same claim
@@ -494,7 +561,7 @@ impl Handler<Unprepare> for NodeActor {
                         .checkpoint
                         .claims
                         .values()
-                        .any(|r| r.info.domain.uid == domain_uid);
+                        .any(|r| r.info.joins_domain() && r.info.domain.uid == domain_uid);
                 let mut changes = Vec::new();
                 if domain_left {
                     if let Some(domain) = act.domains.remove(&domain_uid) {
@@ -557,7 +624,7 @@ impl Handler<SharedImexProgress> for NodeActor {
             .checkpoint
             .claims
             .values()
-            .filter(|r| r.info.isolation == Isolation::Channel)
+            .filter(|r| r.info.joins_domain() && r.info.isolation == Isolation::Channel)
             .map(|r| &r.info.domain.uid)
             .collect();
         for (uid, domain) in &self.domains {

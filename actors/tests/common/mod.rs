@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use domaind_actors::model::{
-    AllocationMode, ClaimInfo, ClaimRef, CliqueId, DomainRef, DomainUid, ReadinessPolicy,
+    AllocationMode, ClaimInfo, ClaimRef, CliqueId, DomainRef, DomainUid, Isolation, ReadinessPolicy,
 };
 use domaind_actors::ports::{ClaimError, Imex};
 use domaind_actors::testing::{
@@ -157,6 +157,7 @@ impl Rack {
                 readiness: policy,
                 devices: Vec::new(),
                 isolation: Default::default(),
+                admin_access: false,
             }),
         );
     }
@@ -175,6 +176,7 @@ impl Rack {
                     device: "channel-0".into(),
                 }],
                 isolation: Default::default(),
+                admin_access: false,
             }),
         );
     }
@@ -189,6 +191,22 @@ impl Rack {
                 readiness: None,
                 devices: Vec::new(),
                 isolation: domaind_actors::model::Isolation::Channel,
+                admin_access: false,
+            }),
+        );
+    }
+
+    /// A claim allocated with `adminAccess` (a monitoring pod's), naming `domain`.
+    pub fn admin_claim(&self, uid: &str, domain: &DomainRef, isolation: Isolation) {
+        self.claims.insert(
+            uid,
+            Ok(ClaimInfo {
+                domain: domain.clone(),
+                allocation_mode: AllocationMode::Single,
+                readiness: None,
+                devices: Vec::new(),
+                isolation,
+                admin_access: true,
             }),
         );
     }

@@ -5,9 +5,12 @@
 use std::collections::BTreeSet;
 
 use domaind_actors::model::{AllocatedDevice, AllocationMode, ReadinessPolicy};
-use k8s_openapi::api::resource::v1::{DeviceAllocationConfiguration, ResourceClaim};
+use k8s_openapi::api::resource::v1::{
+    DeviceAllocationConfiguration, DeviceRequestAllocationResult, ResourceClaim,
+};
 
 use domaind_kube_api::channel_config::ChannelConfig;
+use domaind_kube_api::names::channel_of_device;
 
 /// A claim allocated to this node by our driver, with its decoded config.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +21,9 @@ pub struct AllocatedClaim {
     pub readiness: Option<ReadinessPolicy>,
     /// Our driver's results in this node's pool: what the kubelet is told the claim got.
     pub devices: Vec<AllocatedDevice>,
+    /// Its results here were allocated with `adminAccess`: a monitoring pod's claim,
+    /// which may share devices with other claims and joins no domain.
+    pub admin_access: bool,
 }
 
 /// Why a claim cannot be prepared on this node. Each says what to fix.
@@ -63,6 +69,21 @@ pub enum BadClaim {
          one claim joins one ComputeDomain with one mode"
     )]
     ConflictingConfigs { first: String, second: String },
+    #[error(
+        "its request(s) {} were allocated with adminAccess and {} without: a claim either \
+         watches (adminAccess, joining no ComputeDomain) or joins; make them two claims",
+        list(admin),
+        list(member)
+    )]
+    MixedAdminAccess {
+        admin: BTreeSet<String>,
+        member: BTreeSet<String>,
+    },
+    #[error(
+        "it was allocated device {device} with adminAccess, which is not a channel device of \
+         driver {driver} (channel-<N>): an admin claim gets the channels it was allocated"
+    )]
+    NotAChannel { driver: String, device: String },
 }
 
 impl BadClaim {
@@ -75,6 +96,8 @@ impl BadClaim {
             Self::NoConfig { .. } => "no_config",
             Self::BadConfig { .. } => "bad_config",
             Self::ConflictingConfigs { .. } => "conflicting_configs",
+            Self::MixedAdminAccess { .. } => "mixed_admin_access",
+            Self::NotAChannel { .. } => "not_a_channel",
         }
     }
 
@@ -127,6 +150,26 @@ pub fn allocated_claim(
         });
     }
 
+    let (admin, member): (Vec<&DeviceRequestAllocationResult>, Vec<_>) = here
+        .iter()
+        .copied()
+        .partition(|r| r.admin_access == Some(true));
+    if !admin.is_empty() && !member.is_empty() {
+        return Err(BadClaim::MixedAdminAccess {
+            admin: admin.iter().map(|r| r.request.clone()).collect(),
+            member: member.iter().map(|r| r.request.clone()).collect(),
+        });
+    }
+    if let Some(device) = admin
+        .iter()
+        .find(|r| channel_of_device(&r.device).is_none())
+    {
+        return Err(BadClaim::NotAChannel {
+            driver: driver.into(),
+            device: device.device.clone(),
+        });
+    }
+
     let configs = allocation.config.as_deref().unwrap_or_default();
     let mut chosen: Option<ChannelConfig> = None;
     for result in &here {
@@ -164,6 +207,7 @@ pub fn allocated_claim(
                 device: r.device.clone(),
             })
             .collect(),
+        admin_access: !admin.is_empty(),
     })
 }
 
@@ -242,6 +286,7 @@ mod tests {
                     pool: NODE.into(),
                     device: "channel-0".into(),
                 }],
+                admin_access: false,
             }
         );
         assert!(is_reserved(&claim(reference())));
@@ -342,6 +387,97 @@ mod tests {
         let error = allocated_claim(&claim(value), NODE, DRIVER).unwrap_err();
         assert_eq!(error.reason(), "conflicting_configs");
         assert!(error.to_string().contains("another-domain"), "{error}");
+    }
+
+    /// `status.allocation.devices.results[].adminAccess`, as the API server writes it
+    /// for a request with `adminAccess: true` in a namespace labelled for it.
+    fn with_admin_access(mut value: Value, admin: &[bool]) -> Value {
+        let results = value["status"]["allocation"]["devices"]["results"]
+            .as_array_mut()
+            .unwrap();
+        let first = results[0].clone();
+        results.clear();
+        for (i, admin) in admin.iter().enumerate() {
+            let mut result = first.clone();
+            result["request"] = json!(format!("r{i}"));
+            result["device"] = json!(format!("channel-{i}"));
+            result["adminAccess"] = json!(admin);
+            results.push(result);
+        }
+        // The claim's config, for every request.
+        value["status"]["allocation"]["devices"]["config"][0]["requests"] = json!([]);
+        value
+    }
+
+    #[test]
+    fn a_claim_allocated_with_admin_access_is_an_admin_claim() {
+        let decoded = allocated_claim(
+            &claim(with_admin_access(reference(), &[true])),
+            NODE,
+            DRIVER,
+        )
+        .unwrap();
+        assert!(decoded.admin_access);
+        assert_eq!(decoded.domain_uid, "5b0e7c7e-2f6a-4b1e-9d3c-0a9f3e2d1c11");
+        assert_eq!(decoded.devices[0].device, "channel-0");
+        let both = allocated_claim(
+            &claim(with_admin_access(reference(), &[true, true])),
+            NODE,
+            DRIVER,
+        )
+        .unwrap();
+        assert!(both.admin_access);
+        assert_eq!(both.devices.len(), 2);
+
+        let explicit_false = allocated_claim(
+            &claim(with_admin_access(reference(), &[false])),
+            NODE,
+            DRIVER,
+        )
+        .unwrap();
+        assert!(!explicit_false.admin_access);
+        assert!(
+            !allocated_claim(&claim(reference()), NODE, DRIVER)
+                .unwrap()
+                .admin_access,
+            "absent is not admin"
+        );
+    }
+
+    #[test]
+    fn admin_and_member_requests_in_one_claim_are_refused() {
+        let error = allocated_claim(
+            &claim(with_admin_access(reference(), &[true, false])),
+            NODE,
+            DRIVER,
+        )
+        .unwrap_err();
+        assert_eq!(error.reason(), "mixed_admin_access");
+        assert!(!error.is_elsewhere());
+        assert!(
+            error
+                .to_string()
+                .contains("request(s) r0 were allocated with adminAccess and r1 without"),
+            "{error}"
+        );
+
+        // Another node's or driver's admin result is not this node's business.
+        let mut elsewhere = with_admin_access(reference(), &[false, true]);
+        elsewhere["status"]["allocation"]["devices"]["results"][1]["pool"] = json!("other-node");
+        assert!(
+            !allocated_claim(&claim(elsewhere), NODE, DRIVER)
+                .unwrap()
+                .admin_access
+        );
+    }
+
+    #[test]
+    fn an_admin_claim_of_a_device_that_is_no_channel_is_refused() {
+        let mut value = with_admin_access(reference(), &[true]);
+        value["status"]["allocation"]["devices"]["results"][0]["device"] = json!("daemon-0");
+        let error = allocated_claim(&claim(value), NODE, DRIVER).unwrap_err();
+        assert_eq!(error.reason(), "not_a_channel");
+        assert!(error.to_string().contains("device daemon-0"), "{error}");
     }
 
     #[test]

@@ -14,13 +14,19 @@
 //! | the named ComputeDomain does not exist (in the claim's namespace) | permanent |
 //! | the ComputeDomain is in another namespace | permanent |
 //! | an `isolation: Channel` domain already listing nodes of another clique | transient |
+//! | admin and non-admin results in one claim; an admin result that is no channel | permanent |
+//!
+//! An admin claim (`adminAccess`) may name a ComputeDomain of any namespace, and is
+//! not held to the clique rule: it joins nothing. The API server admits `adminAccess`
+//! only in a namespace labelled `resource.kubernetes.io/admin-access: "true"`, which
+//! is the grant; a monitoring namespace is never the workload's.
 //!
 //! A missing RBAC permission is transient: fixing the Role fixes the claim, with no
 //! change to the claim. An unknown ComputeDomain is permanent once the cache has synced,
 //! but a cache can trail the API server by a moment (a domain created just now, a
 //! watch being re-established): before refusing, one live list of the claim's
 //! namespace settles it. Only the claim's namespace: a domain elsewhere could not be
-//! joined anyway.
+//! joined anyway (every namespace for an admin claim).
 
 use std::time::Duration;
 
@@ -86,11 +92,11 @@ impl KubeClaimSource {
     }
 
     /// The ComputeDomain with `uid`: from the cache, or, when the cache does not have
-    /// it, from one live list of `namespace`.
+    /// it, from one live list of `namespace` (of every namespace: `None`).
     async fn domain(
         &self,
         uid: &str,
-        namespace: &str,
+        namespace: Option<&str>,
     ) -> Result<Option<ComputeDomain>, ClaimError> {
         if let Some(cd) = self.domains.by_uid(uid) {
             return Ok(Some((*cd).clone()));
@@ -108,9 +114,18 @@ impl KubeClaimSource {
         if let Some(cd) = self.domains.by_uid(uid) {
             return Ok(Some((*cd).clone()));
         }
-        let api = Api::<ComputeDomain>::namespaced(self.client.clone(), namespace);
+        let (api, scope) = match namespace {
+            Some(namespace) => (
+                Api::<ComputeDomain>::namespaced(self.client.clone(), namespace),
+                format!("in {namespace}"),
+            ),
+            None => (
+                Api::<ComputeDomain>::all(self.client.clone()),
+                "in every namespace".to_owned(),
+            ),
+        };
         let listed = bounded(
-            format!("list ComputeDomains in {namespace}"),
+            format!("list ComputeDomains {scope}"),
             self.timeout,
             api.list(&ListParams::default()),
         )
@@ -180,20 +195,30 @@ impl ClaimSource for KubeClaimSource {
         let allocated = allocated_claim(&claim, &self.node, &self.driver)
             .map_err(|problem| bad(asked, problem.reason(), format!("{label}: {problem}")))?;
 
+        let admin = allocated.admin_access;
         let cd = self
-            .domain(&allocated.domain_uid, &asked.namespace)
+            .domain(
+                &allocated.domain_uid,
+                (!admin).then_some(asked.namespace.as_str()),
+            )
             .await?
             .ok_or_else(|| {
-                bad(
-                    asked,
-                    "unknown_domain",
+                let message = if admin {
+                    format!(
+                        "{label} (adminAccess) names ComputeDomain uid {} (its config's \
+                         domainID), and no ComputeDomain has that uid: name an existing \
+                         ComputeDomain's uid",
+                        allocated.domain_uid
+                    )
+                } else {
                     format!(
                         "{label} names ComputeDomain uid {} (its config's domainID), and no \
                          ComputeDomain in namespace {} has that uid: create the claim from the \
                          template of an existing ComputeDomain of its namespace",
                         allocated.domain_uid, asked.namespace
-                    ),
-                )
+                    )
+                };
+                bad(asked, "unknown_domain", message)
             })?;
         let domain = domain_ref(&cd).ok_or_else(|| {
             ClaimError::Transient(format!(
@@ -201,7 +226,7 @@ impl ClaimSource for KubeClaimSource {
                 allocated.domain_uid
             ))
         })?;
-        if domain.namespace != asked.namespace {
+        if !admin && domain.namespace != asked.namespace {
             return Err(bad(
                 asked,
                 "namespace_mismatch",
@@ -212,7 +237,7 @@ impl ClaimSource for KubeClaimSource {
                 ),
             ));
         }
-        if let Some(other) = spans_cliques(&cd, &self.clique) {
+        if let Some(other) = spans_cliques(&cd, &self.clique).filter(|_| !admin) {
             metrics::counter!(BAD_CLAIMS, "reason" => "spans_cliques").increment(1);
             let message = format!(
                 "{label}: ComputeDomain {}/{} has isolation Channel and already runs in NVLink \
@@ -231,6 +256,7 @@ impl ClaimSource for KubeClaimSource {
             readiness: allocated.readiness,
             devices: allocated.devices,
             isolation: crate::contract::isolation(cd.spec.isolation),
+            admin_access: admin,
         })
     }
 }

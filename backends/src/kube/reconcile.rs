@@ -16,6 +16,9 @@
 //! specs on this node wins (a spec is written only once a claim was admitted), then the
 //! one allocated first; the others' claims are left out, as they were refused before.
 //!
+//! Admin claims (`adminAccess`) join no domain: each is rebuilt whatever its domain
+//! and namespace, and none counts in that choice.
+//!
 //! A previous boot's checkpoint is not rebuilt: containers do not survive a reboot,
 //! and the kubelet prepares every claim again when it restarts the pods.
 
@@ -39,7 +42,8 @@ use domaind_checkpoint::{FileCheckpointStore, LoadOutcome};
 use domaind_kube_api::api::{ApiError, bounded};
 use domaind_kube_api::crd::ComputeDomain;
 use domaind_kube_api::names::DOMAIN_CHANNEL;
-use domaind_prepare::cdi::{CdiWriter, ClaimChannels, ClaimUid, Kind};
+use domaind_prepare::cdi::{CdiWriter, ClaimUid, Kind};
+use domaind_prepare::claim_channels;
 
 /// Claims seen by reconciliation, by `outcome`: `restored`, `skipped`; and `failed`
 /// once for a reconciliation that could not reach the API server in time.
@@ -80,6 +84,7 @@ struct Candidate {
 pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
     let mut skipped = Vec::new();
     let mut by_domain: BTreeMap<String, Vec<Candidate>> = BTreeMap::new();
+    let mut admin = Vec::new();
     for claim in input.claims {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let namespace = claim.metadata.namespace.clone().unwrap_or_default();
@@ -110,7 +115,7 @@ pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
             ));
             continue;
         };
-        if domain.namespace != namespace {
+        if !allocated.admin_access && domain.namespace != namespace {
             skipped.push(format!(
                 "{label}: its ComputeDomain {}/{} is in another namespace",
                 domain.namespace, domain.name
@@ -118,10 +123,16 @@ pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
             continue;
         }
         let prepared = input.with_cdi_spec.contains(&uid);
-        let devices = match ClaimUid::new(&uid) {
-            Ok(cdi_uid) if prepared => {
-                let channels =
-                    ClaimChannels::for_mode(allocated.allocation_mode, DOMAIN_CHANNEL, []);
+        // Only the device's name matters here, not every channel of `All`.
+        let channels = claim_channels(
+            allocated.allocation_mode,
+            allocated.admin_access,
+            DOMAIN_CHANNEL,
+            &allocated.devices,
+            0..0,
+        );
+        let devices = match (ClaimUid::new(&uid), channels) {
+            (Ok(cdi_uid), Ok(channels)) if prepared => {
                 vec![
                     input
                         .cdi
@@ -142,6 +153,7 @@ pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
                 readiness: allocated.readiness,
                 devices: allocated.devices,
                 isolation: isolation.unwrap_or_default(),
+                admin_access: allocated.admin_access,
             },
             policy: allocated.readiness.unwrap_or(input.default_readiness),
             state: if prepared {
@@ -158,6 +170,10 @@ pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
             .and_then(|s| s.allocation.as_ref())
             .and_then(|a| a.allocation_timestamp.as_ref())
             .map(|t| t.0.to_string());
+        if record.info.admin_access {
+            admin.push(record);
+            continue;
+        }
         by_domain
             .entry(record.info.domain.uid.0.clone())
             .or_default()
@@ -212,6 +228,9 @@ pub fn rebuild(input: RebuildInput<'_>) -> Rebuilt {
                 ));
             }
         }
+    }
+    for record in admin {
+        checkpoint.claims.insert(record.claim.uid.clone(), record);
     }
     Rebuilt {
         checkpoint,
@@ -348,7 +367,8 @@ impl ReconcilingCheckpointStore {
 /// no checkpoint, or when damaged records named no claim; otherwise only the claims
 /// the damage cost (`lost`): a rebuilt claim the load did not lose is one this node
 /// released, and stays released. Added claims must be of the domain the kept ones are
-/// of (one domain per node). Returns the checkpoint and the claims added.
+/// of (one domain per node), but for admin claims, which join none. Returns the
+/// checkpoint and the claims added.
 pub fn merge_rebuilt(
     kept: Checkpoint,
     rebuilt: Checkpoint,
@@ -366,14 +386,15 @@ pub fn merge_rebuilt(
     let serving = kept
         .claims
         .values()
-        .next()
+        .find(|record| record.info.joins_domain())
         .map(|record| record.info.domain.uid.clone());
     let mut merged = kept;
     let mut added = Vec::new();
     for (uid, record) in rebuilt.claims {
-        let same_domain = serving
-            .as_ref()
-            .is_none_or(|domain| *domain == record.info.domain.uid);
+        let same_domain = !record.info.joins_domain()
+            || serving
+                .as_ref()
+                .is_none_or(|domain| *domain == record.info.domain.uid);
         if !merged.claims.contains_key(&uid) && wanted(&uid) && same_domain {
             merged.claims.insert(uid, record.clone());
             added.push(record);

@@ -103,7 +103,7 @@ impl PoolSpec {
 
 /// The name of a channel device.
 pub fn device_name(channel: u32) -> String {
-    format!("channel-{channel}")
+    domaind_kube_api::names::channel_device(channel)
 }
 
 /// The name of slice `index` of `node`'s pool. Too long a name keeps a prefix of the

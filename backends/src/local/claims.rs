@@ -12,7 +12,7 @@ use tracing::warn;
 
 use super::{CLAIM_FILE_LIMIT, LocalDir, count_bad_file, read_json};
 
-use domaind_kube_api::names::CHANNEL_REQUEST;
+use domaind_kube_api::names::{CHANNEL_REQUEST, DOMAIN_CHANNEL, channel_device, channel_of_device};
 
 /// A claim allocated to a node, as the local backend keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +33,10 @@ pub struct ClaimFile {
     /// The allocated device; `channel-0` of the node's pool when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
+    /// Allocated with `adminAccess` (a monitoring pod's claim): it joins no domain, may
+    /// name one of another namespace, and gets the channel of `device`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_access: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,7 +102,16 @@ impl LocalClaimSource {
                 "{claim}: computeDomain needs a namespace, a name and a uid"
             ));
         }
-        if cd.namespace != asked.namespace {
+        let device = file
+            .device
+            .unwrap_or_else(|| channel_device(DOMAIN_CHANNEL));
+        if file.admin_access && channel_of_device(&device).is_none() {
+            return Err(format!(
+                "{claim} has adminAccess and device {device:?}, which is not a channel device \
+                 (channel-<N>): an admin claim gets the channel it was allocated"
+            ));
+        }
+        if !file.admin_access && cd.namespace != asked.namespace {
             return Err(format!(
                 "{claim} is in namespace {} but its ComputeDomain {}/{} is in {}: a claim can \
                  only join a ComputeDomain of its own namespace",
@@ -117,9 +130,10 @@ impl LocalClaimSource {
             devices: vec![AllocatedDevice {
                 request: CHANNEL_REQUEST.into(),
                 pool: self.node.clone(),
-                device: file.device.unwrap_or_else(|| "channel-0".into()),
+                device,
             }],
             isolation: cd.isolation,
+            admin_access: file.admin_access,
         })
     }
 }

@@ -119,6 +119,7 @@ mod tests {
             readiness: None,
             driver: None,
             device: None,
+            admin_access: false,
         }
     }
 

@@ -31,6 +31,7 @@ fn claim_file(uid: &str) -> ClaimFile {
         readiness: Some(ReadinessPolicy::Domain),
         driver: None,
         device: None,
+        admin_access: false,
     }
 }
 
@@ -130,6 +131,34 @@ fn the_documented_file_format_parses() {
     let info = resolve(&dir, &asked("u2")).unwrap();
     assert_eq!(info.allocation_mode, AllocationMode::All);
     assert_eq!(info.readiness, Some(ReadinessPolicy::Local));
+}
+
+#[test]
+fn an_admin_claim_file_may_name_another_namespaces_domain_and_gets_its_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = LocalDir::new(tmp.path());
+    std::fs::create_dir_all(dir.claims_dir()).unwrap();
+    std::fs::write(
+        dir.claim_path("adm").unwrap(),
+        r#"{"namespace": "monitoring", "name": "claim-adm", "uid": "adm",
+            "computeDomain": {"namespace": "team-a", "name": "training", "uid": "cd-1"},
+            "device": "channel-3", "adminAccess": true}"#,
+    )
+    .unwrap();
+    let mut claim = asked("adm");
+    claim.namespace = "monitoring".into();
+    let info = resolve(&dir, &claim).unwrap();
+    assert!(info.admin_access && !info.joins_domain());
+    assert_eq!(info.domain.namespace, "team-a");
+    assert_eq!(info.devices[0].device, "channel-3");
+
+    let mut no_channel = claim_file("adm-gpu");
+    no_channel.admin_access = true;
+    no_channel.device = Some("gpu-0".into());
+    dir.write_claim(&no_channel).unwrap();
+    let (message, bad) = refused(&dir, &asked("adm-gpu"));
+    assert!(message.contains("not a channel device"), "{message}");
+    assert_eq!(bad, 1);
 }
 
 fn refused(dir: &LocalDir, claim: &ClaimRef) -> (String, u64) {

@@ -205,6 +205,7 @@ mod tests {
                 readiness: None,
                 devices: Vec::new(),
                 isolation: Default::default(),
+                admin_access: false,
             },
             policy: ReadinessPolicy::Local,
             state: PrepareState::PrepareCompleted,

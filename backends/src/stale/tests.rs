@@ -41,6 +41,7 @@ fn info(domain_uid: &str) -> ClaimInfo {
         readiness: Some(ReadinessPolicy::Local),
         devices: Vec::new(),
         isolation: Default::default(),
+        admin_access: false,
     }
 }
 

@@ -65,6 +65,8 @@ async fn resolve(
         "bad_config",
         "unknown_domain",
         "namespace_mismatch",
+        "mixed_admin_access",
+        "not_a_channel",
     ]
     .into_iter()
     .map(|r| {
@@ -121,6 +123,7 @@ async fn the_real_api_servers_claim_resolves_to_its_domain_from_the_cache() {
                 device: "channel-0".into(),
             }],
             isolation: Default::default(),
+            admin_access: false,
         }
     );
     assert!(bad.is_empty());
@@ -262,6 +265,56 @@ async fn a_domain_in_another_namespace_cannot_be_joined() {
         "{message}"
     );
     assert_eq!(bad, vec![("namespace_mismatch".to_owned(), 1)]);
+}
+
+/// The reference claim as allocated with `adminAccess` (a monitoring pod's).
+fn admin_claim() -> Value {
+    let mut claim = reference_claim();
+    devices(&mut claim)["results"][0]["adminAccess"] = json!(true);
+    claim
+}
+
+#[tokio::test]
+async fn an_admin_claim_may_name_a_domain_of_any_namespace() {
+    let (cache, _writer) = synced_cache(vec![compute_domain("team-b", "training", CD_UID, 1)]);
+    let (result, bad) = resolve(cache, get_claim(admin_claim()), vec![]).await;
+    let info = result.unwrap();
+    assert!(info.admin_access && !info.joins_domain());
+    assert_eq!(info.domain.namespace, "team-b");
+    assert!(bad.is_empty());
+
+    // Not in the cache: one live list of every namespace, not only the claim's.
+    let (cache, _writer) = synced_cache(vec![]);
+    let list_all = Expect::get("/apis/resource.nvidia.com/v1beta1/computedomains").respond(
+        200,
+        json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainList",
+               "metadata": {"resourceVersion": "9"}, "items": []}),
+    );
+    let (result, bad) = resolve(cache, get_claim(admin_claim()), vec![list_all]).await;
+    let message = permanent(result);
+    assert!(
+        message.contains("(adminAccess) names ComputeDomain uid")
+            && message.contains("no ComputeDomain has that uid"),
+        "{message}"
+    );
+    assert_eq!(bad, vec![("unknown_domain".to_owned(), 1)]);
+}
+
+#[tokio::test]
+async fn a_claim_both_admin_and_not_is_refused_for_good_and_counted() {
+    let (cache, _writer) = synced_cache(vec![training()]);
+    let mut claim = admin_claim();
+    let mut member = devices(&mut claim)["results"][0].clone();
+    member["request"] = json!("channel/member");
+    member["adminAccess"] = json!(false);
+    devices(&mut claim)["results"]
+        .as_array_mut()
+        .unwrap()
+        .push(member);
+    let (result, bad) = resolve(cache, get_claim(claim), vec![]).await;
+    let message = permanent(result);
+    assert!(message.contains("make them two claims"), "{message}");
+    assert_eq!(bad, vec![("mixed_admin_access".to_owned(), 1)]);
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use domaind_actors::model::{AllocationMode, ReadinessPolicy};
 use domaind_actors::ports::{CheckpointStore, PrepareState};
-use domaind_backends::kube::reconcile::{RebuildInput, Rebuilt, rebuild};
+use domaind_backends::kube::reconcile::{RebuildInput, Rebuilt, merge_rebuilt, rebuild};
 use domaind_backends::kube::{DomainCache, ReconcileSettings, ReconcilingCheckpointStore};
 use domaind_checkpoint::{CheckpointConfig, FileCheckpointStore, LoadOutcome};
 use domaind_kube_api::crd::ComputeDomain;
@@ -209,6 +209,63 @@ fn every_sharing_domain_is_rebuilt_with_its_isolation() {
     );
     assert_eq!(rebuilt.skipped.len(), 1, "{:?}", rebuilt.skipped);
     assert!(rebuilt.skipped[0].contains("(c)"));
+}
+
+/// An admin claim (`adminAccess`) is rebuilt whatever its domain's namespace, and
+/// weighs nothing in the one-domain choice: here it alone has a CDI spec and the
+/// earliest allocation, and still the workload's domain is the one served. Merged
+/// into a damaged checkpoint that kept only an admin claim, it does not stand for the
+/// domain served either.
+#[test]
+fn admin_claims_are_rebuilt_beside_any_domain_and_choose_none() {
+    let domains = [
+        compute_domain("cd-ref", "served", "cd-1", 1),
+        compute_domain("cd-ref", "watched", "cd-2", 1),
+    ];
+    let at =
+        |c: &mut Value, time: &str| c["status"]["allocation"]["allocationTimestamp"] = json!(time);
+    let claims = [
+        claim("w", |c| {
+            for_domain("cd-1")(c);
+            at(c, "2026-11-22T05:00:00Z");
+        }),
+        claim("adm", |c| {
+            for_domain("cd-2")(c);
+            at(c, "2026-11-22T04:00:00Z");
+            c["metadata"]["namespace"] = json!("monitoring");
+            let result = &mut c["status"]["allocation"]["devices"]["results"][0];
+            result["adminAccess"] = json!(true);
+            result["device"] = json!("channel-3");
+        }),
+    ];
+    let rebuilt = run(&claims, &domains, &["adm"]);
+    assert!(rebuilt.skipped.is_empty(), "{:?}", rebuilt.skipped);
+    let admin = &rebuilt.checkpoint.claims["adm"];
+    assert!(admin.info.admin_access);
+    assert_eq!(admin.info.domain.name, "watched");
+    assert_eq!(admin.claim.namespace, "monitoring");
+    assert_eq!(admin.state, PrepareState::PrepareCompleted);
+    let id = kind().device_id(&CdiWriter::device_name(
+        &ClaimUid::new("adm").unwrap(),
+        &ClaimChannels::Single(3),
+    ));
+    assert_eq!(admin.devices, vec![id], "the channel it was allocated");
+    assert!(!rebuilt.checkpoint.claims["w"].info.admin_access);
+
+    let mut kept = domaind_actors::ports::Checkpoint::default();
+    kept.claims.insert("adm".into(), admin.clone());
+    let damaged = LoadOutcome::Damaged {
+        claims: 1,
+        damaged_records: 1,
+        lost_claims: Vec::new(),
+        unattributed: 1,
+        details: Vec::new(),
+        domains: Vec::new(),
+        moved_to: None,
+    };
+    let (merged, added) = merge_rebuilt(kept, rebuilt.checkpoint, &damaged);
+    assert_eq!(merged.claims.keys().collect::<Vec<_>>(), ["adm", "w"]);
+    assert_eq!(added.len(), 1);
 }
 
 struct Files {

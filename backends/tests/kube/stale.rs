@@ -188,6 +188,7 @@ fn record(claim: ClaimRef) -> ClaimRecord {
             readiness: None,
             devices: Vec::new(),
             isolation: Default::default(),
+            admin_access: false,
         },
         policy: ReadinessPolicy::Local,
         state: PrepareState::PrepareCompleted,

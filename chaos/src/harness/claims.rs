@@ -69,6 +69,7 @@ pub(super) fn claim_file(domain: &ComputeDomainRef, uid: &str) -> ClaimFile {
         readiness: Some(ReadinessPolicy::Domain),
         driver: None,
         device: None,
+        admin_access: false,
     }
 }
 

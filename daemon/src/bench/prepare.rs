@@ -374,5 +374,6 @@ fn claim_file(claim: &ClaimRef, domain: &ComputeDomainRef) -> ClaimFile {
         readiness: Some(ReadinessPolicy::Domain),
         driver: None,
         device: None,
+        admin_access: false,
     }
 }

@@ -19,6 +19,7 @@ pub(super) fn claim_file(node: &str, domain: &DemoDomain, nodes: usize) -> Claim
         readiness: Some(ReadinessPolicy::Domain),
         driver: None,
         device: None,
+        admin_access: false,
     }
 }
 

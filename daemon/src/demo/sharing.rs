@@ -426,6 +426,7 @@ fn claim_file(node: &str, domain: &DemoDomain, nodes: usize) -> ClaimFile {
         readiness: Some(ReadinessPolicy::Domain),
         driver: None,
         device: None,
+        admin_access: false,
     }
 }
 

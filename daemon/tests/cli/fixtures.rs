@@ -26,6 +26,7 @@ pub(crate) fn claim_of(
         readiness: Some(readiness),
         driver: None,
         device: None,
+        admin_access: false,
     };
     let claim = ClaimRef {
         uid: file.uid.clone(),

@@ -260,7 +260,8 @@ impl DomainActor {
                 });
             }
             for record in checkpoint.claims.into_values() {
-                if record.info.domain.uid == act.domain.uid {
+                // An admin claim of the domain is no member of it.
+                if record.info.domain.uid == act.domain.uid && record.info.joins_domain() {
                     act.add_claim(record, ctx);
                 }
             }
