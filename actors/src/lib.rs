@@ -13,7 +13,8 @@ pub mod rules;
 pub mod testing;
 
 pub use actors::node::{
-    Complete, Depart, GetClaims, GetSnapshot, NodeActor, NodeSnapshot, Prepare, Shutdown, Unprepare,
+    Complete, Depart, GetClaims, GetSnapshot, JoinClique, LeaveClique, NodeActor, NodeSnapshot,
+    Prepare, Shutdown, Unprepare,
 };
 pub use config::NodeConfig;
 pub use outcome::{PrepareError, Prepared};

@@ -26,6 +26,9 @@ use crate::ports::{
 };
 use crate::rules::channels::shared_imex_uid;
 
+mod clique;
+pub use clique::{JoinClique, LeaveClique};
+
 pub const PREPARES: &str = "domaind_prepare_total";
 pub const CHECKPOINT_FAILURES: &str = "domaind_checkpoint_failures_total";
 
@@ -98,6 +101,8 @@ pub struct NodeActor {
     /// What the checkpoint holds once every change recorded so far is: kept here, so
     /// that the store only ever hears of changes.
     checkpoint: Checkpoint,
+    /// The clique this node moves to, between [`LeaveClique`] and [`JoinClique`].
+    moving: Option<crate::model::CliqueId>,
 }
 
 impl std::fmt::Debug for NodeActor {
@@ -119,6 +124,7 @@ impl NodeActor {
             shared_imex: None,
             shared_progress: None,
             checkpoint: Checkpoint::default(),
+            moving: None,
         }
     }
 
@@ -261,6 +267,7 @@ impl NodeActor {
                 self.config.node
             )));
         }
+        self.refuse_while_moving()?;
         if info.isolation == Isolation::Channel && info.allocation_mode == AllocationMode::All {
             return Err(PrepareError::Permanent(format!(
                 "ComputeDomain {} has isolation Channel and allocationMode All: a domain sharing \
