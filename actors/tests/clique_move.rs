@@ -182,50 +182,62 @@ fn a_moved_node_leaves_its_old_clique_and_forms_its_domain_with_the_new_one() {
 
 #[test]
 fn a_rack_that_moves_whole_keeps_its_imex_daemons_and_its_slots() {
-    run(|| async {
-        let net_b = FakeGossipNet::default();
-        let mut rack = Rack::default();
-        let nodes = ["node-a", "node-b", "node-c"];
-        for node in nodes {
-            rack.start(node);
-        }
-        let cd = domain("cd1", 0);
-        for node in nodes {
-            rack.claim(&format!("c-{node}"), &cd, Some(ReadinessPolicy::Domain));
-        }
-        for node in nodes {
-            let addr = rack.nodes[node].addr.clone();
-            actix::spawn(prepare_on(addr, common::claim_ref(&format!("c-{node}"))));
-        }
-        rack.wait_until(LIMIT, "formed", &nodes, |s| {
-            s.iter().all(|n| {
-                n.domains
-                    .first()
-                    .is_some_and(|d| d.phase == Phase::Ready && d.total == 3)
-            })
-        })
-        .await;
-        let before = rack.snapshot("node-a").await.domains[0].slots.clone();
+    run(|| whole_rack_moves(false));
+}
 
-        // The fabric manager restarted: every node registers in clique B, one by one.
-        for node in nodes {
-            move_node(&rack, node, &net_b).await;
-        }
-        rack.wait_until(LIMIT, "formed again in clique B", &nodes, |s| {
-            s.iter().all(|n| {
-                let d = &n.domains[0];
-                d.phase == Phase::Ready && d.members.len() == 3 && d.lost.is_empty()
-            })
+/// The same with IMEX runners: a restarted domain waits to adopt an IMEX that outlives
+/// the node daemon; a moved one must not wait for ever on the one it was handed.
+#[test]
+fn a_rack_under_imex_runners_that_moves_whole_keeps_its_imex_daemons_and_its_slots() {
+    run(|| whole_rack_moves(true));
+}
+
+async fn whole_rack_moves(runners: bool) {
+    let net_b = FakeGossipNet::default();
+    let mut rack = Rack::default();
+    if runners {
+        rack.fabric.keep_daemons();
+    }
+    let nodes = ["node-a", "node-b", "node-c"];
+    for node in nodes {
+        rack.start(node);
+    }
+    let cd = domain("cd1", 0);
+    for node in nodes {
+        rack.claim(&format!("c-{node}"), &cd, Some(ReadinessPolicy::Domain));
+    }
+    for node in nodes {
+        let addr = rack.nodes[node].addr.clone();
+        actix::spawn(prepare_on(addr, common::claim_ref(&format!("c-{node}"))));
+    }
+    rack.wait_until(LIMIT, "formed", &nodes, |s| {
+        s.iter().all(|n| {
+            n.domains
+                .first()
+                .is_some_and(|d| d.phase == Phase::Ready && d.total == 3)
         })
-        .await;
-        // Each node's slot was its preference in the new clique: the same IMEX
-        // nodes config as before the move.
-        assert_eq!(rack.snapshot("node-c").await.domains[0].slots, before);
-        for node in nodes {
-            assert_eq!((starts(&rack, node), stops(&rack, node)), (1, 0), "{node}");
-            assert!(rack.fabric.state_of(node).unwrap().running);
-        }
-    });
+    })
+    .await;
+    let before = rack.snapshot("node-a").await.domains[0].slots.clone();
+
+    // The fabric manager restarted: every node registers in clique B, one by one.
+    for node in nodes {
+        move_node(&rack, node, &net_b).await;
+    }
+    rack.wait_until(LIMIT, "formed again in clique B", &nodes, |s| {
+        s.iter().all(|n| {
+            let d = &n.domains[0];
+            d.phase == Phase::Ready && d.members.len() == 3 && d.lost.is_empty()
+        })
+    })
+    .await;
+    // Each node's slot was its preference in the new clique: the same IMEX
+    // nodes config as before the move.
+    assert_eq!(rack.snapshot("node-c").await.domains[0].slots, before);
+    for node in nodes {
+        assert_eq!((starts(&rack, node), stops(&rack, node)), (1, 0), "{node}");
+        assert!(rack.fabric.state_of(node).unwrap().running);
+    }
 }
 
 /// FAKE IMEX daemon whose starts and applies take a second, so that a handover can
