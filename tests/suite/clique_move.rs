@@ -16,7 +16,7 @@ use domaind_testbed::rack::{LocalRack, RackSpec, http_get, node_view, prepare_un
 use domaind_testkit::poll_until_every;
 
 const START_LIMIT: Duration = Duration::from_secs(30);
-const LIMIT: Duration = Duration::from_secs(60);
+const LIMIT: Duration = Duration::from_secs(90);
 const DOMAIN_UID: &str = "5e0c7a7e-1d3f-4b1a-8c2e-c11c0e00f001";
 /// The node that moves (node-02), from clique 0 to clique 1.
 const MOVER: usize = 1;
