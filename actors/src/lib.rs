@@ -14,7 +14,8 @@ pub mod rules;
 pub mod testing;
 
 pub use actors::node::{
-    Complete, Depart, GetClaims, GetSnapshot, NodeActor, NodeSnapshot, Prepare, Shutdown, Unprepare,
+    Complete, Depart, GetClaims, GetSnapshot, JoinClique, LeaveClique, NodeActor, NodeSnapshot,
+    Prepare, Shutdown, Unprepare,
 };
 pub use config::NodeConfig;
 pub use health_board::{HealthBoard, HealthView, PreparedDevice};

@@ -88,6 +88,10 @@ pub trait Imex: Send + Sync + 'static {
     /// that cannot be adopted (another config, another version) is then kept, not
     /// replaced: replacing it would clean up every import of its jobs.
     fn claims_in_use(&self, _in_use: bool) {}
+    /// Told when the daemon starts failing (a failure episode begins: it exited, or
+    /// could not start, after a healthy run or none). An NVLink fabric that registered
+    /// again is one cause, so the node reads its clique again then.
+    fn failing(&self, _episode: u64) {}
 }
 
 /// Where a domain's status is written (the ComputeDomain's status, or a file).
@@ -155,6 +159,14 @@ pub enum DomainEvent {
         /// "lost", "IMEX failing".
         fault: String,
         clique: String,
+    },
+    /// `node`'s NVLink fabric registered again in another clique: it left the domain
+    /// in clique `from` (its peers there saw it leave) and rejoins it in clique `to`.
+    /// Told on every domain the node holds a claim of.
+    CliqueMoved {
+        node: NodeId,
+        from: String,
+        to: String,
     },
 }
 

@@ -107,6 +107,15 @@ impl EventText {
                      IMEX daemons of every ComputeDomain sharing it reconfigure, this one's too"
                 ),
             ),
+            DomainEvent::CliqueMoved { node, from, to } => (
+                EventType::Warning,
+                "CliqueMoved",
+                format!(
+                    "the NVLink fabric of node {node} registered again in another clique: it \
+                     left the domain in clique {from} and rejoins it in clique {to} (its IMEX \
+                     daemon kept running, with the new clique's peers)"
+                ),
+            ),
         };
         Self {
             type_,
@@ -155,6 +164,26 @@ mod tests {
                 && failing.message.contains("cannot listen on 10.0.0.3:50000"),
             "{}",
             failing.message
+        );
+    }
+
+    #[test]
+    fn a_clique_move_is_a_warning_naming_both_cliques() {
+        let moved = EventText::of(&DomainEvent::CliqueMoved {
+            node: "node-3".into(),
+            from: "u.1".into(),
+            to: "v.2".into(),
+        });
+        assert_eq!(
+            (moved.type_, moved.reason.as_str()),
+            (EventType::Warning, "CliqueMoved")
+        );
+        assert!(
+            moved.message.contains("node node-3")
+                && moved.message.contains("clique u.1")
+                && moved.message.contains("clique v.2"),
+            "{}",
+            moved.message
         );
     }
 }

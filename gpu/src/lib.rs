@@ -183,4 +183,14 @@ impl GpuError {
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Clique(error) if error.is_transient())
     }
+
+    /// What went wrong, in a word: a metric's label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Nvml(_) => "nvml",
+            Self::Topology(_) => "topology",
+            Self::Clique(CliqueError::InProgress { .. }) => "registering",
+            Self::Clique(CliqueError::Disagree { .. }) => "gpus_disagree",
+        }
+    }
 }

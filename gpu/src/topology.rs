@@ -171,6 +171,18 @@ impl Topology {
         self.nodes.get(node)
     }
 
+    /// Registers every GPU of `node` in simulated rack `rack`'s clique, as a fabric
+    /// that registered again elsewhere would; false if there is no such node.
+    pub fn move_to_simulated_rack(&mut self, node: &str, rack: u32) -> bool {
+        let Some(gpus) = self.nodes.get_mut(node) else {
+            return false;
+        };
+        for gpu in &mut gpus.gpus {
+            gpu.fabric = FabricInfo::registered(simulated_cluster_uuid(rack), rack);
+        }
+        true
+    }
+
     /// What makes the file unusable, said so that its author can fix it. GPUs that
     /// disagree on their clique are allowed: that is a state to test, not a typo.
     fn check(&self) -> Result<(), String> {
@@ -391,6 +403,27 @@ mod tests {
             assert_eq!(&inventory.inventory().unwrap(), rack.node(&node).unwrap());
             assert_eq!(inventory.clique().unwrap(), Topology::simulated_clique(3));
         }
+    }
+
+    #[test]
+    fn a_node_moved_to_another_rack_is_read_in_its_clique_at_the_next_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rack.json");
+        let mut topology = Topology::simulated_rack(1, ["a-0", "a-1"]).unwrap();
+        topology.add_simulated_rack(2, ["b-0"]).unwrap();
+        topology.write(&path).unwrap();
+        let inventory = TopologyInventory::open(&path, "a-1").unwrap();
+        assert_eq!(inventory.clique().unwrap(), Topology::simulated_clique(1));
+
+        assert!(topology.move_to_simulated_rack("a-1", 2));
+        assert!(!topology.move_to_simulated_rack("nobody", 2));
+        topology.write(&path).unwrap();
+        assert_eq!(inventory.clique().unwrap(), Topology::simulated_clique(2));
+        // Its GPUs keep their identity: only the fabric moved.
+        assert_eq!(
+            Topology::load(&path).unwrap().node("a-1").unwrap().gpus[0].uuid,
+            Topology::simulated_rack(1, ["a-0", "a-1"]).unwrap().nodes["a-1"].gpus[0].uuid
+        );
     }
 
     #[test]

@@ -98,6 +98,8 @@ subnets! {
     E2E_STORM = 147;
     /// tests/suite/cliques.rs.
     E2E_CLIQUES = 148;
+    /// tests/suite/clique_move.rs.
+    E2E_CLIQUE_MOVE = 181;
 
     // The node crate's tests.
     /// testbed/src/rack/mod.rs's unit tests: racks created (ports checked), never started.

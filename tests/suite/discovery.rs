@@ -9,7 +9,10 @@
 //!    exchange gossip; B's knows none and receives no gossip frame at all; nobody
 //!    counts a foreign Syn;
 //! 2. clique A's daemons are killed and started again at once: their slices stayed,
-//!    discovery seeds them again, and they gossip again.
+//!    discovery seeds them again, and they gossip again;
+//! 3. `k-a2`'s fabric registers in clique B (the topology file rewritten under it):
+//!    its slices are republished under B's label, B's daemon finds it there and they
+//!    gossip, and A's daemon has no clique-mate left in the API server.
 //!
 //! Needs `KUBECONFIG`. No kubelet is
 //! needed: discovery reads only what the daemons publish. Environment (optional):
@@ -113,7 +116,12 @@ async fn daemons_find_only_their_clique_mates_in_the_api_server() {
     spec.ips = Some(ips);
     spec.backend = RackBackend::Kube;
     spec.static_seeds = false;
-    spec.extra_args = vec!["--slices-on-exit".into(), "delete".into()];
+    spec.extra_args = vec![
+        "--slices-on-exit".into(),
+        "delete".into(),
+        "--clique-check-interval".into(),
+        "1s".into(),
+    ];
     let tokens = node_tokens_for_rack(
         &mut spec.node_env,
         &client,
@@ -186,6 +194,43 @@ async fn daemons_find_only_their_clique_mates_in_the_api_server() {
     })
     .await;
     check_isolation(&rack).await;
+
+    // 3. k-a2 moves to clique B while it runs.
+    assert!(topology.move_to_simulated_rack(&names[1], RACK_B));
+    topology
+        .write(&tmp.path().join("rack").join("topology.json"))
+        .unwrap();
+    let moved = rack.node(1);
+    let gossip = moved.info().unwrap().gossip_addr.to_string();
+    let selector = format!("{CLIQUE_SLICE_LABEL}={clique_b}");
+    wait_for("k-a2's slice carries clique B and its address", || async {
+        let listed = slices
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap();
+        let found = listed.items.iter().any(|s| {
+            s.spec.node_name.as_deref() == Some(moved.name())
+                && s.annotations().get(GOSSIP_ADDRESS_ANNOTATION) == Some(&gossip)
+        });
+        (found, listed.items.len())
+    })
+    .await;
+    wait_for(
+        "clique B's two daemons find each other and gossip",
+        || async {
+            let mut seen = Vec::new();
+            for index in 0..3 {
+                seen.push((
+                    metric(&rack, index, "domaind_gossip_discovery_peers").await,
+                    metric(&rack, index, "domaind_clique_moves_total").await,
+                ));
+            }
+            let b_frames = metric(&rack, 2, "domaind_gossip_frames_received_total").await;
+            let found = seen == [(0.0, 0.0), (1.0, 1.0), (1.0, 0.0)] && b_frames > 0.0;
+            (found, (seen, b_frames))
+        },
+    )
+    .await;
 
     rack.stop_all(Duration::from_secs(20));
     drop(tokens);

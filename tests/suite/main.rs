@@ -7,6 +7,7 @@
 //! - `rack`: a loopback rack of `domaind run` processes with the local backend.
 //! - `storm`: SIGTERM during a storm of prepares; what was answered is what is held.
 //! - `cliques`: a loopback rack of three cliques, a domain each, nothing crossing.
+//! - `clique_move`: a node whose fabric registers in another clique moves there.
 //! - `kube`: the node daemons and the controller against the real API server.
 //! - `kubelet`: the same with real kubelets, NVIDIA's blog workload and a node loss.
 //! - `health`: a pod's channel health from our `DRAResourceHealth` stream, as IMEX dies and comes back.
@@ -28,6 +29,7 @@ mod admission;
 mod certs;
 mod chaos_cluster;
 mod claim_status;
+mod clique_move;
 mod cliques;
 mod discovery;
 mod examples;

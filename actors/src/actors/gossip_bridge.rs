@@ -37,6 +37,19 @@ impl Actor for GossipBridge {
     }
 }
 
+/// Stop following gossip: the node moves to another clique's gossip, whose bridge is
+/// a new one.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Unbridge;
+
+impl Handler<Unbridge> for GossipBridge {
+    type Result = ();
+    fn handle(&mut self, _: Unbridge, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
 impl StreamHandler<Membership> for GossipBridge {
     fn handle(&mut self, live: Membership, ctx: &mut Self::Context) {
         match self.node.upgrade() {

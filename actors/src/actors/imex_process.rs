@@ -108,6 +108,17 @@ pub struct ApplyPeers {
 #[rtype(result = "()")]
 pub struct ReleaseImex;
 
+/// The node moves to another clique: the domain that drove the daemon retired, and
+/// the new clique's domain numbers its peer sets afresh. The daemon runs on as it is
+/// (a job's local IMEX stays up; nodes that moved together may keep their links):
+/// the version it runs is forgotten, so that the next [`ApplyPeers`] is applied
+/// whatever its number, and it is not stopped for want of a peer set until then. A
+/// [`ReleaseImex`] (no domain in the new clique drives IMEX) ends the handover and
+/// stops it.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Handover;
+
 /// The node is going away: stop polling and restarting; stop the daemon too if
 /// `stop_daemon` (a graceful stop), or leave it be (the process died with the node).
 #[derive(Debug, Message)]
@@ -157,6 +168,10 @@ pub struct ImexProcessActor {
     not_before: Option<Instant>,
     exited_unexpectedly: bool,
     detached: bool,
+    /// Between a [`Handover`] and the next owner's first [`ApplyPeers`].
+    handed_over: bool,
+    /// Handovers so far: a start or apply begun before one completes for nobody.
+    handovers: u64,
     /// The next poll, when one is scheduled.
     next_poll: Option<SpawnHandle>,
     /// A status question is out.
@@ -201,6 +216,8 @@ impl ImexProcessActor {
             not_before: None,
             exited_unexpectedly: false,
             detached: false,
+            handed_over: false,
+            handovers: 0,
             next_poll: None,
             polling: false,
             poll_wanted: false,
@@ -217,7 +234,7 @@ impl ImexProcessActor {
             return;
         }
         let Some((version, peers)) = self.desired.clone() else {
-            if self.running {
+            if self.running && !self.handed_over {
                 self.stop(ctx);
             }
             return;
@@ -236,6 +253,7 @@ impl ImexProcessActor {
         let imex = self.imex.clone();
         let starting = !self.running;
         let claims_in_use = self.claims_in_use;
+        let handovers = self.handovers;
         ctx.spawn(
             async move {
                 if starting {
@@ -251,7 +269,9 @@ impl ImexProcessActor {
                 match result {
                     Ok(()) => {
                         act.running = true;
-                        act.applied = Some(version);
+                        // A version of the owner before a handover means nothing to
+                        // the next one, which numbers afresh.
+                        act.applied = (act.handovers == handovers).then_some(version);
                         act.not_before = None;
                         if starting {
                             act.watch_exit(ctx);
@@ -508,6 +528,7 @@ impl ImexProcessActor {
             None => {
                 self.episodes += 1;
                 metrics::gauge!(IMEX_FAILING).set(1.0);
+                self.imex.failing(self.episodes);
                 self.episodes
             }
         };
@@ -569,7 +590,14 @@ impl Handler<ApplyPeers> for ImexProcessActor {
         self.owner = Some(msg.owner);
         self.desired = Some((msg.version, msg.peers));
         self.claims_in_use = msg.claims_in_use;
+        let handed_over = std::mem::take(&mut self.handed_over);
         self.drive(ctx);
+        if handed_over {
+            // Nothing was asked during the handover: what the daemon did meanwhile
+            // (an exit) is learnt now.
+            let delay = self.schedule.changed();
+            self.poll_in(delay, ctx);
+        }
     }
 }
 
@@ -590,7 +618,27 @@ impl Handler<ReleaseImex> for ImexProcessActor {
     fn handle(&mut self, _: ReleaseImex, ctx: &mut Self::Context) {
         self.owner = None;
         self.desired = None;
+        self.handed_over = false;
         self.drive(ctx);
+    }
+}
+
+impl Handler<Handover> for ImexProcessActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Handover, ctx: &mut Self::Context) {
+        info!(
+            running = self.running,
+            "IMEX daemon handed over to the new clique's domain: kept running as it is"
+        );
+        self.owner = None;
+        self.desired = None;
+        self.applied = None;
+        self.handed_over = true;
+        self.handovers += 1;
+        if let Some(handle) = self.next_poll.take() {
+            ctx.cancel_future(handle);
+        }
     }
 }
 
@@ -601,6 +649,7 @@ impl Handler<Detach> for ImexProcessActor {
     // Detached, with no timer left, we stop once the last address is dropped.
     fn handle(&mut self, Detach { stop_daemon }: Detach, ctx: &mut Self::Context) {
         self.detached = true;
+        self.handed_over = false;
         for handle in [
             self.next_poll.take(),
             self.exit_watch.take(),

@@ -29,6 +29,9 @@ use crate::ports::{
 use crate::rules::channel_health::DomainHealth;
 use crate::rules::channels::shared_imex_uid;
 
+mod clique;
+pub use clique::{JoinClique, LeaveClique};
+
 pub const PREPARES: &str = "domaind_prepare_total";
 pub const CHECKPOINT_FAILURES: &str = "domaind_checkpoint_failures_total";
 
@@ -103,6 +106,8 @@ pub struct NodeActor {
     checkpoint: Checkpoint,
     /// Each domain's health here as it last judged it, for the prepared devices.
     health: BTreeMap<DomainUid, DomainHealth>,
+    /// The clique this node moves to, between [`LeaveClique`] and [`JoinClique`].
+    moving: Option<crate::model::CliqueId>,
 }
 
 impl std::fmt::Debug for NodeActor {
@@ -125,6 +130,7 @@ impl NodeActor {
             shared_progress: None,
             checkpoint: Checkpoint::default(),
             health: BTreeMap::new(),
+            moving: None,
         }
     }
 
@@ -320,6 +326,7 @@ impl NodeActor {
                 self.config.node
             )));
         }
+        self.refuse_while_moving()?;
         if info.joins_domain()
             && info.isolation == Isolation::Channel
             && info.allocation_mode == AllocationMode::All

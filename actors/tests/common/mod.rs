@@ -85,6 +85,12 @@ impl Default for Rack {
 impl Rack {
     /// Starts (or restarts, keeping its checkpoint) a node.
     pub fn start(&mut self, node: &str) {
+        let net = self.net.clone();
+        self.start_in(node, &net, CliqueId("cluster-1.0".into()));
+    }
+
+    /// Starts a node in `clique`, gossiping on `net` (one net per clique).
+    pub fn start_in(&mut self, node: &str, net: &FakeGossipNet, clique: CliqueId) {
         let (checkpoint, generation, index) = match self.nodes.get(node) {
             Some(old) => (old.checkpoint.clone(), old.generation + 1, old.index),
             None => (
@@ -93,15 +99,11 @@ impl Rack {
                 self.nodes.len() as u8 + 1,
             ),
         };
-        let gossip = self.net.join(node, generation);
+        let gossip = net.join(node, generation);
         let imex = self.fabric.daemon(node);
         let events = FakeEventSink::default();
         let health = domaind_actors::HealthBoard::default();
-        let mut config = NodeConfig::new(
-            node,
-            IpAddr::from([127, 0, 1, index]),
-            CliqueId("cluster-1.0".into()),
-        );
+        let mut config = NodeConfig::new(node, IpAddr::from([127, 0, 1, index]), clique);
         (self.configure)(&mut config);
         let ports = Ports {
             gossip: Arc::new(gossip.clone()),

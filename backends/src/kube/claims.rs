@@ -36,6 +36,7 @@ use async_trait::async_trait;
 use domaind_actors::model::{ClaimInfo, ClaimRef, NodeId};
 use domaind_actors::ports::{ClaimError, ClaimSource};
 use k8s_openapi::api::resource::v1::ResourceClaim;
+use tokio::sync::watch;
 use tracing::warn;
 
 use super::BAD_CLAIMS;
@@ -52,8 +53,9 @@ pub struct KubeClaimSource {
     pub(super) node: NodeId,
     pub(super) driver: String,
     pub(super) timeout: Duration,
-    /// This node's NVLink clique, for domains that share the clique's IMEX domain.
-    pub(super) clique: String,
+    /// This node's NVLink clique, for domains that share the clique's IMEX domain; it
+    /// follows the node when its fabric registers in another clique.
+    pub(super) clique: watch::Receiver<String>,
 }
 
 // The client has no Debug of its own.
@@ -81,13 +83,14 @@ impl KubeClaimSource {
             node: node.into(),
             driver: driver.into(),
             timeout,
-            clique: String::new(),
+            clique: watch::Sender::new(String::new()).subscribe(),
         }
     }
 
-    /// This node's NVLink clique (`<clusterUUID>.<cliqueId>`), or empty without fabric.
-    pub fn in_clique(mut self, clique: impl Into<String>) -> Self {
-        self.clique = clique.into();
+    /// This node's NVLink clique (`<clusterUUID>.<cliqueId>`, or empty without fabric),
+    /// as it is at each claim.
+    pub fn in_clique(mut self, clique: watch::Receiver<String>) -> Self {
+        self.clique = clique;
         self
     }
 
@@ -237,7 +240,8 @@ impl ClaimSource for KubeClaimSource {
                 ),
             ));
         }
-        if let Some(other) = spans_cliques(&cd, &self.clique).filter(|_| !admin) {
+        let clique = self.clique.borrow().clone();
+        if let Some(other) = spans_cliques(&cd, &clique).filter(|_| !admin) {
             metrics::counter!(BAD_CLAIMS, "reason" => "spans_cliques").increment(1);
             let message = format!(
                 "{label}: ComputeDomain {}/{} has isolation Channel and already runs in NVLink \
@@ -245,7 +249,7 @@ impl ClaimSource for KubeClaimSource {
                  domain gets its channel there and cannot span cliques (no memory is shared \
                  across cliques anyway): schedule its pods in one clique (a node affinity on \
                  the clique label), or wait until its pods in {other} are gone",
-                domain.namespace, domain.name, self.clique
+                domain.namespace, domain.name, clique
             );
             warn!(claim = %asked.uid, %message, "claim refused for now");
             return Err(ClaimError::Transient(message));

@@ -99,6 +99,7 @@ pub fn kube_event(event: &DomainEvent) -> (Event, bool) {
         DomainEvent::SharedImexFault { node: name, .. } => {
             ("SharedImexDomain", Some(node(name)), false)
         }
+        DomainEvent::CliqueMoved { node: name, .. } => ("NvlinkClique", Some(node(name)), false),
         DomainEvent::PrepareRefused { claim, .. } => (
             "PrepareResources",
             Some(ObjectReference {

@@ -97,8 +97,12 @@ pub struct KubeBackend {
     pub checkpoint: Arc<ReconcilingCheckpointStore>,
     domains: DomainCache,
     pool: watch::Sender<PoolSpec>,
+    /// The claim source's view of this node's clique.
+    clique: watch::Sender<String>,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    /// Seed discovery, following one clique's slices: replaced when the node moves.
+    discovery: Option<(CancellationToken, JoinHandle<()>)>,
 }
 
 // The client has no Debug of its own.
@@ -143,6 +147,7 @@ impl KubeBackend {
                 stop.clone(),
             ),
         );
+        let clique = watch::Sender::new(settings.clique.clone());
         let checkpoint = ReconcilingCheckpointStore::new(
             file,
             client.clone(),
@@ -165,7 +170,7 @@ impl KubeBackend {
                     settings.driver.clone(),
                     settings.api_timeout,
                 )
-                .in_clique(settings.clique.clone()),
+                .in_clique(clique.subscribe()),
             ),
             status: Arc::new(KubeStatusSink::new(
                 client.clone(),
@@ -182,8 +187,10 @@ impl KubeBackend {
             client,
             settings,
             pool,
+            clique,
             stop,
             tasks: vec![watching, publishing],
+            discovery: None,
         }
     }
 
@@ -208,8 +215,9 @@ impl KubeBackend {
     }
 
     /// Follows this node's clique-mates in the API server and hands their gossip
-    /// addresses to `sink` (see [`peers`]), until [`stop`](Self::stop). Nothing for
-    /// the empty clique: a node without fabric gossips with nobody.
+    /// addresses to `sink` (see [`peers`]), until [`stop`](Self::stop) or a
+    /// [`move_clique`](Self::move_clique). Nothing for the empty clique: a node without
+    /// fabric gossips with nobody.
     pub fn discover_seeds(&mut self, sink: Arc<dyn SeedSink>) {
         let Some(events) = peers::watch_clique_slices(
             self.client.clone(),
@@ -223,13 +231,15 @@ impl KubeBackend {
             selector = peers::clique_selector(&self.settings.clique).unwrap_or_default(),
             "gossip seeds: following this clique's ResourceSlices"
         );
-        self.tasks.push(tokio::spawn(peers::follow(
+        let stop = self.stop.child_token();
+        let task = tokio::spawn(peers::follow(
             events,
             Peers::new(self.settings.node.clone(), self.settings.clique.clone()),
             sink,
             peers::RESEED_INTERVAL,
-            self.stop.clone(),
-        )));
+            stop.clone(),
+        ));
+        self.discovery = Some((stop, task));
     }
 
     /// Writes each prepared device's health into its claim's `status.devices` as
@@ -253,22 +263,44 @@ impl KubeBackend {
         )));
     }
 
-    /// Publishes the node's slices with another clique (they are rewritten at a new
-    /// pool generation).
-    pub fn set_clique(&self, clique: impl Into<String>) {
-        let clique = clique.into();
+    /// The node's fabric registered in another clique: its slices are rewritten with
+    /// `clique` and `gossip_addr` (at a new pool generation), claims are checked
+    /// against it, and seed discovery, when `seeds` is given (the new clique's gossip),
+    /// follows the new clique's slices instead of the old one's.
+    pub async fn move_clique(
+        &mut self,
+        clique: &str,
+        gossip_addr: SocketAddr,
+        seeds: Option<Arc<dyn SeedSink>>,
+    ) {
+        if let Some((stop, task)) = self.discovery.take() {
+            stop.cancel();
+            let _ = task.await;
+        }
+        self.settings.clique = clique.to_owned();
+        self.settings.gossip_addr = Some(gossip_addr);
+        self.clique.send_replace(clique.to_owned());
         self.pool.send_if_modified(|pool| {
-            let changed = pool.clique != clique;
-            pool.clique = clique;
+            let changed = pool.clique != clique || pool.gossip_addr != Some(gossip_addr);
+            pool.clique = clique.to_owned();
+            pool.gossip_addr = Some(gossip_addr);
             changed
         });
+        info!(clique, %gossip_addr, "this node's ResourceSlices are published in its new clique");
+        if let Some(sink) = seeds {
+            self.discover_seeds(sink);
+        }
     }
 
     /// Stops the watch and the publisher; with `delete_slices`, then deletes this
     /// node's slices (nothing republishes them any more).
     pub async fn stop(self, delete_slices: bool) {
         self.stop.cancel();
-        for task in self.tasks {
+        for task in self
+            .tasks
+            .into_iter()
+            .chain(self.discovery.map(|(_, task)| task))
+        {
             let _ = task.await;
         }
         if delete_slices {

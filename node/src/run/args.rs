@@ -183,6 +183,14 @@ pub struct RunArgs {
     #[arg(long, env = "DOMAIND_STALE_CLAIM_CHECK_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
     pub stale_claim_check_interval: Duration,
 
+    /// How often the node reads its NVLink fabric again (NVML, or the fake's topology
+    /// file) to learn whether it registered in another clique; it also reads it when
+    /// its IMEX daemon starts failing. A new clique is moved to once two reads in a row,
+    /// at least 10 s apart (or this interval, if shorter), give it. `0s` reads the
+    /// clique once, at start.
+    #[arg(long, env = "DOMAIND_CLIQUE_CHECK_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub clique_check_interval: Duration,
+
     /// The CDI spec directory the container runtime reads.
     #[arg(long, env = "DOMAIND_CDI_DIR", default_value = DEFAULT_CDI_DIR)]
     pub cdi_dir: PathBuf,

@@ -1,6 +1,10 @@
 //! The node daemon's parts, started in the order they depend on each other and stopped
 //! in the reverse: each step below is one boundary (TLS, gossip, a backend, the node
-//! actor, the servers), so that `start` reads as the order of start-up.
+//! actor, the servers), so that `start` reads as the order of start-up. The parts
+//! bound to the node's clique (gossip, the slices and seeds, the node actor's domains)
+//! move with it when it changes ([`moving`]).
+
+mod moving;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,6 +12,7 @@ use std::sync::Arc;
 use actix::{Actor, Addr};
 use anyhow::Context as _;
 use domaind_actors::model::CliqueId;
+use domaind_actors::ports::Imex;
 use domaind_actors::{Depart, NodeActor, NodeConfig, Ports};
 use domaind_backends::kube::{KubeBackend, KubeSettings};
 use domaind_backends::local::{
@@ -26,17 +31,19 @@ use domaind_kubelet_plugin::{
 use domaind_prepare::PrepareService;
 use domaind_prepare::cdi::CdiWriter;
 use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use super::clique::{CliqueMove, CliqueTiming, CliqueWatch, InventoryReader, ObservedImex};
 use super::device_health;
 use super::seeds::{self, SeedPlan, StaticSeeds};
 use super::vitals::{self, Vitals};
 use super::{
     Backend, GossipPort, RETRACT_ROUNDS, RunArgs, RunInfo, SlicesOnExit, SystemClock,
     TLS_RELOAD_INTERVAL, channel_injection, discover_clique, eager_gossip, gossip_limits, http,
-    imex_settings, outcome, readiness, tls, until_stop, wait_for_signal,
+    imex_settings, open_inventory, outcome, readiness, tls, until_stop, wait_for_signal,
 };
 
 /// A task that runs until its token is cancelled.
@@ -59,6 +66,24 @@ struct GossipPlane {
     cluster_id: String,
     /// Re-resolves static seed names while the daemon runs.
     static_resolving: Option<Background>,
+    /// Records the gossip task's end as a fatal fault ([`vitals::watch_gossip`]).
+    watch: JoinHandle<()>,
+}
+
+impl GossipPlane {
+    /// What `/state` shows of it.
+    fn view(&self) -> http::StateGossip {
+        http::StateGossip {
+            node: self.node.clone(),
+            cluster_id: self.cluster_id.clone(),
+        }
+    }
+}
+
+/// The clique watch, and the moves it decides.
+struct CliqueWatching {
+    watch: Background,
+    moves: mpsc::Receiver<CliqueMove>,
 }
 
 /// Where claims and status go: the backend's ports, and what the stop and the stale
@@ -83,7 +108,12 @@ pub(super) struct Daemon {
     vitals: Arc<Vitals>,
     readiness: Arc<http::Readiness>,
     node_actor: Addr<NodeActor>,
+    /// For gossip started anew in another clique.
+    tls: Arc<NodeTls>,
     gossip: GossipPlane,
+    /// The gossip plane `/state` reports: the one of the moment.
+    state_gossip: watch::Sender<http::StateGossip>,
+    clique_watch: Option<CliqueWatching>,
     plugin_server: RunningPluginServer,
     kube: Option<KubeBackend>,
     stale_check: Option<Background>,
@@ -115,7 +145,8 @@ impl Daemon {
         let _reloader = tls.spawn_reloader(TLS_RELOAD_INTERVAL);
         // IMEX's links follow the certificate gossip accepted, through every rotation.
         let imex_credentials = tls.files();
-        let clique = discover_clique(&args).await?;
+        let inventory = open_inventory(&args)?;
+        let clique = discover_clique(&inventory).await?;
         info!(clique = %clique, "clique discovered");
 
         // Opens whatever the state directory's state: a full or read-only one is served
@@ -134,14 +165,16 @@ impl Daemon {
             info!(file = %stale, "removed a CDI file an interrupted write left");
         }
 
-        let gossip = start_gossip(&args, &clique, tls).await?;
-        let _gossip_watch = vitals::watch_gossip(vitals.clone(), &gossip.node);
+        let gossip = start_gossip(&args, &clique, tls.clone(), &vitals).await?;
+        let state_gossip = watch::Sender::new(gossip.view());
 
         let imex = Arc::new(ImexDaemon::with_credentials(
             imex_settings(&args, &paths.cert)?,
             imex_credentials,
         ));
         let imex_catching_up = imex.catching_up();
+        let imex_failing = Arc::new(Notify::new());
+        let imex: Arc<dyn Imex> = Arc::new(ObservedImex::new(imex, imex_failing.clone()));
         let backend = start_backend(&args, &clique, &gossip, imex, checkpoint, &cdi).await?;
         // Before the node actor loads the checkpoint: damage found there is told.
         checkpoint_events.report_events_to(node.as_str(), backend.ports.events.clone());
@@ -159,7 +192,7 @@ impl Daemon {
             readiness::catch_up_hold,
         ));
         let (device_health, _follows_health) = device_health::follow(&backend.ports.health);
-        let node_actor = NodeActor::new(node_config(&args, clique), backend.ports).start();
+        let node_actor = NodeActor::new(node_config(&args, clique.clone()), backend.ports).start();
 
         let stop_http = CancellationToken::new();
         let (http_addr, http_task) = http::serve(
@@ -182,8 +215,7 @@ impl Daemon {
             let (bound, task) = http::serve_state(
                 addr,
                 node_actor.clone(),
-                gossip.node.clone(),
-                gossip.cluster_id.clone(),
+                state_gossip.subscribe(),
                 persistence,
                 http.stop.clone(),
             )
@@ -220,12 +252,16 @@ impl Daemon {
         .await
         .context("cannot start the kubelet plugin")?;
 
+        let clique_watch = watch_clique(&args, inventory, &clique, imex_failing);
         let daemon = Daemon {
             args,
             vitals,
             readiness,
             node_actor,
+            tls,
             gossip,
+            state_gossip,
+            clique_watch,
             plugin_server,
             kube: backend.kube,
             stale_check,
@@ -237,9 +273,8 @@ impl Daemon {
         Ok(daemon)
     }
 
-    /// Writes `run.json` and turns `/readyz` on (held while the kubelet has not
-    /// registered the plugin, where asked).
-    fn announce_ready(&self) {
+    /// Writes `run.json`: where this daemon listens.
+    fn write_run_info(&self) -> RunInfo {
         let info = RunInfo {
             pid: std::process::id(),
             node: self.args.node_name.to_string(),
@@ -254,6 +289,13 @@ impl Daemon {
         if let Err(error) = info.write(&self.args.state_dir) {
             warn!(%error, dir = %self.args.state_dir.display(), "cannot write run.json; going on without it");
         }
+        info
+    }
+
+    /// Writes `run.json` and turns `/readyz` on (held while the kubelet has not
+    /// registered the plugin, where asked).
+    fn announce_ready(&self) {
+        let info = self.write_run_info();
         if self.args.ready_needs_kubelet {
             let registration = self.plugin_server.registration();
             let socket = self.plugin_server.registration_socket().to_owned();
@@ -280,10 +322,33 @@ impl Daemon {
         );
     }
 
-    /// Serves until SIGTERM, SIGINT or a fatal fault, then stops; an error after a
-    /// fault, so that the process exits non-zero.
-    pub(super) async fn serve_until_stopped(self) -> anyhow::Result<()> {
-        let fault = until_stop(wait_for_signal(), &self.vitals).await?;
+    /// Serves until SIGTERM, SIGINT or a fatal fault, moving the node whenever its
+    /// clique changes, then stops; an error after a fault, so that the process exits
+    /// non-zero. A signal during a move is taken once the move is done.
+    pub(super) async fn serve_until_stopped(mut self) -> anyhow::Result<()> {
+        enum Next {
+            Stop(anyhow::Result<Option<String>>),
+            Move(CliqueMove),
+        }
+        let vitals = self.vitals.clone();
+        let stopping = until_stop(wait_for_signal(), &vitals);
+        tokio::pin!(stopping);
+        let fault = loop {
+            let moves = async {
+                match self.clique_watch.as_mut() {
+                    Some(watching) => watching.moves.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let next = tokio::select! {
+                stopped = &mut stopping => Next::Stop(stopped),
+                Some(moved) = moves => Next::Move(moved),
+            };
+            match next {
+                Next::Stop(stopped) => break stopped?,
+                Next::Move(moved) => self.move_clique(moved).await,
+            }
+        };
         if let Some(fault) = &fault {
             self.readiness.fail(fault.clone());
         }
@@ -299,6 +364,7 @@ impl Daemon {
             args,
             node_actor,
             gossip,
+            clique_watch,
             plugin_server,
             kube,
             stale_check,
@@ -307,6 +373,9 @@ impl Daemon {
             certificate_renewal,
             ..
         } = self;
+        if let Some(watching) = clique_watch {
+            watching.watch.stop().await;
+        }
         // No release races the departure (it would leave a domain the node is leaving).
         if let Some(check) = stale_check {
             check.stop().await;
@@ -327,6 +396,7 @@ impl Daemon {
             if let Err(error) = gossip.node.stop().await {
                 warn!(%error, "gossip did not stop cleanly");
             }
+            gossip.watch.abort();
             plugin_server.shutdown().await;
             if let Some(kube) = kube {
                 kube.stop(args.slices_on_exit == SlicesOnExit::Delete).await;
@@ -350,11 +420,13 @@ impl Daemon {
     }
 }
 
-/// Joins the clique's gossip ring over TLS, seeded as the seed plan says.
+/// Joins the clique's gossip ring over TLS, seeded as the seed plan says; its end,
+/// unless asked for, is a fatal fault.
 async fn start_gossip(
     args: &RunArgs,
     clique: &CliqueId,
     tls: Arc<NodeTls>,
+    vitals: &Arc<Vitals>,
 ) -> anyhow::Result<GossipPlane> {
     let node = args.node_name.clone();
     let cluster_id = cluster_id_for_clique(&clique.0);
@@ -402,11 +474,39 @@ async fn start_gossip(
                 tokio::spawn(names.follow(gossip.clone(), seeds::RESOLVE_INTERVAL, stop.clone()));
             Background { stop, task }
         });
+    let watch = vitals::watch_gossip(vitals.clone(), &gossip);
     Ok(GossipPlane {
         node: gossip,
         seed_plan,
         cluster_id,
         static_resolving,
+        watch,
+    })
+}
+
+/// The clique watch (`clique/`), unless `--clique-check-interval` is zero.
+fn watch_clique(
+    args: &RunArgs,
+    inventory: Arc<dyn domaind_gpu::GpuInventory>,
+    clique: &CliqueId,
+    imex_failing: Arc<Notify>,
+) -> Option<CliqueWatching> {
+    if args.clique_check_interval.is_zero() {
+        info!("the NVLink clique is read once, at start (--clique-check-interval 0s)");
+        return None;
+    }
+    let watch = CliqueWatch::new(
+        InventoryReader(inventory),
+        clique.clone(),
+        CliqueTiming::every(args.clique_check_interval),
+        imex_failing,
+    );
+    let (moves, taken) = mpsc::channel(1);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(watch.run(moves, stop.clone()));
+    Some(CliqueWatching {
+        watch: Background { stop, task },
+        moves: taken,
     })
 }
 
@@ -415,7 +515,7 @@ async fn start_backend(
     args: &RunArgs,
     clique: &CliqueId,
     gossip: &GossipPlane,
-    imex: Arc<ImexDaemon>,
+    imex: Arc<dyn Imex>,
     checkpoint: FileCheckpointStore,
     cdi: &CdiWriter,
 ) -> anyhow::Result<BackendPorts> {

@@ -69,20 +69,26 @@ pub async fn serve(
     domaind_kube_api::health::serve(addr, app, stop).await
 }
 
+/// The gossip plane of the moment: it is replaced when the node moves to another
+/// clique.
+#[derive(Clone)]
+pub struct StateGossip {
+    pub node: Arc<GossipNode>,
+    pub cluster_id: String,
+}
+
 /// Binds `addr` and serves `/state` until `stop` is cancelled, under the same limits as
 /// the other endpoints. Returns the bound address and the server's task.
 pub async fn serve_state(
     addr: SocketAddr,
     node: Addr<NodeActor>,
-    gossip: Arc<GossipNode>,
-    cluster_id: String,
+    gossip: watch::Receiver<StateGossip>,
     persistence: watch::Receiver<Persistence>,
     stop: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let sources = StateSources {
         node,
         gossip,
-        cluster_id,
         persistence,
     };
     let app = Router::new()
@@ -94,8 +100,7 @@ pub async fn serve_state(
 /// What `/state` is made of.
 struct StateSources {
     node: Addr<NodeActor>,
-    gossip: Arc<GossipNode>,
-    cluster_id: String,
+    gossip: watch::Receiver<StateGossip>,
     persistence: watch::Receiver<Persistence>,
 }
 
@@ -128,9 +133,10 @@ async fn state(State(sources): State<Arc<StateSources>>) -> Response {
                 })
                 .collect();
             view.channels.sort();
+            let gossip = sources.gossip.borrow().clone();
             view.gossip = GossipView {
-                cluster_id: sources.cluster_id.clone(),
-                members: sources.gossip.live_nodes().into_keys().collect(),
+                cluster_id: gossip.cluster_id,
+                members: gossip.node.live_nodes().into_keys().collect(),
             };
             view.checkpoint = CheckpointView::from(&*sources.persistence.borrow());
             Json(view).into_response()

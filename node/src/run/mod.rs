@@ -9,6 +9,7 @@
 //! (Kubernetes backend) stop publishing slices, deleting them if told to.
 
 mod args;
+pub mod clique;
 mod daemon;
 mod device_health;
 mod http;
@@ -123,15 +124,19 @@ async fn wait_for_signal() -> anyhow::Result<&'static str> {
     })
 }
 
-/// The node's clique, from the fake topology or NVML. While the GPUs' fabric
-/// registration is under way the answer is transient: ask again, for a while.
-async fn discover_clique(args: &RunArgs) -> anyhow::Result<CliqueId> {
-    let inventory: Arc<dyn GpuInventory> = Arc::from(domaind_gpu::open_inventory(
+/// The node's GPUs: the fake topology or NVML, as the flags say.
+fn open_inventory(args: &RunArgs) -> anyhow::Result<Arc<dyn GpuInventory>> {
+    Ok(Arc::from(domaind_gpu::open_inventory(
         args.gpu_topology.as_deref(),
         args.node_name.as_str(),
         &args.nvml_library,
         &args.driver_root,
-    )?);
+    )?))
+}
+
+/// The node's clique at start. While the GPUs' fabric registration is under way the
+/// answer is transient: ask again, for a while.
+async fn discover_clique(inventory: &Arc<dyn GpuInventory>) -> anyhow::Result<CliqueId> {
     let deadline = tokio::time::Instant::now() + CLIQUE_WAIT;
     let mut delay = Duration::from_millis(500);
     loop {

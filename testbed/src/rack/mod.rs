@@ -83,6 +83,11 @@ pub struct RackSpec {
     /// Every daemon is given the others' gossip addresses (`--seed`); false leaves
     /// seeding to `--seed-discovery` (the API server's, with the Kubernetes backend).
     pub static_seeds: bool,
+    /// With static seeds: each daemon's list names every node of the rack, not only
+    /// its clique-mates, so that a node whose fabric registers in another clique
+    /// ([`LocalRack::register_in_clique`]) can find its new mates. Syns that cross
+    /// cliques are dropped by their receivers and counted.
+    pub seeds_across_cliques: bool,
     /// Each node's IMEX is kept by an IMEX runner of its own (`domaind imex-runner`,
     /// `run --imex-runner`), a process beside the daemon as a cluster's runner pod is:
     /// killing the daemon leaves IMEX running ([`LocalRack::kill`]); killing the node
@@ -137,6 +142,7 @@ impl RackSpec {
             env: Vec::new(),
             node_env: Vec::new(),
             static_seeds: true,
+            seeds_across_cliques: false,
             imex_runner: false,
         }
     }
@@ -286,8 +292,8 @@ impl LocalRack {
             .collect()
     }
 
-    /// The gossip addresses of node `index`'s clique-mates: its seeds (none without
-    /// static seeds).
+    /// The gossip addresses of node `index`'s clique-mates (or of every other node,
+    /// with [`RackSpec::seeds_across_cliques`]): its seeds (none without static seeds).
     fn seeds_for(&self, index: usize) -> Vec<String> {
         if !self.spec.static_seeds {
             return Vec::new();
@@ -296,9 +302,26 @@ impl LocalRack {
         self.nodes
             .iter()
             .enumerate()
-            .filter(|(i, _)| *i != index && self.clique_of(*i) == clique)
+            .filter(|(i, _)| {
+                *i != index && (self.spec.seeds_across_cliques || self.clique_of(*i) == clique)
+            })
             .map(|(_, n)| SocketAddr::new(n.ip(), n.gossip_port()).to_string())
             .collect()
+    }
+
+    /// Node `index`'s GPUs register with the fabric again, in clique `clique` (0-based,
+    /// as [`RackSpec::clique_id`] numbers them): the topology file is rewritten, and a
+    /// running daemon finds it at its next read. [`Self::clique_of`] still says the
+    /// clique the node started in.
+    pub fn register_in_clique(&self, index: usize, clique: usize) -> anyhow::Result<()> {
+        let path = self.spec.root.join("topology.json");
+        let mut topology = Topology::load(&path)?;
+        let name = self.nodes[index].name();
+        if !topology.move_to_simulated_rack(name, clique as u32 + 1) {
+            bail!("{name} is not in the rack's topology {}", path.display());
+        }
+        topology.write(&path)?;
+        Ok(())
     }
 
     /// Starts (or restarts) node `index`'s daemon; returns once it forked. Its state
@@ -429,6 +452,26 @@ mod tests {
         assert_eq!(seed_ips(&rack, 0), [ip(1), ip(2)]);
         assert_eq!(seed_ips(&rack, 4), [ip(3)]);
         assert_eq!(seed_ips(&rack, 5), [ip(6)]);
+    }
+
+    #[test]
+    fn seeds_across_cliques_name_every_other_node_and_a_node_re_registers() {
+        let tmp = short_temp_dir("dmrq").unwrap();
+        let mut spec =
+            RackSpec::self_contained(4, PathBuf::from("domaind"), tmp.path().to_path_buf());
+        spec.cliques = 2;
+        spec.seeds_across_cliques = true;
+        spec.subnet = domaind_loopback::NODE_RACK_UNIT_TESTS;
+        let rack = LocalRack::create(spec).unwrap();
+        let ip = |i: usize| rack.node(i).ip();
+        assert_eq!(seed_ips(&rack, 1), [ip(0), ip(2), ip(3)]);
+
+        rack.register_in_clique(1, 1).unwrap();
+        let topology = Topology::load(&tmp.path().join("topology.json")).unwrap();
+        let clique = |i: usize| topology.node(rack.node(i).name()).unwrap().clique();
+        assert_eq!(clique(1), Ok(RackSpec::clique_id(1)));
+        assert_eq!(clique(0), Ok(RackSpec::clique_id(0)));
+        assert_eq!(clique(2), Ok(RackSpec::clique_id(1)));
     }
 
     #[test]

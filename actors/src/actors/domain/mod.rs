@@ -78,6 +78,13 @@ pub struct Leave {
     pub workload_gone: bool,
 }
 
+/// The node moves to another clique: retract the advertisement and retire, as
+/// [`Leave`] does, but leave the IMEX daemon running: the node hands it to the new
+/// clique's domain (`imex_process::Handover`).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Retract;
+
 /// Retire now, as if the process died: retract nothing.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
@@ -472,11 +479,27 @@ impl Handler<WaitClaim> for DomainActor {
 impl Handler<Leave> for DomainActor {
     type Result = ResponseActFuture<Self, ()>;
     fn handle(&mut self, Leave { workload_gone }: Leave, _: &mut Self::Context) -> Self::Result {
-        self.leaving = true;
         info!(domain = %self.domain, workload_gone, "leaving the domain");
         if self.core.drives_imex() {
             self.imex.do_send(ReleaseImex);
         }
+        self.retire(workload_gone)
+    }
+}
+
+impl Handler<Retract> for DomainActor {
+    type Result = ResponseActFuture<Self, ()>;
+    fn handle(&mut self, _: Retract, _: &mut Self::Context) -> Self::Result {
+        info!(domain = %self.domain, "leaving the domain in this clique; IMEX is kept for the next");
+        self.retire(false)
+    }
+}
+
+impl DomainActor {
+    /// Retracts this node's keys and retires the status writer; the actor then does
+    /// nothing more.
+    fn retire(&mut self, workload_gone: bool) -> ResponseActFuture<Self, ()> {
+        self.leaving = true;
         let gossip = self.ports.gossip.clone();
         let uid = self.domain.uid.clone();
         let status_writer = self.status_writer.take();
