@@ -9,7 +9,7 @@ use actix::{Actor, Addr};
 use anyhow::Context as _;
 use domaind_actors::model::CliqueId;
 use domaind_actors::{Depart, NodeActor, NodeConfig, Ports};
-use domaind_backends::kube::{KubeBackend, KubeSettings};
+use domaind_backends::kube::{KubeBackend, KubeSettings, TaintTiming};
 use domaind_backends::local::{
     LocalClaimExistence, LocalClaimSource, LocalDir, LocalEventSink, LocalStaleClaimNotices,
     LocalStatusSink,
@@ -421,6 +421,8 @@ async fn start_backend(
     match args.backend {
         Backend::Kube => {
             let client = domaind_kube_api::client().await?;
+            // One board: the node actor publishes on it, the slices' taint reads it.
+            let health = domaind_actors::HealthBoard::default();
             let mut backend = KubeBackend::start(
                 client,
                 KubeSettings {
@@ -432,9 +434,14 @@ async fn start_backend(
                     default_readiness: args.default_readiness.into(),
                     api_timeout: args.kube.kube_api_timeout,
                     reconcile_timeout: args.reconcile_timeout,
+                    imex_taint: TaintTiming {
+                        after: args.imex_taint_after,
+                        clear_after: args.imex_untaint_after,
+                    },
                 },
                 checkpoint,
                 cdi.clone(),
+                health.subscribe(),
             );
             if gossip.seed_plan == SeedPlan::ApiServer {
                 backend.discover_seeds(gossip.node.clone());
@@ -447,7 +454,7 @@ async fn start_backend(
                 claims: backend.claims.clone(),
                 checkpoint: backend.checkpoint.clone(),
                 clock: Arc::new(SystemClock),
-                health: domaind_actors::HealthBoard::default(),
+                health,
             };
             Ok(BackendPorts {
                 ports,
