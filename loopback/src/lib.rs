@@ -6,10 +6,10 @@
 //!
 //! Octet 0 is not ours: 127.0.0.1 holds the shared Kubernetes control plane of
 //! `../shared/kube` and 127.0.0.2 and up its fake nodes (the end-to-end suite's kubelets
-//! on 127.0.0.2-4, 8-10 and 41-42), each kubelet on fixed ports. Tests that bind only
-//! port 0 on 127.0.0.x (the gossip tests, unit tests on 127.0.0.1) need no entry: an
-//! ephemeral port collides with nothing. Addresses that are only data (never bound) need
-//! none either.
+//! on 127.0.0.2-4, 5-7, 8-10, 41-42 and 43-44), each kubelet on fixed ports. Tests
+//! that bind only port 0 on 127.0.0.x (the gossip tests, unit tests on 127.0.0.1) need
+//! no entry: an ephemeral port collides with nothing. Addresses that are only data
+//! (never bound) need none either.
 
 use std::net::Ipv4Addr;
 

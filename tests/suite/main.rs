@@ -19,6 +19,7 @@
 //! - `chaos_cluster`: `domaind-chaos run --cluster` on the real API server and kubelets.
 //! - `examples`: `deploy/examples/` accepted by the real API server (server-side dry run).
 //! - `pods`: the chaos harness's access to a chart-installed cluster's pods (`PodAccess`).
+//! - `taints`: a node whose IMEX keeps failing is tainted; the real scheduler goes elsewhere.
 
 mod admission;
 mod certs;
@@ -35,3 +36,4 @@ mod rack;
 mod sharing;
 mod statedir;
 mod storm;
+mod taints;
