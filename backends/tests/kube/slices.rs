@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use domaind_backends::kube::slices::tainted_slices;
 use domaind_backends::kube::slices::{PoolSpec, desired_slices, slice_name};
-use domaind_backends::kube::{SlicePublisher, delete_node_slices, watch_slices};
+use domaind_backends::kube::{SlicePublisher, delete_node_slices, inherited_taint, watch_slices};
 use domaind_kube_api::names::NODE_FIELD_MANAGER;
 use futures::StreamExt as _;
 use futures::channel::mpsc;
@@ -310,6 +311,39 @@ async fn the_taint_is_merged_into_the_pool_and_one_the_api_server_drops_is_not_a
         counter(&snapshot, "domaind_device_taints_dropped_total", &[]),
         1
     );
+}
+
+#[tokio::test]
+async fn a_restarted_daemon_finds_the_taint_its_predecessor_left() {
+    let (client, server) = pair();
+    let selector = "spec.nodeName=gb200-rack1-n01,spec.driver=compute-domain.nvidia.com";
+    let tainted = tainted_slices(&pool(8), &[imex_taint("exited")], 3, Some(&owner()));
+    let list = |items: Vec<ResourceSlice>| {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList",
+               "metadata": {"resourceVersion": "50"}, "items": items})
+    };
+    let script = server.play(vec![
+        Expect::get(SLICES)
+            .query("fieldSelector", selector)
+            .respond(200, list(tainted)),
+        Expect::get(SLICES)
+            .query("fieldSelector", selector)
+            .respond(200, list(published(8, 1, None))),
+        // Unreadable: nothing is kept (the next write goes without it).
+        Expect::get(SLICES).respond(503, status(503, "ServiceUnavailable", "starting")),
+    ]);
+    let timeout = Duration::from_secs(10);
+    assert_eq!(
+        inherited_taint(client.clone(), NODE, DRIVER, timeout).await,
+        Some(imex_taint("exited"))
+    );
+    assert_eq!(
+        inherited_taint(client.clone(), NODE, DRIVER, timeout).await,
+        None
+    );
+    assert_eq!(inherited_taint(client, NODE, DRIVER, timeout).await, None);
+    let mut server = script.await.unwrap();
+    server.assert_idle();
 }
 
 #[tokio::test]
