@@ -438,6 +438,18 @@ pub(crate) async fn start_daemons(
     dir: &Path,
     pod_prefix: &str,
 ) -> (LocalRack, Option<domaind_e2e::tokens::NodeTokens>) {
+    start_daemons_with(client, names, ips, dir, pod_prefix, &[]).await
+}
+
+/// [`start_daemons`], each daemon given `extra_args` too.
+pub(crate) async fn start_daemons_with(
+    client: &Client,
+    names: &[String],
+    ips: &[IpAddr],
+    dir: &Path,
+    pod_prefix: &str,
+    extra_args: &[&str],
+) -> (LocalRack, Option<domaind_e2e::tokens::NodeTokens>) {
     let state = kube_state_dir();
     let mut spec = RackSpec::self_contained(
         names.len(),
@@ -450,6 +462,8 @@ pub(crate) async fn start_daemons(
     spec.kubelet_dirs = Some(names.iter().map(|n| state.join("nodes").join(n)).collect());
     // As the chart installs it.
     spec.imex_runner = true;
+    spec.extra_args
+        .extend(extra_args.iter().map(|a| (*a).to_owned()));
     let tokens = node_tokens_for_rack(
         &mut spec.node_env,
         client,

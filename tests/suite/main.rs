@@ -23,6 +23,7 @@
 //! - `pods`: the chaos harness's access to a chart-installed cluster's pods (`PodAccess`).
 //! - `claim_status`: each pod's claim says how its channel is (`status.devices`).
 //! - `admin`: monitoring pods with `adminAccess` beside a workload, joining no domain.
+//! - `taints`: a node whose IMEX keeps failing is tainted; the real scheduler goes elsewhere.
 
 mod admin;
 mod admission;
@@ -43,3 +44,4 @@ mod rack;
 mod sharing;
 mod statedir;
 mod storm;
+mod taints;

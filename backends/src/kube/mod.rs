@@ -12,6 +12,8 @@
 //! | [`events`](KubeEventSink) | `EventSink`: Events on the CD through kube-runtime's recorder |
 //! | [`slices`] | what this node's ResourceSlices should hold, and the writes to get there (pure) |
 //! | [`publisher`](SlicePublisher) | keeps them so: watches them, writes with backoff |
+//! | [`taint_rule`] | when the channel devices carry the IMEX-failing taint (pure) |
+//! | [`taints`](ImexTaints) | follows the node's health into that taint; its events on the Node |
 //! | [`peers`] | gossip seeds: the clique-mates' addresses from their slices, watched |
 //! | [`reconcile`] | rebuilds prepared claims when the checkpoint is missing or corrupt |
 //! | [`stale`](KubeStaleClaimNotices) | whether a checkpointed claim's objects still exist; the event of its release |
@@ -33,6 +35,8 @@ pub mod reconcile;
 pub mod slices;
 mod stale;
 mod status;
+pub mod taint_rule;
+mod taints;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -55,6 +59,11 @@ pub use reconcile::{ReconcileSettings, ReconcilingCheckpointStore};
 pub use slices::PoolSpec;
 pub use stale::{KubeStaleClaimNotices, node_reference, released_kube_event};
 pub use status::{KubeStatusSink, status_apply_body};
+pub use taint_rule::TaintTiming;
+pub use taints::{
+    IMEX_TAINTED, IMEX_TAINTS, ImexTaints, KubeTaintNotices, TaintNotices, TaintSubject,
+    inherited_taint,
+};
 
 use crate::stale::{PreparedClaims, StaleClaimChecker};
 use domaind_actors::ports::{ErrorKind, PortError};
@@ -84,6 +93,8 @@ pub struct KubeSettings {
     pub api_timeout: Duration,
     /// Start-up reconciliation, all told.
     pub reconcile_timeout: Duration,
+    /// When the channel devices carry the IMEX-failing taint.
+    pub imex_taint: TaintTiming,
 }
 
 /// The running backend: the ports to give the actors, and the background work (the
@@ -116,12 +127,14 @@ impl std::fmt::Debug for KubeBackend {
 
 impl KubeBackend {
     /// Starts the ComputeDomain watch and the slice publisher (tokio tasks) and makes
-    /// the ports. `file` is the checkpoint store that reconciliation wraps.
+    /// the ports. `file` is the checkpoint store that reconciliation wraps; `health` is
+    /// the node's health board, which taints the slices while IMEX keeps failing.
     pub fn start(
         client: Client,
         settings: KubeSettings,
         file: FileCheckpointStore,
         cdi: CdiWriter,
+        health: watch::Receiver<Arc<HealthView>>,
     ) -> Self {
         let stop = CancellationToken::new();
         let (domains, watch_domains) = DomainCache::watch(client.clone());
@@ -141,12 +154,13 @@ impl KubeBackend {
             channels: settings.channel_devices,
             gossip_addr: settings.gossip_addr,
         });
-        let publishing = tokio::spawn(
-            SlicePublisher::new(client.clone(), pool_rx, settings.api_timeout).run(
-                watch_slices(client.clone(), &settings.node, &settings.driver),
-                stop.clone(),
-            ),
-        );
+        let publishing = tokio::spawn(publish(
+            client.clone(),
+            settings.clone(),
+            pool_rx,
+            health,
+            stop.clone(),
+        ));
         let clique = watch::Sender::new(settings.clique.clone());
         let checkpoint = ReconcilingCheckpointStore::new(
             file,
@@ -317,6 +331,44 @@ impl KubeBackend {
             }
         }
     }
+}
+
+/// The slice publisher, and the taint it merges in. The taint a process before this
+/// one left is read first, so that the first write keeps it rather than lifting it
+/// until IMEX fails again.
+async fn publish(
+    client: Client,
+    settings: KubeSettings,
+    pool: watch::Receiver<PoolSpec>,
+    health: watch::Receiver<Arc<HealthView>>,
+    stop: CancellationToken,
+) {
+    let inherited = tokio::select! {
+        () = stop.cancelled() => return,
+        taint = inherited_taint(client.clone(), &settings.node, &settings.driver, settings.api_timeout) => taint,
+    };
+    let (taints, taint) = ImexTaints::new(
+        TaintSubject {
+            node: settings.node.clone(),
+            driver: settings.driver.clone(),
+            channels: settings.channel_devices,
+        },
+        settings.imex_taint,
+        health,
+        inherited,
+        Arc::new(KubeTaintNotices::new(
+            client.clone(),
+            settings.node.clone(),
+            settings.api_timeout,
+        )),
+    );
+    let publisher = SlicePublisher::new(client.clone(), pool, settings.api_timeout)
+        .with_taint(taint)
+        .run(
+            watch_slices(client, &settings.node, &settings.driver),
+            stop.clone(),
+        );
+    tokio::join!(taints.run(stop), publisher);
 }
 
 /// The core's view of a failed API call: what asking again can do about it, with the

@@ -8,6 +8,13 @@
 //! write can conflict. Failed writes are retried with backoff, from what the watch
 //! says is there.
 //!
+//! The devices' taints are a second input (a `watch` of this node's taint), merged into
+//! what is written: the pool says what the node offers, the taint whether the scheduler
+//! should choose it now. An API server that drops the taints we write (its
+//! `DRADeviceTaints` off) is told once per taint, logged and counted
+//! (`domaind_device_taints_dropped_total`), and the taint is not asked for again: each
+//! write would otherwise differ from what the watch then shows, and be written again.
+//!
 //! Slices stay when the daemon stops (a restart should not make pods unschedulable for
 //! a moment). On a cluster, the kubelet removes a driver's slices itself once the
 //! driver's plugin socket has been gone for a while, which is what an uninstall
@@ -22,7 +29,7 @@ use ::kube::{Client, ResourceExt};
 use futures::stream::BoxStream;
 use futures::{FutureExt as _, StreamExt};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::resource::v1::{DeviceTaint, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -30,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::WATCH_ERRORS;
-use super::slices::{PoolSpec, plan};
+use super::slices::{PoolSpec, plan_tainted};
 use domaind_backoff::Backoff;
 use domaind_kube_api::api::{ApiError, bounded};
 use domaind_kube_api::names::NODE_FIELD_MANAGER;
@@ -39,6 +46,8 @@ use domaind_kube_api::names::NODE_FIELD_MANAGER;
 pub const SLICE_WRITES: &str = "domaind_resource_slice_writes_total";
 /// Slices of ours that something else deleted (and we wrote again).
 pub const SLICES_LOST: &str = "domaind_resource_slices_lost_total";
+/// Taints the API server dropped from our devices (its `DRADeviceTaints` off).
+pub const TAINTS_DROPPED: &str = "domaind_device_taints_dropped_total";
 
 /// The watch of this node's slices, as the publisher consumes it.
 pub type SliceEvents = BoxStream<'static, Result<watcher::Event<ResourceSlice>, watcher::Error>>;
@@ -70,6 +79,10 @@ enum Owner {
 pub struct SlicePublisher {
     client: Client,
     pool: watch::Receiver<PoolSpec>,
+    /// The taint every device carries, if any.
+    taint: watch::Receiver<Option<DeviceTaint>>,
+    /// A taint the API server dropped: not asked for again.
+    dropped: Option<DeviceTaint>,
     timeout: Duration,
     owner: Owner,
     /// The slices the API server has, as the watch and our own writes tell.
@@ -86,6 +99,7 @@ impl std::fmt::Debug for SlicePublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlicePublisher")
             .field("pool", &self.pool)
+            .field("taint", &self.taint)
             .field("view", &self.view)
             .field("synced", &self.synced)
             .field("last_generation", &self.last_generation)
@@ -94,11 +108,13 @@ impl std::fmt::Debug for SlicePublisher {
 }
 
 impl SlicePublisher {
-    /// Publishes what `pool` says, now and whenever it changes.
+    /// Publishes what `pool` says, now and whenever it changes; no taints.
     pub fn new(client: Client, pool: watch::Receiver<PoolSpec>, timeout: Duration) -> Self {
         Self {
             client,
             pool,
+            taint: watch::channel(None).1,
+            dropped: None,
             timeout,
             owner: Owner::Unknown,
             view: BTreeMap::new(),
@@ -109,12 +125,21 @@ impl SlicePublisher {
         }
     }
 
+    /// Every device also carries what `taint` says, now and whenever it changes.
+    pub fn with_taint(mut self, taint: watch::Receiver<Option<DeviceTaint>>) -> Self {
+        self.taint = taint;
+        self.dirty = true;
+        self
+    }
+
     /// Runs until `stop` is cancelled or the watch ends.
     pub async fn run(mut self, mut events: SliceEvents, stop: CancellationToken) {
         let mut retry =
             Backoff::new(Duration::from_millis(200), Duration::from_secs(30)).jittered();
         let mut retry_at: Option<Instant> = None;
         let mut pool_open = true;
+        // A publisher made without a taint has a closed one: nothing will come.
+        let mut taint_open = self.taint.has_changed().is_ok();
         loop {
             // Whatever the watch already has goes in first: writes start from the
             // freshest view, and an event queued before our own write cannot undo it.
@@ -155,6 +180,10 @@ impl SlicePublisher {
                     Ok(()) => self.dirty = true,
                     // The owner is gone: the pool stays as it was last set.
                     Err(_) => pool_open = false,
+                },
+                changed = self.taint.changed(), if taint_open => match changed {
+                    Ok(()) => self.dirty = true,
+                    Err(_) => taint_open = false,
                 },
                 () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
             }
@@ -248,8 +277,21 @@ impl SlicePublisher {
     async fn sync(&mut self) -> Result<(), ApiError> {
         let owner = self.owner().await?;
         let pool = self.pool.borrow().clone();
+        let taints: Vec<DeviceTaint> = self
+            .taint
+            .borrow()
+            .clone()
+            .filter(|taint| self.dropped.as_ref() != Some(taint))
+            .into_iter()
+            .collect();
         let observed: Vec<ResourceSlice> = self.view.values().cloned().collect();
-        let plan = plan(&pool, owner.as_ref(), &observed, self.last_generation);
+        let plan = plan_tainted(
+            &pool,
+            &taints,
+            owner.as_ref(),
+            &observed,
+            self.last_generation,
+        );
         if plan.is_empty() {
             // Remembered for a wipe: the pool comes back at the generation it had.
             self.last_generation = plan.generation;
@@ -272,7 +314,20 @@ impl SlicePublisher {
             )
             .await;
             count("apply", applied.is_ok());
-            self.view.insert(name, applied?);
+            let applied = applied?;
+            if let Some(taint) = taints.first()
+                && untainted(&applied)
+            {
+                metrics::counter!(TAINTS_DROPPED).increment(1);
+                warn!(
+                    slice = %name,
+                    key = %taint.key,
+                    "the API server dropped the devices' taints (is DRADeviceTaints on?); \
+                     the scheduler will not see them, and they are not written again"
+                );
+                self.dropped = Some(taint.clone());
+            }
+            self.view.insert(name, applied);
         }
         self.last_generation = plan.generation;
         for name in &plan.delete {
@@ -295,6 +350,16 @@ impl SlicePublisher {
         debug!(generation = plan.generation, "ResourceSlices published");
         Ok(())
     }
+}
+
+/// Whether a slice we wrote with taints came back with a device without any.
+fn untainted(slice: &ResourceSlice) -> bool {
+    slice
+        .spec
+        .devices
+        .iter()
+        .flatten()
+        .any(|device| device.taints.as_ref().is_none_or(Vec::is_empty))
 }
 
 fn count(op: &'static str, ok: bool) {

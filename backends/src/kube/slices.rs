@@ -13,6 +13,9 @@
 //! gossip address ([`GOSSIP_ADDRESS_ANNOTATION`]): its clique-mates find it there
 //! ([`peers`](super::peers)), each watching only its own clique's slices.
 //!
+//! While this node's IMEX keeps failing, every device carries the IMEX-failing taint
+//! ([`tainted_slices`]; when, in [`taint_rule`](super::taint_rule)).
+//!
 //! Several channel devices let several pods of one ComputeDomain land on one node
 //! (each claim is allocated one device). Which device a claim got does not matter to
 //! what it is given: a `Single` claim gets the domain's channel, whatever device the
@@ -23,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use k8s_openapi::api::resource::v1::{
-    Device, DeviceAttribute, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    Device, DeviceAttribute, DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -119,7 +122,7 @@ pub fn slice_name(node: &str, driver: &str, index: usize) -> String {
     format!("{prefix}{suffix}")
 }
 
-fn channel_device(channel: u32, clique: &str) -> Device {
+fn channel_device(channel: u32, clique: &str, taints: &[DeviceTaint]) -> Device {
     let attributes = BTreeMap::from([
         (
             "type".to_owned(),
@@ -146,13 +149,27 @@ fn channel_device(channel: u32, clique: &str) -> Device {
     Device {
         name: device_name(channel),
         attributes: Some(attributes),
+        taints: (!taints.is_empty()).then(|| taints.to_vec()),
         ..Device::default()
     }
 }
 
-/// The slices `pool` should consist of at `generation`, owned by `owner` (the Node).
+/// The slices `pool` should consist of at `generation`, owned by `owner` (the Node),
+/// with no taints.
 pub fn desired_slices(
     pool: &PoolSpec,
+    generation: i64,
+    owner: Option<&OwnerReference>,
+) -> Vec<ResourceSlice> {
+    tainted_slices(pool, &[], generation, owner)
+}
+
+/// [`desired_slices`], every device carrying `taints` (the node's own, kept apart from
+/// the pool: what the node offers and whether it should be chosen now change for
+/// different reasons).
+pub fn tainted_slices(
+    pool: &PoolSpec,
+    taints: &[DeviceTaint],
     generation: i64,
     owner: Option<&OwnerReference>,
 ) -> Vec<ResourceSlice> {
@@ -182,7 +199,7 @@ pub fn desired_slices(
                 devices: Some(
                     chunk
                         .iter()
-                        .map(|&channel| channel_device(channel, &pool.clique))
+                        .map(|&channel| channel_device(channel, &pool.clique, taints))
                         .collect(),
                 ),
                 ..ResourceSliceSpec::default()
@@ -212,11 +229,24 @@ impl SlicePlan {
 /// are compared, so what the API server adds never makes us write again.
 fn holds(observed: &ResourceSlice, desired: &ResourceSlice) -> bool {
     let spec = (&observed.spec, &desired.spec);
+    // A taint's time is the API server's to fill in or round; what it says is ours.
     let devices = |s: &ResourceSliceSpec| {
         s.devices
             .iter()
             .flatten()
-            .map(|d| (d.name.clone(), d.attributes.clone().unwrap_or_default()))
+            .map(|d| {
+                let taints: Vec<(String, Option<String>, String)> = d
+                    .taints
+                    .iter()
+                    .flatten()
+                    .map(|t| (t.key.clone(), t.value.clone(), t.effect.clone()))
+                    .collect();
+                (
+                    d.name.clone(),
+                    d.attributes.clone().unwrap_or_default(),
+                    taints,
+                )
+            })
             .collect::<Vec<_>>()
     };
     let owned = desired
@@ -250,7 +280,18 @@ fn holds(observed: &ResourceSlice, desired: &ResourceSlice) -> bool {
 }
 
 /// What to write, given the slices of our driver on this node that the API server has
-/// (`observed`) and the generation we last published.
+/// (`observed`) and the generation we last published; no taints.
+pub fn plan(
+    pool: &PoolSpec,
+    owner: Option<&OwnerReference>,
+    observed: &[ResourceSlice],
+    last_generation: i64,
+) -> SlicePlan {
+    plan_tainted(pool, &[], owner, observed, last_generation)
+}
+
+/// [`plan`] for devices carrying `taints`. A taint is content like any other: putting
+/// one on or taking it off writes the pool at a new generation.
 ///
 /// - All there and as desired: nothing.
 /// - Only some missing (the others as desired, at one generation): recreate those,
@@ -258,8 +299,9 @@ fn holds(observed: &ResourceSlice, desired: &ResourceSlice) -> bool {
 ///   starts deletes its node's).
 /// - Anything else (content changed, slices of another generation or name): the
 ///   whole pool at a new generation, above any seen, then delete the unwanted.
-pub fn plan(
+pub fn plan_tainted(
     pool: &PoolSpec,
+    taints: &[DeviceTaint],
     owner: Option<&OwnerReference>,
     observed: &[ResourceSlice],
     last_generation: i64,
@@ -278,7 +320,7 @@ pub fn plan(
     } else {
         seen_generation
     };
-    let wanted = desired_slices(pool, current, owner);
+    let wanted = tainted_slices(pool, taints, current, owner);
     let wanted_names: BTreeSet<String> = wanted
         .iter()
         .filter_map(|s| s.metadata.name.clone())
@@ -306,7 +348,7 @@ pub fn plan(
     let generation = seen_generation.max(last_generation) + 1;
     SlicePlan {
         generation,
-        apply: desired_slices(pool, generation, owner),
+        apply: tainted_slices(pool, taints, generation, owner),
         delete: extra,
     }
 }
@@ -512,6 +554,59 @@ mod tests {
             plan.delete,
             vec!["gb200-rack1-n01-compute-domain.nvidia.com-x7k2p".to_owned()]
         );
+    }
+
+    fn imex_taint(value: &str, at: &str) -> DeviceTaint {
+        DeviceTaint {
+            key: format!("{DRIVER}/imex-failing"),
+            value: Some(value.into()),
+            effect: "NoSchedule".into(),
+            time_added: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                at.parse().unwrap(),
+            )),
+        }
+    }
+
+    #[test]
+    fn a_taint_goes_on_every_device_of_every_slice_and_off_again() {
+        let taint = imex_taint("exited", "2026-05-01T10:00:00Z");
+        let untainted = desired_slices(&pool(300), 2, None);
+        let tainted = plan_tainted(
+            &pool(300),
+            std::slice::from_ref(&taint),
+            None,
+            &untainted,
+            2,
+        );
+        assert_eq!(tainted.generation, 3, "new content, new generation");
+        let devices: Vec<&Device> = tainted
+            .apply
+            .iter()
+            .flat_map(|s| s.spec.devices.iter().flatten())
+            .collect();
+        assert_eq!(devices.len(), 300);
+        assert!(
+            devices
+                .iter()
+                .all(|d| d.taints.as_deref() == Some(std::slice::from_ref(&taint)))
+        );
+        // Published: nothing more to do, whatever time the API server wrote.
+        let mut observed = tainted.apply.clone();
+        for device in observed[1].spec.devices.iter_mut().flatten() {
+            device.taints = Some(vec![imex_taint("exited", "2026-05-01T10:00:01Z")]);
+        }
+        assert!(
+            plan_tainted(&pool(300), std::slice::from_ref(&taint), None, &observed, 3).is_empty()
+        );
+        // Another cause is another taint.
+        let other = imex_taint("no-imex-binary", "2026-05-01T10:00:00Z");
+        assert_eq!(
+            plan_tainted(&pool(300), &[other], None, &observed, 3).generation,
+            4
+        );
+        let untaint = plan(&pool(300), None, &observed, 3);
+        assert_eq!(untaint.generation, 4);
+        assert_eq!(untaint.apply, desired_slices(&pool(300), 4, None));
     }
 
     #[test]

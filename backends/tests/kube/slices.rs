@@ -3,14 +3,15 @@
 
 use std::time::Duration;
 
+use domaind_backends::kube::slices::tainted_slices;
 use domaind_backends::kube::slices::{PoolSpec, desired_slices, slice_name};
-use domaind_backends::kube::{SlicePublisher, delete_node_slices, watch_slices};
+use domaind_backends::kube::{SlicePublisher, delete_node_slices, inherited_taint, watch_slices};
 use domaind_kube_api::names::NODE_FIELD_MANAGER;
 use futures::StreamExt as _;
 use futures::channel::mpsc;
 use http::Method;
-use k8s_openapi::api::resource::v1::ResourceSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::resource::v1::{DeviceTaint, ResourceSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::Client;
 use kube::runtime::watcher;
 use metrics_util::debugging::DebuggingRecorder;
@@ -207,6 +208,142 @@ async fn the_pool_is_published_and_published_again_when_deleted_or_changed() {
         ),
         3
     );
+}
+
+fn imex_taint(value: &str) -> DeviceTaint {
+    DeviceTaint {
+        key: format!("{DRIVER}/imex-failing"),
+        value: Some(value.into()),
+        effect: "NoSchedule".into(),
+        time_added: Some(Time("2026-05-01T10:00:00Z".parse().unwrap())),
+    }
+}
+
+/// An apply of the one slice of an 8-channel pool at `generation`, every device with
+/// `taint` or none; answered with the body, less the taints where `drop_taints` (an
+/// API server with `DRADeviceTaints` off).
+fn apply_tainted(generation: i64, taint: Option<&'static str>, drop_taints: bool) -> Expect {
+    let expect = Expect::patch(slice_path(0))
+        .apply_by(NODE_FIELD_MANAGER)
+        .body(move |body: &Value| {
+            assert_eq!(body["spec"]["pool"]["generation"], generation);
+            let devices = body["spec"]["devices"].as_array().unwrap();
+            assert_eq!(devices.len(), 8);
+            for device in devices {
+                match taint {
+                    Some(value) => assert_eq!(
+                        device["taints"],
+                        json!([{"key": format!("{DRIVER}/imex-failing"), "value": value,
+                                "effect": "NoSchedule", "timeAdded": "2026-05-01T10:00:00Z"}])
+                    ),
+                    None => assert!(device["taints"].is_null(), "{device}"),
+                }
+            }
+        });
+    if drop_taints {
+        expect.respond(200, json!(published(8, generation, Some(&owner()))[0]))
+    } else {
+        expect.echo()
+    }
+}
+
+#[tokio::test]
+async fn the_taint_is_merged_into_the_pool_and_one_the_api_server_drops_is_not_asked_again() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let (client, server) = pair();
+    let (pool_tx, pool_rx) = watch::channel(pool(8));
+    let (taint_tx, taint_rx) = watch::channel(None);
+    let (events, rx) = mpsc::unbounded();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(
+        SlicePublisher::new(client, pool_rx, Duration::from_secs(10))
+            .with_taint(taint_rx)
+            .run(rx.boxed(), stop.clone()),
+    );
+    let running = Running {
+        pool: pool_tx,
+        events,
+        stop,
+        task,
+    };
+    let script = server.play(vec![
+        Expect::get(NODE_PATH).respond(200, node_object()),
+        apply_tainted(1, None, false),
+    ]);
+    running.listed(vec![]);
+    let server = script.await.unwrap();
+
+    // Tainted: every device, at a new generation; the API server keeps it.
+    let script = server.play(vec![apply_tainted(2, Some("exited"), false)]);
+    taint_tx.send_replace(Some(imex_taint("exited")));
+    let server = script.await.unwrap();
+    // Untainted.
+    let script = server.play(vec![apply_tainted(3, None, false)]);
+    taint_tx.send_replace(None);
+    let server = script.await.unwrap();
+
+    // An API server that drops taints: written once, then the pool is written without.
+    let script = server.play(vec![apply_tainted(4, Some("exited"), true)]);
+    taint_tx.send_replace(Some(imex_taint("exited")));
+    let server = script.await.unwrap();
+    let stripped = published(8, 4, Some(&owner())).remove(0);
+    running.send(watcher::Event::Apply(stripped));
+    // The clique changes: the next write, at once, no taint asked for.
+    let script = server.play(vec![
+        Expect::patch(slice_path(0))
+            .apply_by(NODE_FIELD_MANAGER)
+            .body(|body: &Value| {
+                assert_eq!(body["spec"]["pool"]["generation"], 5);
+                assert!(body["spec"]["devices"][0]["taints"].is_null(), "{body}");
+            })
+            .echo(),
+    ]);
+    running
+        .pool
+        .send_modify(|p| p.clique = "other-cluster.3".into());
+    let mut server = script.await.unwrap();
+    running.stop().await;
+    server.assert_idle();
+    let snapshot = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        counter(&snapshot, "domaind_device_taints_dropped_total", &[]),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_daemon_finds_the_taint_its_predecessor_left() {
+    let (client, server) = pair();
+    let selector = "spec.nodeName=gb200-rack1-n01,spec.driver=compute-domain.nvidia.com";
+    let tainted = tainted_slices(&pool(8), &[imex_taint("exited")], 3, Some(&owner()));
+    let list = |items: Vec<ResourceSlice>| {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList",
+               "metadata": {"resourceVersion": "50"}, "items": items})
+    };
+    let script = server.play(vec![
+        Expect::get(SLICES)
+            .query("fieldSelector", selector)
+            .respond(200, list(tainted)),
+        Expect::get(SLICES)
+            .query("fieldSelector", selector)
+            .respond(200, list(published(8, 1, None))),
+        // Unreadable: nothing is kept (the next write goes without it).
+        Expect::get(SLICES).respond(503, status(503, "ServiceUnavailable", "starting")),
+    ]);
+    let timeout = Duration::from_secs(10);
+    assert_eq!(
+        inherited_taint(client.clone(), NODE, DRIVER, timeout).await,
+        Some(imex_taint("exited"))
+    );
+    assert_eq!(
+        inherited_taint(client.clone(), NODE, DRIVER, timeout).await,
+        None
+    );
+    assert_eq!(inherited_taint(client, NODE, DRIVER, timeout).await, None);
+    let mut server = script.await.unwrap();
+    server.assert_idle();
 }
 
 #[tokio::test]

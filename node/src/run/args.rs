@@ -354,6 +354,18 @@ pub struct RunArgs {
     #[arg(long, env = "DOMAIND_IMEX_POLL_STEADY", default_value = "5s", value_parser = parse_poll_steady)]
     pub imex_poll_steady: Duration,
 
+    /// Kubernetes backend: how long after its IMEX daemon's first failure (one not
+    /// since followed by --imex-untaint-after of health) a node still failing taints
+    /// every channel device `<driver>/imex-failing:NoSchedule`, so that the scheduler
+    /// places no new claim here. `0s`: at the first failure.
+    #[arg(long, env = "DOMAIND_IMEX_TAINT_AFTER", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub imex_taint_after: Duration,
+
+    /// Kubernetes backend: how long the IMEX daemon must have been healthy, in a row,
+    /// before the taint is removed.
+    #[arg(long, env = "DOMAIND_IMEX_UNTAINT_AFTER", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub imex_untaint_after: Duration,
+
     /// How long a graceful stop may take before the process exits anyway.
     #[arg(long, env = "DOMAIND_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
     pub shutdown_timeout: Duration,

@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use domaind_actors::model::CliqueId;
 use domaind_actors::ports::Imex;
 use domaind_actors::{Depart, NodeActor, NodeConfig, Ports};
-use domaind_backends::kube::{KubeBackend, KubeSettings};
+use domaind_backends::kube::{KubeBackend, KubeSettings, TaintTiming};
 use domaind_backends::local::{
     LocalClaimExistence, LocalClaimSource, LocalDir, LocalEventSink, LocalStaleClaimNotices,
     LocalStatusSink,
@@ -524,6 +524,9 @@ async fn start_backend(
     match args.backend {
         Backend::Kube => {
             let client = domaind_kube_api::client().await?;
+            // One board: the node actor publishes on it; the slices' taint, the claims'
+            // status and the kubelet's health stream read it.
+            let health = domaind_actors::HealthBoard::default();
             let mut backend = KubeBackend::start(
                 client,
                 KubeSettings {
@@ -535,14 +538,18 @@ async fn start_backend(
                     default_readiness: args.default_readiness.into(),
                     api_timeout: args.kube.kube_api_timeout,
                     reconcile_timeout: args.reconcile_timeout,
+                    imex_taint: TaintTiming {
+                        after: args.imex_taint_after,
+                        clear_after: args.imex_untaint_after,
+                    },
                 },
                 checkpoint,
                 cdi.clone(),
+                health.subscribe(),
             );
             if gossip.seed_plan == SeedPlan::ApiServer {
                 backend.discover_seeds(gossip.node.clone());
             }
-            let health = domaind_actors::HealthBoard::default();
             backend.write_claim_status(health.subscribe());
             let ports = Ports {
                 gossip: gossip_port,
