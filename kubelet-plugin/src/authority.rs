@@ -85,8 +85,8 @@ struct HeaderBlock {
 }
 
 /// The client-to-server half of an HTTP/2 connection, with every header block decoded and
-/// re-encoded and unparsable authorities replaced.
-pub(crate) struct AuthorityRewriter {
+/// re-encoded and unparsable authorities replaced. Public for the fuzz targets (`fuzz/`).
+pub struct AuthorityRewriter {
     preface_seen: usize,
     unparsed: BytesMut,
     /// Payload bytes of a frame passed through whose header has already gone out.
@@ -126,11 +126,7 @@ impl AuthorityRewriter {
     /// Takes the client's next bytes and appends to `out` what the server should read.
     /// Returns how many authorities were replaced. After an error the connection is
     /// beyond repair: the caller closes it.
-    pub(crate) fn feed(
-        &mut self,
-        input: &[u8],
-        out: &mut BytesMut,
-    ) -> Result<usize, AuthorityError> {
+    pub fn feed(&mut self, input: &[u8], out: &mut BytesMut) -> Result<usize, AuthorityError> {
         self.unparsed.extend_from_slice(input);
         let mut replaced = 0;
         loop {
