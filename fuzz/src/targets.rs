@@ -199,7 +199,8 @@ fn pulse_bytes(data: &[u8]) -> bool {
     };
     let encoded = pulse.encode();
     assert_eq!(Pulse::decode(&encoded).as_ref(), Ok(&pulse), "decodes back");
-    if read.version == PULSE_VERSION {
+    // Unwrapped (a newer version's wrapper starts with 3, where version 1 has its kind).
+    if data.first() != Some(&3) {
         assert_eq!(encoded.len(), data.len(), "re-encodes to as many bytes");
     }
     if let Beats::Positions {
@@ -252,7 +253,8 @@ pub fn pulse_table() -> PulseTable {
 /// A kubelet client's side of an HTTP/2 connection through the `:authority` filter,
 /// given whole and in two pieces (cut where the first two bytes say).
 ///
-/// Contract: no panic; the output does not depend on how the input was cut; what the
+/// Contract: no panic; the answer, and the output of an input taken, do not depend on
+/// how the input was cut; what the
 /// filter writes passes through a fresh filter unchanged, with nothing replaced (its
 /// HPACK blocks decode to headers h2 accepts, re-encoded as our encoder writes them).
 pub fn authority(data: &[u8]) -> bool {
@@ -268,8 +270,10 @@ pub fn authority(data: &[u8]) -> bool {
         .feed(&input[..cut], &mut pieces)
         .and_then(|first| Ok(first + rewriter.feed(&input[cut..], &mut pieces)?));
     assert_eq!(whole_result, pieces_result, "the same answer however cut");
-    assert_eq!(whole, pieces, "the same output however cut");
+    // After an error the connection is closed: what went out before it (a preface's
+    // first bytes, as they came) is of no account.
     if whole_result.is_ok() {
+        assert_eq!(whole, pieces, "the same output however cut");
         let mut again = BytesMut::new();
         let replaced = AuthorityRewriter::default().feed(&whole, &mut again);
         assert_eq!(replaced, Ok(0), "the filter's output needs no filtering");
