@@ -12,8 +12,12 @@ pub mod fixture;
 pub mod seeds;
 pub mod targets;
 
+/// A target: takes an input, panics if the parser breaks its contract, and says
+/// whether the parser took the input.
+pub type Target = fn(&[u8]) -> bool;
+
 /// Every target, by the name of its binary and corpus directory.
-pub const TARGETS: [(&str, fn(&[u8]) -> bool); 8] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("frame", targets::frame),
     ("signed_state", targets::signed_state),
     ("pulse", targets::pulse),

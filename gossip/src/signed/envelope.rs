@@ -372,7 +372,13 @@ mod tests {
     /// to the same text): `u8`'s parser takes `+2` and `02` for 2.
     #[test]
     fn a_version_spelt_otherwise_than_written_is_malformed() {
-        let written = seal_as(2, b"ext", SignatureScheme::ECDSA_NISTP256_SHA256, &[1, 2], "p");
+        let written = seal_as(
+            2,
+            b"ext",
+            SignatureScheme::ECDSA_NISTP256_SHA256,
+            &[1, 2],
+            "p",
+        );
         let sealed = open(&written).unwrap();
         assert_eq!(
             seal_as(2, &sealed.extensions, sealed.scheme, &sealed.signature, "p"),
