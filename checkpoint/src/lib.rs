@@ -26,7 +26,8 @@
 
 mod error;
 mod journal;
-mod line;
+/// One journal record's encoding; public for the fuzz targets (`fuzz/`).
+pub mod line;
 mod outcome;
 mod replay;
 mod store;
@@ -38,7 +39,7 @@ pub use error::CheckpointError;
 pub use journal::{DirJournal, JOURNAL_FILE, Journal};
 pub use line::FORMAT_VERSION;
 pub use outcome::{LoadOutcome, Loaded};
-pub use replay::Replay;
+pub use replay::{Replay, replay};
 pub use store::{CheckpointConfig, DEFAULT_BOOT_ID_PATH, FileCheckpointStore};
 pub use writer::{Persistence, WriterStats};
 

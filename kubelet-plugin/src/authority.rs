@@ -53,6 +53,10 @@ const MAX_FRAME_TO_SERVER: usize = 16_384;
 const HEADER_TABLE_SIZE: usize = 4_096;
 /// h2 refuses header lists over 16 KiB; a block four times that is not a request.
 const MAX_HEADER_BLOCK: usize = 64 * 1024;
+/// The same bound on the list a block decodes to (each header counted as HPACK counts
+/// it, name and value and 32): a block of one-byte references to a 4 KiB entry of the
+/// table would otherwise decode to a quarter of a gigabyte.
+const MAX_HEADER_LIST: usize = 64 * 1024;
 
 /// Why a client's bytes could not be passed on.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -65,6 +69,10 @@ pub enum AuthorityError {
     StrayContinuation { stream: u32 },
     #[error("a header block of {len} bytes on stream {stream} (at most {MAX_HEADER_BLOCK})")]
     BlockTooLarge { stream: u32, len: usize },
+    #[error(
+        "stream {stream}'s header block decodes to more than {MAX_HEADER_LIST} bytes of headers"
+    )]
+    ListTooLarge { stream: u32 },
     #[error("a HEADERS frame on stream {stream} whose padding or priority overruns it")]
     BadPadding { stream: u32 },
     #[error("stream {stream}'s header block does not decode: {source}")]
@@ -85,8 +93,8 @@ struct HeaderBlock {
 }
 
 /// The client-to-server half of an HTTP/2 connection, with every header block decoded and
-/// re-encoded and unparsable authorities replaced.
-pub(crate) struct AuthorityRewriter {
+/// re-encoded and unparsable authorities replaced. Public for the fuzz targets (`fuzz/`).
+pub struct AuthorityRewriter {
     preface_seen: usize,
     unparsed: BytesMut,
     /// Payload bytes of a frame passed through whose header has already gone out.
@@ -126,11 +134,7 @@ impl AuthorityRewriter {
     /// Takes the client's next bytes and appends to `out` what the server should read.
     /// Returns how many authorities were replaced. After an error the connection is
     /// beyond repair: the caller closes it.
-    pub(crate) fn feed(
-        &mut self,
-        input: &[u8],
-        out: &mut BytesMut,
-    ) -> Result<usize, AuthorityError> {
+    pub fn feed(&mut self, input: &[u8], out: &mut BytesMut) -> Result<usize, AuthorityError> {
         self.unparsed.extend_from_slice(input);
         let mut replaced = 0;
         loop {
@@ -243,13 +247,25 @@ impl AuthorityRewriter {
         block: HeaderBlock,
         out: &mut BytesMut,
     ) -> Result<usize, AuthorityError> {
-        let mut headers =
-            self.decoder
-                .decode(&block.fragment)
-                .map_err(|source| AuthorityError::Hpack {
-                    stream: block.stream,
-                    source,
-                })?;
+        let mut headers = Vec::new();
+        let mut size = 0;
+        self.decoder
+            .decode_with_cb(&block.fragment, |name, value| {
+                // Past the bound, decoded on (the table must follow) but not kept.
+                size += name.len() + value.len() + 32;
+                if size <= MAX_HEADER_LIST {
+                    headers.push((name.into_owned(), value.into_owned()));
+                }
+            })
+            .map_err(|source| AuthorityError::Hpack {
+                stream: block.stream,
+                source,
+            })?;
+        if size > MAX_HEADER_LIST {
+            return Err(AuthorityError::ListTooLarge {
+                stream: block.stream,
+            });
+        }
         let mut replaced = 0;
         for (name, value) in &mut headers {
             if name.as_slice() == b":authority" && !is_valid_authority(value) {

@@ -23,7 +23,9 @@ mod socket;
 pub mod testing;
 mod version;
 
-pub use authority::{AUTHORITY_REWRITES_TOTAL, AuthorityError, BAD_FRAMES_TOTAL};
+pub use authority::{
+    AUTHORITY_REWRITES_TOTAL, AuthorityError, AuthorityRewriter, BAD_FRAMES_TOTAL,
+};
 pub use claims::{CLAIMS_TOTAL, REQUESTS_TOTAL};
 pub use config::{
     DEFAULT_DRAIN_TIMEOUT, DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, DriverName, DriverNameError,

@@ -74,7 +74,10 @@ impl LocalClaimSource {
         }
     }
 
-    fn check(&self, asked: &ClaimRef, file: ClaimFile) -> Result<ClaimInfo, String> {
+    /// What `file` gives the claim the kubelet `asked` for, or why it is refused (the
+    /// user's words): the rules a parsed claim file must meet. Public for the fuzz
+    /// targets (`fuzz/`).
+    pub fn check(&self, asked: &ClaimRef, file: ClaimFile) -> Result<ClaimInfo, String> {
         let claim = format!("claim {}/{} ({})", asked.namespace, asked.name, asked.uid);
         if file.uid != asked.uid {
             return Err(format!(

@@ -153,9 +153,14 @@ pub fn open(value: &str) -> Result<Sealed<'_>, EnvelopeError> {
             let (version, extensions) = suffix
                 .split_once(SUFFIX)
                 .ok_or_else(|| malformed("no extensions"))?;
+            // Only the decimal this module writes: `+2` and `02` parse as 2 too, and
+            // the signature covers the number, not its text, so a relay could respell a
+            // value it cannot alter.
             let version: u8 = version
                 .parse()
-                .map_err(|_| malformed("not a version number"))?;
+                .ok()
+                .filter(|parsed: &u8| parsed.to_string() == version)
+                .ok_or_else(|| malformed("not a version number"))?;
             if version < 2 {
                 return Err(malformed("version 1 has no suffix"));
             }
@@ -360,6 +365,31 @@ mod tests {
         ];
         for variant in variants {
             assert_ne!(variant.message(), base.message(), "{variant:?}");
+        }
+    }
+
+    /// Found by the `signed_state` fuzz target's contract (a value that opens seals back
+    /// to the same text): `u8`'s parser takes `+2` and `02` for 2.
+    #[test]
+    fn a_version_spelt_otherwise_than_written_is_malformed() {
+        let written = seal_as(
+            2,
+            b"ext",
+            SignatureScheme::ECDSA_NISTP256_SHA256,
+            &[1, 2],
+            "p",
+        );
+        let sealed = open(&written).unwrap();
+        assert_eq!(
+            seal_as(2, &sealed.extensions, sealed.scheme, &sealed.signature, "p"),
+            written
+        );
+        for respelt in ["~+2~", "~02~", "~002~"] {
+            let value = written.replacen("~2~", respelt, 1);
+            assert!(
+                matches!(open(&value), Err(EnvelopeError::Version(_))),
+                "{value}"
+            );
         }
     }
 }

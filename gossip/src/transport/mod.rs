@@ -14,4 +14,4 @@ pub mod wire;
 pub use admission::{Admission, Admitted, Refusal};
 pub use fault::{FaultStats, FaultyTransport, NetworkFaults};
 pub use limits::TransportLimits;
-pub use tls::TlsTransport;
+pub use tls::{Judged, TlsTransport, judge_frame};

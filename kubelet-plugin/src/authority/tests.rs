@@ -432,3 +432,29 @@ fn bad_input_is_refused_with_a_reason() {
         Err(AuthorityError::BlockTooLarge { stream: 1, .. })
     ));
 }
+
+/// Found while writing the `authority` fuzz target: a block within the size bound can
+/// name one large entry of the table over and over. Refused, not decoded into memory.
+#[test]
+fn a_block_that_decodes_to_a_huge_list_is_refused() {
+    let mut block = Client::new().block(&[(b"x-big".to_vec(), vec![b'a'; 4000])]);
+    // The entry just added to the table is index 62: one byte, 0x80 | 62, each time.
+    block.extend(std::iter::repeat_n(0x80 | 62, 16_000));
+    let mut frames = Vec::new();
+    for (i, chunk) in block.chunks(16_000).enumerate() {
+        let last = (i + 1) * 16_000 >= block.len();
+        let frame_type = if i == 0 {
+            TYPE_HEADERS
+        } else {
+            TYPE_CONTINUATION
+        };
+        let flags = if last { FLAG_END_HEADERS } else { 0 };
+        frames.push(frame(frame_type, flags, 1, chunk));
+    }
+    let mut input = PREFACE.to_vec();
+    input.extend(frames.concat());
+    assert_eq!(
+        feed_all(&input),
+        Err(AuthorityError::ListTooLarge { stream: 1 })
+    );
+}

@@ -198,6 +198,39 @@ pub(super) fn accept_frame(
     ))
 }
 
+/// What the receiving side makes of one frame body, as [`accept_frame`] judges it on a
+/// connection authenticated as `authenticated` from `source_ip`: the frame's version
+/// and what it carries, or the refusal's `reason` label. Public for the fuzz targets
+/// (`fuzz/`), which feed it bytes as a peer would.
+pub fn judge_frame(
+    body: &[u8],
+    authenticated: &NodeName,
+    source_ip: IpAddr,
+    receiver: Option<&ChitchatId>,
+) -> Result<(u8, Judged), &'static str> {
+    accept_frame(body, authenticated, source_ip, receiver)
+        .map(|(version, accepted)| {
+            let judged = match accepted {
+                Accepted::Chitchat((_, message, _)) => Judged::Chitchat(message),
+                Accepted::Pulse(_, pulse) => Judged::Pulse(pulse),
+                Accepted::Skipped => Judged::Skipped,
+            };
+            (version, judged)
+        })
+        .map_err(|rejection| rejection.reason)
+}
+
+/// A frame [`judge_frame`] let through, by what it carries.
+#[derive(Debug)]
+pub enum Judged {
+    /// A chitchat message, for chitchat's server.
+    Chitchat(ChitchatMessage),
+    /// A pulse's bytes, for the pulse task.
+    Pulse(Bytes),
+    /// A kind of frame of a newer version.
+    Skipped,
+}
+
 pub(super) fn report_read_error(
     peer: &SocketAddr,
     node: &NodeName,

@@ -16,6 +16,7 @@ mod inbound;
 mod outbound;
 
 use inbound::serve_connection;
+pub use inbound::{Judged, judge_frame};
 use outbound::{HEARD_PRUNE_AT, connect, write_to_peer};
 
 use std::collections::{HashMap, HashSet};
