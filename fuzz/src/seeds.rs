@@ -582,6 +582,7 @@ fn claim_record(uid: &str) -> ClaimRecord {
                 pool: "node-a".into(),
                 device: "channel-0".into(),
             }],
+            admin_access: false,
         },
         policy: ReadinessPolicy::Domain,
         state: PrepareState::PrepareCompleted,
@@ -682,6 +683,7 @@ fn claim_file() -> Vec<Seed> {
         readiness: Some(ReadinessPolicy::Domain),
         driver: Some("compute-domain.nvidia.com".into()),
         device: Some("channel-2".into()),
+        admin_access: false,
     };
     let bare = ClaimFile {
         readiness: None,

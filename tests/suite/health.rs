@@ -163,7 +163,7 @@ async fn a_pods_channel_shows_its_imex_health() {
     let taken = tokio::task::block_in_place(|| rack.take_imex_port(0, &mut 0)).unwrap();
     let killed = Instant::now();
     let daemon_saw = async {
-        wait_every(
+        let _imex = wait_every(
             "node 1's daemon sees its IMEX failing",
             Duration::from_millis(10),
             || async {
