@@ -142,26 +142,38 @@ async fn apply_status(client: &Client, cd: &ComputeDomain, status: &ComputeDomai
     )
 }
 
+/// Two node names of this run (`domaind-admission-<pid><tag>-a`, `-b`) and a node
+/// daemon's token bound to each (kept in the returned directory).
+async fn two_node_tokens(
+    admin: &Client,
+    template: &std::path::Path,
+    tag: &str,
+) -> (String, String, tempfile::TempDir, NodeTokens) {
+    let pid = std::process::id();
+    let (a, b) = (
+        format!("domaind-admission-{pid}{tag}-a"),
+        format!("domaind-admission-{pid}{tag}-b"),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let tokens = NodeTokens::mint(
+        admin,
+        template,
+        &[a.clone(), b.clone()],
+        tmp.path(),
+        &format!("admission{tag}-{pid}"),
+    )
+    .await;
+    (a, b, tmp, tokens)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster: KUBECONFIG and DOMAIND_E2E_NODE_KUBECONFIG (../shared/kube, tests/e2e/sa-kubeconfigs.sh; docs/TESTING.md)"]
 async fn a_node_daemons_token_writes_only_its_own_nodes_slices_and_its_domains_status() {
     require(&["DOMAIND_E2E_NODE_KUBECONFIG"]);
     let admin = Client::try_default().await.unwrap();
     let pid = std::process::id();
-    let (a, b) = (
-        format!("domaind-admission-{pid}-a"),
-        format!("domaind-admission-{pid}-b"),
-    );
-    let tmp = tempfile::tempdir().unwrap();
     let template = std::path::PathBuf::from(std::env::var("DOMAIND_E2E_NODE_KUBECONFIG").unwrap());
-    let tokens = NodeTokens::mint(
-        &admin,
-        &template,
-        &[a.clone(), b.clone()],
-        tmp.path(),
-        &format!("admission-{pid}"),
-    )
-    .await;
+    let (a, b, _tmp, tokens) = two_node_tokens(&admin, &template, "").await;
     let nodes = Api::<Node>::all(admin.clone());
     let (node_a, node_b) = (nodes.get(&a).await.unwrap(), nodes.get(&b).await.unwrap());
     let on_a = client_from(&tokens.kubeconfigs[0]).await;
@@ -519,20 +531,8 @@ async fn a_node_daemons_token_writes_device_status_only_of_claims_allocated_to_i
     require(&["DOMAIND_E2E_NODE_KUBECONFIG"]);
     let admin = Client::try_default().await.unwrap();
     let pid = std::process::id();
-    let (a, b) = (
-        format!("domaind-admission-{pid}-claims-a"),
-        format!("domaind-admission-{pid}-claims-b"),
-    );
-    let tmp = tempfile::tempdir().unwrap();
     let template = std::path::PathBuf::from(std::env::var("DOMAIND_E2E_NODE_KUBECONFIG").unwrap());
-    let tokens = NodeTokens::mint(
-        &admin,
-        &template,
-        &[a.clone(), b.clone()],
-        tmp.path(),
-        &format!("admission-claims-{pid}"),
-    )
-    .await;
+    let (a, b, _tmp, tokens) = two_node_tokens(&admin, &template, "-claims").await;
     let on_a = client_from(&tokens.kubeconfigs[0]).await;
     let on_b = client_from(&tokens.kubeconfigs[1]).await;
     let unbound = client_from(&template).await;

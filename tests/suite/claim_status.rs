@@ -22,59 +22,19 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
-use crate::kubelet::{FakeCluster, create_from_yaml, start_daemons, wait_registered, wait_running};
+use crate::kubelet::{
+    FakeCluster, compute_domain_of, create_from_yaml, spread_workload, start_daemons,
+    wait_registered, wait_running,
+};
 use domaind_e2e::cluster::{
     DRIVER, create_namespace, install_crd_and_device_classes, spawn_controller, wait_every,
     wait_for,
 };
 
 const DOMAIN: &str = "claimstatus";
-const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
 const CLIQUE: &str = "e2e-claimstatus.1";
 /// How often a claim is asked about: a real API server.
 const POLL: Duration = Duration::from_millis(100);
-
-fn compute_domain() -> Value {
-    json!({
-        "apiVersion": "resource.nvidia.com/v1beta1",
-        "kind": "ComputeDomain",
-        "metadata": {"name": DOMAIN},
-        "spec": {
-            "numNodes": 2,
-            "channel": {"resourceClaimTemplate": {"name": format!("{DOMAIN}-rct")}},
-        },
-    })
-}
-
-/// A pod on each of this test's nodes (its clique label), no GPUs asked.
-fn workload() -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": DOMAIN},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"job": DOMAIN}},
-            "template": {
-                "metadata": {"labels": {"job": DOMAIN}},
-                "spec": {
-                    "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": format!("{DOMAIN}-rct")}],
-                    "nodeSelector": {CLIQUE_LABEL: CLIQUE},
-                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                        "labelSelector": {"matchLabels": {"job": DOMAIN}},
-                        "topologyKey": "kubernetes.io/hostname",
-                    }]}},
-                    "containers": [{
-                        "name": "ctr",
-                        "image": "ubuntu:22.04",
-                        "command": ["sleep", "infinity"],
-                        "resources": {"claims": [{"name": "cd"}]},
-                    }],
-                },
-            },
-        },
-    })
-}
 
 /// Our entry in the status of the claim allocated on `node`, as JSON, or Null.
 async fn entry_on(claims: &Api<ResourceClaim>, node: &str) -> Value {
@@ -148,13 +108,18 @@ async fn each_pods_claim_says_how_its_channel_is() {
     let claims = Api::<ResourceClaim>::namespaced(client.clone(), &namespace);
     let cds = Api::<ComputeDomain>::namespaced(client.clone(), &namespace);
     let templates = Api::<ResourceClaimTemplate>::namespaced(client.clone(), &namespace);
-    create_from_yaml(&client, &namespace, &compute_domain()).await;
+    create_from_yaml(&client, &namespace, &compute_domain_of(DOMAIN, 2)).await;
     wait_for("the controller creates the template", || async {
         let t = templates.get_opt(&format!("{DOMAIN}-rct")).await.unwrap();
         (t.is_some(), ())
     })
     .await;
-    create_from_yaml(&client, &namespace, &workload()).await;
+    create_from_yaml(
+        &client,
+        &namespace,
+        &spread_workload(DOMAIN, &format!("{DOMAIN}-rct"), CLIQUE, 2),
+    )
+    .await;
     wait_running(&pods, &format!("job={DOMAIN}"), 2, 1).await;
     let cd = cds.get(DOMAIN).await.unwrap();
     let mut first_ready = Vec::new();

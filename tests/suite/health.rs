@@ -17,58 +17,17 @@ use domaind_testbed::rack::short_temp_dir;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
-use serde_json::{Value, json};
 
-use crate::kubelet::{FakeCluster, create_from_yaml, start_daemons, wait_registered, wait_running};
+use crate::kubelet::{
+    FakeCluster, compute_domain_of, create_from_yaml, spread_workload, start_daemons,
+    wait_registered, wait_running,
+};
 use domaind_e2e::cluster::{
     create_namespace, install_crd_and_device_classes, spawn_controller, wait_every, wait_for,
 };
 
 const DOMAIN: &str = "health";
-const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
 const CLIQUE: &str = "e2e-health.1";
-
-fn compute_domain() -> Value {
-    json!({
-        "apiVersion": "resource.nvidia.com/v1beta1",
-        "kind": "ComputeDomain",
-        "metadata": {"name": DOMAIN},
-        "spec": {
-            "numNodes": 2,
-            "channel": {"resourceClaimTemplate": {"name": format!("{DOMAIN}-rct")}},
-        },
-    })
-}
-
-/// A pod on each of this test's nodes (its clique label), no GPUs asked.
-fn workload() -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": DOMAIN},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"job": DOMAIN}},
-            "template": {
-                "metadata": {"labels": {"job": DOMAIN}},
-                "spec": {
-                    "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": format!("{DOMAIN}-rct")}],
-                    "nodeSelector": {CLIQUE_LABEL: CLIQUE},
-                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                        "labelSelector": {"matchLabels": {"job": DOMAIN}},
-                        "topologyKey": "kubernetes.io/hostname",
-                    }]}},
-                    "containers": [{
-                        "name": "ctr",
-                        "image": "ubuntu:22.04",
-                        "command": ["sleep", "infinity"],
-                        "resources": {"claims": [{"name": "cd"}]},
-                    }],
-                },
-            },
-        },
-    })
-}
 
 /// Each device's health as the pod on `node` shows it: (resource id, health, message).
 /// Read untyped: the typed Pod of our k8s-openapi predates fields the 1.36 kubelet may
@@ -136,13 +95,18 @@ async fn a_pods_channel_shows_its_imex_health() {
         &ApiResource::erase::<Pod>(&()),
     );
     let templates = Api::<ResourceClaimTemplate>::namespaced(client.clone(), &namespace);
-    create_from_yaml(&client, &namespace, &compute_domain()).await;
+    create_from_yaml(&client, &namespace, &compute_domain_of(DOMAIN, 2)).await;
     wait_for("the controller creates the template", || async {
         let t = templates.get_opt(&format!("{DOMAIN}-rct")).await.unwrap();
         (t.is_some(), ())
     })
     .await;
-    create_from_yaml(&client, &namespace, &workload()).await;
+    create_from_yaml(
+        &client,
+        &namespace,
+        &spread_workload(DOMAIN, &format!("{DOMAIN}-rct"), CLIQUE, 2),
+    )
+    .await;
     wait_running(&pods, &format!("job={DOMAIN}"), 2, 1).await;
     for node in &names {
         wait_every(

@@ -286,6 +286,51 @@ fn ready(total: u64) -> impl Fn(&Value) -> bool {
     }
 }
 
+/// A ComputeDomain of `num_nodes` whose template is `<name>-rct`.
+pub(crate) fn compute_domain_of(name: &str, num_nodes: u32) -> Value {
+    json!({
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": name},
+        "spec": {
+            "numNodes": num_nodes,
+            "channel": {"resourceClaimTemplate": {"name": format!("{name}-rct")}},
+        },
+    })
+}
+
+/// A Deployment `job` of `replicas` pods, one per node labelled with `clique`, each
+/// holding a claim from `template`. No GPUs asked, so that no other test's pods (which
+/// ask for GPUs) land on these nodes, nor these on theirs.
+pub(crate) fn spread_workload(job: &str, template: &str, clique: &str, replicas: u32) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": job},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"job": job}},
+            "template": {
+                "metadata": {"labels": {"job": job}},
+                "spec": {
+                    "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": template}],
+                    "nodeSelector": {CLIQUE_LABEL: clique},
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": {"matchLabels": {"job": job}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }]}},
+                    "containers": [{
+                        "name": "ctr",
+                        "image": "ubuntu:22.04",
+                        "command": ["sleep", "infinity"],
+                        "resources": {"claims": [{"name": "cd"}]},
+                    }],
+                },
+            },
+        },
+    })
+}
+
 /// Files in a node's CDI directory: one spec per prepared claim.
 pub(crate) fn cdi_specs(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)

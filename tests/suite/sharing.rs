@@ -19,14 +19,14 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::kubelet::{
-    FakeCluster, cdi_specs, create_from_yaml, pods_of, start_daemons, wait_registered, wait_running,
+    FakeCluster, cdi_specs, create_from_yaml, pods_of, spread_workload, start_daemons,
+    wait_registered, wait_running,
 };
 use domaind_e2e::cluster::{
     create_namespace, install_crd_and_device_classes, spawn_controller, wait_every, wait_for,
 };
 
 const DOMAINS: [&str; 2] = ["shared-a", "shared-b"];
-const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
 const CLIQUE: &str = "e2e-share.1";
 
 fn compute_domain(name: &str, allocation_mode: &str) -> Value {
@@ -40,38 +40,6 @@ fn compute_domain(name: &str, allocation_mode: &str) -> Value {
             "channel": {
                 "resourceClaimTemplate": {"name": format!("{name}-rct")},
                 "allocationMode": allocation_mode,
-            },
-        },
-    })
-}
-
-/// Three pods of `domain`, one per node of this test (its clique label): no GPUs, so
-/// that no other test's pods (which ask for GPUs) land on these nodes, nor these on
-/// theirs.
-fn workload(domain: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": domain},
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": {"job": domain}},
-            "template": {
-                "metadata": {"labels": {"job": domain}},
-                "spec": {
-                    "resourceClaims": [{"name": "cd", "resourceClaimTemplateName": format!("{domain}-rct")}],
-                    "nodeSelector": {CLIQUE_LABEL: CLIQUE},
-                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                        "labelSelector": {"matchLabels": {"job": domain}},
-                        "topologyKey": "kubernetes.io/hostname",
-                    }]}},
-                    "containers": [{
-                        "name": "ctr",
-                        "image": "ubuntu:22.04",
-                        "command": ["sleep", "infinity"],
-                        "resources": {"claims": [{"name": "cd"}]},
-                    }],
-                },
             },
         },
     })
@@ -142,7 +110,12 @@ async fn two_sharing_domains_run_pods_on_the_same_nodes_each_with_its_own_channe
         .await;
     }
     for domain in DOMAINS {
-        create_from_yaml(&client, &namespace, &workload(domain)).await;
+        create_from_yaml(
+            &client,
+            &namespace,
+            &spread_workload(domain, &format!("{domain}-rct"), CLIQUE, 3),
+        )
+        .await;
     }
     for domain in DOMAINS {
         wait_running(&pods, &format!("job={domain}"), 3, 1).await;
