@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::cluster::workload::WorkloadKind;
 use crate::cluster::{AccessChoice, ClusterConfig, NodeChoice};
-use crate::harness::RunConfig;
+use crate::harness::{RunConfig, Sampling};
 use crate::schedule::{FaultKind, parse_scenario};
 
 /// Chaos harness for domaind: runs a rack of real `domaind run` processes on loopback,
@@ -137,12 +137,38 @@ pub struct RunArgs {
     #[arg(long)]
     pub quiet: bool,
 
+    /// The least quiet between one fault's heal allowance and the next fault (up to
+    /// 2 s more are drawn). A soak's low rate: e.g. 60s.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, help_heading = "Soaks")]
+    pub fault_gap: Duration,
+
+    /// The rack's last N nodes get no fault of their own: one process each for the
+    /// whole run, living through every other node's faults (a soak's witnesses).
+    #[arg(long, default_value_t = 0, help_heading = "Soaks")]
+    pub spare: u16,
+
+    /// A soak: sample every daemon's resident memory, file descriptors, threads,
+    /// checkpoint journal, metric series and gossip state this often, and judge each
+    /// daemon's life (10 min of warm-up, then at least 30 min) for growth; growth fails
+    /// the run. Slopes per hour in the report.
+    #[arg(long, value_parser = humantime::parse_duration, help_heading = "Soaks")]
+    pub sample_every: Option<Duration>,
+
+    /// Write every sample as a CSV line to this file as it is taken.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "sample_every",
+        help_heading = "Soaks"
+    )]
+    pub samples: Option<PathBuf>,
+
     /// Run against the cluster of KUBECONFIG instead of a loopback rack: a ComputeDomain
     /// and a workload in a namespace of the run's own, faults that exist on a cluster
     /// (daemon-delete, imex-crash, drain, pod-delete, controller-restart, upgrade; `all`
     /// is those), invariants read from the API server and each daemon's /state. domaind
     /// must be installed (the chart), or --local-daemons given.
-    #[arg(long, help_heading = "Cluster runs", conflicts_with_all = ["cliques", "domains", "subnet", "imex_sim", "gossip_interval"])]
+    #[arg(long, help_heading = "Cluster runs", conflicts_with_all = ["cliques", "domains", "subnet", "imex_sim", "gossip_interval", "spare", "sample_every"])]
     pub cluster: bool,
 
     /// Print the nodes, the objects and the faults a cluster run would make, and stop:
@@ -301,6 +327,13 @@ impl RunArgs {
             .and_then(|exe| exe.parent().map(Path::to_path_buf));
         let domaind = locate(self.domaind.as_deref(), here.as_deref(), "domaind")?;
         let imex_sim = locate(self.imex_sim.as_deref(), here.as_deref(), "imex-sim")?;
+        if self.spare + 2 > self.nodes {
+            bail!(
+                "--spare {} leaves fewer than 2 of the {} nodes to take faults",
+                self.spare,
+                self.nodes
+            );
+        }
         Ok(RunConfig {
             nodes: self.nodes.into(),
             cliques: self.cliques.into(),
@@ -316,6 +349,12 @@ impl RunArgs {
             log_filter: self.daemon_log.clone(),
             keep_files: self.keep_files,
             quiet: self.quiet,
+            fault_gap: self.fault_gap,
+            spare: self.spare.into(),
+            sampling: self.sample_every.map(|every| Sampling {
+                every,
+                csv: self.samples.clone(),
+            }),
         })
     }
 }

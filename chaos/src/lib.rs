@@ -36,6 +36,7 @@ pub mod schedule;
 pub mod script;
 pub mod sighting;
 pub mod sim;
+pub mod soak;
 pub mod statedir;
 pub mod traffic;
 

@@ -248,13 +248,18 @@ pub async fn view(info: &RunInfo) -> Result<NodeView, String> {
 
 /// A node's certificate reloads (rotated, refused), from `/metrics`.
 pub async fn reloads(addr: SocketAddr) -> Result<(u64, u64), String> {
+    metrics(addr).await.map(|body| tls_reloads(&body))
+}
+
+/// A node's `/metrics` exposition.
+pub async fn metrics(addr: SocketAddr) -> Result<String, String> {
     match tokio::time::timeout(
         PROBE_TIMEOUT,
         domaind_testbed::rack::http_get(addr, "/metrics"),
     )
     .await
     {
-        Ok(Ok((200, body))) => Ok(tls_reloads(&body)),
+        Ok(Ok((200, body))) => Ok(body),
         Ok(Ok((code, _))) => Err(format!("/metrics on {addr} answered {code}")),
         Ok(Err(error)) => Err(format!("{error:#}")),
         Err(_) => Err(format!("/metrics on {addr} took over {PROBE_TIMEOUT:?}")),

@@ -246,8 +246,11 @@ pub struct Report {
     /// Where the rack's files (logs, state) were left, with `--keep-files`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept_files: Option<std::path::PathBuf>,
-    /// No violation and no crash.
+    /// No violation and no crash (and, in a soak, nothing growing).
     pub ok: bool,
+    /// With `--sample-every`: the daemons' vitals over the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soak: Option<crate::soak::SoakReport>,
 }
 
 impl Report {
@@ -347,6 +350,9 @@ impl Report {
             &self.violations,
             &self.crashes,
         );
+        if let Some(soak) = &self.soak {
+            out.push_str(&soak.table());
+        }
         out
     }
 

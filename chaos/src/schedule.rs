@@ -300,6 +300,18 @@ impl Schedule {
     /// drawn from shuffled rounds of `kinds`, so that every kind comes up as often as
     /// the duration allows.
     pub fn generate(seed: u64, nodes: usize, kinds: &[FaultKind], duration: Duration) -> Self {
+        Self::generate_spaced(seed, nodes, kinds, duration, DEFAULT_GAP)
+    }
+
+    /// As [`Schedule::generate`], with at least `gap` (and up to 2 s more) of quiet
+    /// between one fault's heal allowance and the next fault: a soak's low rate.
+    pub fn generate_spaced(
+        seed: u64,
+        nodes: usize,
+        kinds: &[FaultKind],
+        duration: Duration,
+        gap: Duration,
+    ) -> Self {
         assert!(nodes >= 2, "a chaos run needs at least 2 nodes");
         assert!(
             !kinds.is_empty(),
@@ -413,7 +425,9 @@ impl Schedule {
                     (order, rng.between_ms(500, 2_000), None, None)
                 }
             };
-            let next = at + hold + kind.allowance(targets.len()) + rng.between_ms(1_000, 3_000);
+            let gap_ms = gap.as_millis() as u64;
+            let next =
+                at + hold + kind.allowance(targets.len()) + rng.between_ms(gap_ms, gap_ms + 2_000);
             steps.push(Step {
                 index: steps.len(),
                 at,
@@ -436,6 +450,9 @@ impl Schedule {
         }
     }
 }
+
+/// The least quiet between faults of a chaos run (up to 2 s more are drawn).
+pub const DEFAULT_GAP: Duration = Duration::from_secs(1);
 
 /// SplitMix64 (Steele, Lea and Flood): tiny, fast, and fixed forever, which is what
 /// a reproducible schedule needs; its quality is ample for picking faults.

@@ -93,6 +93,7 @@ fn view(i: usize, members: &[usize]) -> NodeView {
         gossip: GossipView {
             cluster_id: "clique-a".into(),
             members: members.iter().map(|m| NAMES[*m].to_owned()).collect(),
+            state: Default::default(),
         },
         checkpoint: Default::default(),
         channels: Vec::new(),

@@ -9,7 +9,9 @@
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use domaind_loopback::{CHAOS_REAL_RUN, CHAOS_REAL_RUN_FULL_DISK, CHAOS_REAL_RUN_SHARING};
+use domaind_loopback::{
+    CHAOS_REAL_RUN, CHAOS_REAL_RUN_FULL_DISK, CHAOS_REAL_RUN_SHARING, CHAOS_REAL_RUN_SOAK,
+};
 use serde_json::Value;
 
 /// One rack of real daemons at a time: two side by side on a 2-core machine would
@@ -321,4 +323,98 @@ fn sharing_domains_under_kills_pauses_and_domain_churn_break_no_invariant() {
         churns.iter().any(|n| n.starts_with("deleted ")),
         "{churns:?}"
     );
+}
+
+/// A soak's machinery on a short run (`--sample-every`, `--spare`): every daemon is
+/// sampled from outside (process, journal, metrics, gossip state), the spared node keeps
+/// its one process through the others' faults, and a run too short for any life to be
+/// judged is not passed as a soak.
+#[test]
+fn a_soak_samples_every_daemon_and_passes_no_life_too_short_to_judge() {
+    let _rack = ONE_RACK_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let domaind_e2e::Binaries {
+        domaind, imex_sim, ..
+    } = domaind_e2e::binaries().clone();
+    let out = tempfile::tempdir().unwrap();
+    let json = out.path().join("report.json");
+    let csv = out.path().join("samples.csv");
+    let run = Command::new(env!("CARGO_BIN_EXE_domaind-chaos"))
+        .args([
+            "run",
+            "--nodes",
+            "3",
+            "--spare",
+            "1",
+            "--scenario",
+            "daemon-kill",
+            "--duration",
+            "6",
+            "--sample-every",
+            "1s",
+            "--subnet",
+            CHAOS_REAL_RUN_SOAK.to_string().as_str(),
+            "--daemon-log",
+            "info,domaind_gossip=warn",
+            "--quiet",
+        ])
+        .arg("--domaind")
+        .arg(&domaind)
+        .arg("--imex-sim")
+        .arg(&imex_sim)
+        .arg("--json")
+        .arg(&json)
+        .arg("--samples")
+        .arg(&csv)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.contains("invariants: 0 violations, 0 daemon crashes"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("no life was sampled long enough to judge"),
+        "{stdout}"
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["ok"], false, "{report:#}");
+    assert!(report["soak"]["samples"].as_u64().unwrap() >= 6, "{report:#}");
+    // The spared node is never a target.
+    for step in report["schedule"]["steps"].as_array().unwrap() {
+        for target in step["targets"].as_array().unwrap() {
+            assert!(target.as_u64().unwrap() < 2, "{step:#}");
+        }
+    }
+
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "at_s,node,pid,rss_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes"
+        )
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    for node in ["node-01", "node-02", "node-03"] {
+        let of: Vec<&Vec<&str>> = rows.iter().filter(|r| r[1] == node).collect();
+        // Once its claim is prepared, every vital of every node was read.
+        assert!(
+            of.iter().any(|r| r.iter().all(|cell| !cell.is_empty())),
+            "{node} never had every vital:\n{text}"
+        );
+        let mut pids: Vec<&str> = of.iter().map(|r| r[2]).collect();
+        pids.dedup();
+        if node == "node-03" {
+            assert_eq!(pids.len(), 1, "the spared node restarted:\n{text}");
+        }
+    }
 }

@@ -58,5 +58,5 @@ pub use config::{GossipConfig, GossipTiming, cluster_id_for_clique, default_gene
 pub use eager::{EAGER_PUSHES, EagerGossip};
 pub use identity::{NodeName, NodeNameError};
 pub use membership::{GossipEvent, Member, Membership};
-pub use node::{GossipError, GossipNode};
+pub use node::{GossipError, GossipNode, StateSize};
 pub use signed::credentials::{CredentialsError, CredentialsWatch, StateCredentials};

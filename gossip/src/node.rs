@@ -49,6 +49,17 @@ pub enum GossipError {
     Stopped(anyhow::Error),
 }
 
+/// The size of a node's gossip state ([`GossipNode::state_size`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateSize {
+    /// Node states kept, this node's included.
+    pub nodes: usize,
+    /// Keys over all of them, deleted ones still kept included.
+    pub keys: usize,
+    /// Bytes of those keys and values.
+    pub bytes: usize,
+}
+
 /// A running gossip member.
 pub struct GossipNode {
     node: NodeName,
@@ -326,6 +337,25 @@ impl GossipNode {
                 error!(node = %self.node, key, %error, "cannot sign a gossip value; not published")
             }
         }
+    }
+
+    /// How much state this node's chitchat holds: every node state it keeps (dead
+    /// members' too, until chitchat forgets them) and every key, deleted ones included
+    /// until their grace passes. What a soak watches for growth.
+    pub async fn state_size(&self) -> StateSize {
+        self.handle
+            .with_chitchat(|chitchat| {
+                let mut size = StateSize::default();
+                for state in chitchat.node_states().values() {
+                    size.nodes += 1;
+                    for (key, value) in state.key_values_including_deleted() {
+                        size.keys += 1;
+                        size.bytes += key.len() + value.value.len();
+                    }
+                }
+                size
+            })
+            .await
     }
 
     /// The live members (this node included), as of the newest news.

@@ -71,6 +71,8 @@ subnets! {
     CHAOS_REAL_RUN_FULL_DISK = 45;
     /// chaos/tests/real_run.rs, `sharing_domains_under_kills_pauses_and_domain_churn_...`.
     CHAOS_REAL_RUN_SHARING = 173;
+    /// chaos/tests/real_run.rs, `a_soak_samples_every_daemon_and_passes_no_life_...`.
+    CHAOS_REAL_RUN_SOAK = 183;
 
     // The end-to-end suite (tests/suite, one binary).
     /// tests/suite/rack.rs, `three_daemons_form_a_domain_heal_a_kill_and_rejoin`.

@@ -34,6 +34,7 @@ mod imports;
 mod observer;
 mod others;
 mod run_loop;
+mod sampler;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -57,6 +58,7 @@ use imports::Imports;
 use others::Others;
 
 pub use run_loop::run;
+pub use sampler::Sampling;
 
 /// How often the rack is observed (and every invariant checked).
 const TICK: Duration = Duration::from_millis(200);
@@ -110,6 +112,13 @@ pub struct RunConfig {
     pub keep_files: bool,
     /// No progress lines on stderr.
     pub quiet: bool,
+    /// The least quiet between one fault's heal and the next fault.
+    pub fault_gap: Duration,
+    /// The rack's last nodes that no fault targets directly (a soak's witnesses: one
+    /// process for the whole run, living through every other node's faults).
+    pub spare: usize,
+    /// A soak: sample every daemon's vitals this often and judge their trends.
+    pub sampling: Option<Sampling>,
 }
 
 /// The rack under test and everything the run did to it and saw of it.
@@ -145,6 +154,7 @@ struct Harness {
     cliques: CliqueMap,
     others: Others,
     imports: Imports,
+    sampler: Option<sampler::Sampler>,
 }
 
 impl Harness {
@@ -222,6 +232,11 @@ impl Harness {
                 .map(|(i, n)| (n.name().to_owned(), n.ip(), rack.clique_of(i))),
         );
         let others = Others::new(config.nodes, rack.nodes().len());
+        let sampler = config
+            .sampling
+            .as_ref()
+            .map(sampler::Sampler::new)
+            .transpose()?;
         tokio::task::block_in_place(|| rack.start_all())?;
         let mut harness = Self {
             config,
@@ -244,6 +259,7 @@ impl Harness {
             cliques,
             others,
             imports: Imports::default(),
+            sampler,
         };
         for i in 0..harness.config.nodes {
             harness.world.set_life(i, Life::Starting, now);

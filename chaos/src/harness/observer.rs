@@ -35,6 +35,7 @@ impl Harness {
         self.observations += 1;
         self.last = Some((world, observation));
         self.check_cliques().await;
+        self.sample_if_due().await;
     }
 
     /// Observes until `done` holds, at most `limit`; when it first held.

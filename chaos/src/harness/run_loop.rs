@@ -10,11 +10,18 @@ use super::{DOMAIN_NAME, FORM_LIMIT, Harness, NAMESPACE, RunConfig, START_LIMIT,
 use crate::invariants::{Life, unsettled};
 use crate::report::{FaultRecord, Outcome, Report};
 use crate::schedule::{Schedule, Step};
+use crate::soak::SoakReport;
 
 /// Runs the harness; the report says whether the invariants held. An error means the
 /// harness itself could not run (no binaries, no rack).
 pub async fn run(config: RunConfig) -> anyhow::Result<Report> {
-    let schedule = Schedule::generate(config.seed, config.nodes, &config.scenario, config.duration);
+    let schedule = Schedule::generate_spaced(
+        config.seed,
+        config.nodes - config.spare,
+        &config.scenario,
+        config.duration,
+        config.fault_gap,
+    );
     let mut harness = Harness::start(config, &schedule)?;
     let rack_nodes = harness.rack.nodes().len();
     harness.say(&format!(
@@ -224,6 +231,7 @@ impl Harness {
             self.findings.crashes(),
             Some(&self.imports.report.broken),
         );
+        let soak = self.soak_report();
         let mut kept_files = None;
         if self.config.keep_files
             && let Some(tmp) = self.tmp.take()
@@ -252,7 +260,8 @@ impl Harness {
             imports: self.imports.report.clone(),
             schedule,
             kept_files,
-            ok: self.findings.ok(),
+            ok: self.findings.ok() && soak.as_ref().is_none_or(SoakReport::ok),
+            soak,
         }
     }
 }

@@ -137,6 +137,7 @@ async fn state(State(sources): State<Arc<StateSources>>) -> Response {
             view.gossip = GossipView {
                 cluster_id: gossip.cluster_id,
                 members: gossip.node.live_nodes().into_keys().collect(),
+                state: gossip.node.state_size().await.into(),
             };
             view.checkpoint = CheckpointView::from(&*sources.persistence.borrow());
             Json(view).into_response()

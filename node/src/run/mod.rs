@@ -44,7 +44,8 @@ pub use info::RunInfo;
 pub use ports::{GossipPort, SystemClock};
 pub use seeds::{SeedPlan, StaticSeeds};
 pub use state::{
-    CheckpointView, DomainView, GossipView, HandedChannel, ImexView, NodeView, SharedImexView,
+    CheckpointView, DomainView, GossipStateView, GossipView, HandedChannel, ImexView, NodeView,
+    SharedImexView,
 };
 pub use vitals::Vitals;
 

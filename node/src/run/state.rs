@@ -106,6 +106,31 @@ pub struct GossipView {
     /// Live members whose state carries a signed certificate, this node included, by
     /// name.
     pub members: Vec<String>,
+    /// How much state chitchat keeps. Absent from daemons older than the field.
+    #[serde(default)]
+    pub state: GossipStateView,
+}
+
+/// The size of the gossip state a node keeps: dead members' states until chitchat
+/// forgets them, deleted keys until their grace passes. A soak checks it stays flat.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GossipStateView {
+    /// Node states kept, this node's included.
+    pub nodes: usize,
+    /// Keys over all of them, deleted ones still kept included.
+    pub keys: usize,
+    /// Bytes of those keys and values.
+    pub bytes: usize,
+}
+
+impl From<domaind_gossip::StateSize> for GossipStateView {
+    fn from(size: domaind_gossip::StateSize) -> Self {
+        Self {
+            nodes: size.nodes,
+            keys: size.keys,
+            bytes: size.bytes,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

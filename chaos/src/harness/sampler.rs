@@ -1,0 +1,152 @@
+//! A soak's samples (`--sample-every`): every daemon's process, journal, metrics and
+//! gossip state, read from outside between observations, kept for the report's
+//! trends and written to a CSV as they come (a run cut short keeps what it saw).
+
+use std::fs::File;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use domaind_checkpoint::JOURNAL_FILE;
+
+use super::Harness;
+use crate::invariants::Life;
+use crate::soak::{Sample, Samples, SoakReport, Vital, metric_series, parse_proc_status};
+
+/// The first part of each daemon's life is not judged: a process fills its caches,
+/// opens its connections and registers its series first.
+const WARMUP: Duration = Duration::from_secs(10 * 60);
+/// A life shorter than this (after the warm-up) is too short for a slope to mean
+/// anything against the noise of a live process.
+const MIN_SPAN: Duration = Duration::from_secs(30 * 60);
+
+/// How to sample.
+#[derive(Debug, Clone)]
+pub struct Sampling {
+    pub every: Duration,
+    /// Where each sample goes as a CSV line.
+    pub csv: Option<PathBuf>,
+}
+
+pub(super) struct Sampler {
+    every: Duration,
+    next: Instant,
+    first: Option<Instant>,
+    samples: Samples,
+    csv: Option<File>,
+}
+
+impl Sampler {
+    pub(super) fn new(sampling: &Sampling) -> anyhow::Result<Self> {
+        let csv = match &sampling.csv {
+            Some(path) => {
+                let mut file = File::create(path).map_err(|e| {
+                    anyhow::anyhow!("cannot write the samples to {}: {e}", path.display())
+                })?;
+                writeln!(file, "{}", Sample::csv_header())?;
+                Some(file)
+            }
+            None => None,
+        };
+        Ok(Self {
+            every: sampling.every,
+            next: Instant::now(),
+            first: None,
+            samples: Samples::default(),
+            csv,
+        })
+    }
+}
+
+impl Harness {
+    /// Samples every running daemon when the interval has passed: called on every
+    /// tick, after the observation it reads the gossip state from.
+    pub(super) async fn sample_if_due(&mut self) {
+        let Some(sampler) = &self.sampler else {
+            return;
+        };
+        let now = Instant::now();
+        if now < sampler.next {
+            return;
+        }
+        let first = sampler.first.unwrap_or(now);
+        let at_s = now.saturating_duration_since(first).as_secs_f64();
+        let mut taken = Vec::new();
+        for node in 0..self.world.nodes.len() {
+            if self.world.nodes[node].life != Life::Up {
+                continue;
+            }
+            let Some(pid) = self.rack.node(node).pid() else {
+                continue;
+            };
+            taken.push(self.sample_node(node, pid, at_s).await);
+        }
+        let Some(sampler) = &mut self.sampler else {
+            return;
+        };
+        sampler.first = Some(first);
+        sampler.next = now + sampler.every;
+        for sample in taken {
+            if let Some(csv) = &mut sampler.csv {
+                // The CSV is evidence beside the report, which keeps every sample: a
+                // failed write loses nothing the verdict needs.
+                let _ = writeln!(csv, "{}", sample.csv_line());
+            }
+            sampler.samples.push(sample);
+        }
+    }
+
+    async fn sample_node(&self, node: usize, pid: u32, at_s: f64) -> Sample {
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        let (rss, threads) = match std::fs::read_to_string(proc_dir.join("status")) {
+            Ok(text) => parse_proc_status(&text),
+            Err(_) => (None, None),
+        };
+        let fds = std::fs::read_dir(proc_dir.join("fd"))
+            .ok()
+            .map(|entries| entries.count() as f64);
+        let rack_node = self.rack.node(node);
+        let journal = std::fs::metadata(rack_node.state_dir().join(JOURNAL_FILE))
+            .ok()
+            .map(|m| m.len() as f64);
+        let series = match rack_node.info() {
+            Some(info) => crate::observe::metrics(info.http_addr)
+                .await
+                .ok()
+                .map(|text| metric_series(&text) as f64),
+            None => None,
+        };
+        let gossip = self
+            .last
+            .as_ref()
+            .and_then(|(_, observation)| observation.nodes.get(node))
+            .and_then(|seen| seen.view.as_ref())
+            .map(|view| view.gossip.state);
+        Sample {
+            at_s,
+            node: self.name(node),
+            pid,
+            values: vec![
+                (Vital::RssKib, rss),
+                (Vital::Fds, fds),
+                (Vital::Threads, threads),
+                (Vital::JournalBytes, journal),
+                (Vital::MetricSeries, series),
+                (Vital::GossipNodes, gossip.map(|g| g.nodes as f64)),
+                (Vital::GossipKeys, gossip.map(|g| g.keys as f64)),
+                (Vital::GossipBytes, gossip.map(|g| g.bytes as f64)),
+            ],
+        }
+    }
+
+    /// The soak's judgement, when the run sampled.
+    pub(super) fn soak_report(&self) -> Option<SoakReport> {
+        let sampler = self.sampler.as_ref()?;
+        Some(SoakReport::new(
+            &sampler.samples,
+            sampler.every,
+            WARMUP,
+            MIN_SPAN,
+        ))
+    }
+}

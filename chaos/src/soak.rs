@@ -1,0 +1,514 @@
+//! What a soak (`domaind-chaos run --sample-every`) watches for growth: each daemon's
+//! resident memory, file descriptors, threads, checkpoint journal, metric series and
+//! gossip state, sampled through a long run, and the slope of each over every daemon's
+//! life. A leak that a few minutes hide (a connection per restarted peer, a series per
+//! claim, a dead member's state never forgotten) shows as a slope after hours.
+//!
+//! Pure: the harness reads `/proc`, the state directory and `/metrics` and hands the
+//! numbers here; this module keeps them and judges them.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// One thing sampled of every daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Vital {
+    /// VmRSS of `/proc/<pid>/status`, KiB.
+    RssKib,
+    /// Entries of `/proc/<pid>/fd`.
+    Fds,
+    /// Threads of `/proc/<pid>/status`.
+    Threads,
+    /// The checkpoint journal's size, bytes.
+    JournalBytes,
+    /// Samples in the daemon's `/metrics` (lines that are not comments).
+    MetricSeries,
+    /// Node states the daemon's gossip keeps (`/state`).
+    GossipNodes,
+    /// Keys over them, deleted ones still kept included.
+    GossipKeys,
+    /// Bytes of those keys and values.
+    GossipBytes,
+}
+
+impl Vital {
+    pub const ALL: [Vital; 8] = [
+        Vital::RssKib,
+        Vital::Fds,
+        Vital::Threads,
+        Vital::JournalBytes,
+        Vital::MetricSeries,
+        Vital::GossipNodes,
+        Vital::GossipKeys,
+        Vital::GossipBytes,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Vital::RssKib => "rss_kib",
+            Vital::Fds => "fds",
+            Vital::Threads => "threads",
+            Vital::JournalBytes => "journal_bytes",
+            Vital::MetricSeries => "metric_series",
+            Vital::GossipNodes => "gossip_nodes",
+            Vital::GossipKeys => "gossip_keys",
+            Vital::GossipBytes => "gossip_bytes",
+        }
+    }
+
+    /// The least rise, from the first quarter of a life to its last, that counts as
+    /// growth: below it is noise of a live process (the allocator's arenas, a
+    /// connection being replaced, a peer's key in flight), not a leak.
+    fn tolerance(self, first: f64) -> f64 {
+        match self {
+            // Memory moves with the allocator and with what a fault made the daemon
+            // hold for a while: a tenth.
+            Vital::RssKib => first * 0.10,
+            // A peer's connection or a reload's file may be open at the moment of a
+            // sample; a leak grows past a handful.
+            Vital::Fds | Vital::Threads => 4.0_f64.max(first * 0.10),
+            // The journal grows until its compaction; a tenth or a page.
+            Vital::JournalBytes => 4096.0_f64.max(first * 0.10),
+            // Each fault kind may add a labelled series once (its first sighting);
+            // what may not happen is growth with every fault.
+            Vital::MetricSeries => 16.0_f64.max(first * 0.05),
+            // A restarted peer's previous life is kept until chitchat forgets it.
+            Vital::GossipNodes | Vital::GossipKeys | Vital::GossipBytes => first * 0.25 + 1.0,
+        }
+    }
+}
+
+/// One daemon, at one moment: `None` where the number could not be read then (the
+/// process just exited, `/state` did not answer).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sample {
+    /// Seconds since the first sample.
+    pub at_s: f64,
+    pub node: String,
+    pub pid: u32,
+    pub values: Vec<(Vital, Option<f64>)>,
+}
+
+impl Sample {
+    pub fn value(&self, vital: Vital) -> Option<f64> {
+        self.values
+            .iter()
+            .find(|(v, _)| *v == vital)
+            .and_then(|(_, value)| *value)
+    }
+
+    /// The CSV header of [`Sample::csv_line`].
+    pub fn csv_header() -> String {
+        let mut line = String::from("at_s,node,pid");
+        for vital in Vital::ALL {
+            let _ = write!(line, ",{}", vital.name());
+        }
+        line
+    }
+
+    pub fn csv_line(&self) -> String {
+        let mut line = format!("{:.1},{},{}", self.at_s, self.node, self.pid);
+        for vital in Vital::ALL {
+            match self.value(vital) {
+                Some(value) => {
+                    let _ = write!(line, ",{value}");
+                }
+                None => line.push(','),
+            }
+        }
+        line
+    }
+}
+
+/// Resident memory (KiB) and threads from `/proc/<pid>/status`.
+pub fn parse_proc_status(text: &str) -> (Option<f64>, Option<f64>) {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|number| number.parse::<f64>().ok())
+    };
+    (field("VmRSS:"), field("Threads:"))
+}
+
+/// Samples in a Prometheus text exposition.
+pub fn metric_series(exposition: &str) -> usize {
+    exposition
+        .lines()
+        .filter(|line| {
+            let line = line.trim_start();
+            !line.is_empty() && !line.starts_with('#')
+        })
+        .count()
+}
+
+/// The least-squares slope of `points` (seconds, value), per hour; `None` under two
+/// distinct times.
+pub fn slope_per_hour(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return None;
+    }
+    let mean_t = points.iter().map(|(t, _)| t).sum::<f64>() / n;
+    let mean_v = points.iter().map(|(_, v)| v).sum::<f64>() / n;
+    let var_t: f64 = points.iter().map(|(t, _)| (t - mean_t).powi(2)).sum();
+    if var_t == 0.0 {
+        return None;
+    }
+    let cov: f64 = points
+        .iter()
+        .map(|(t, v)| (t - mean_t) * (v - mean_v))
+        .sum();
+    Some(cov / var_t * 3600.0)
+}
+
+/// What one vital did over one daemon's life (one node, one pid).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LifeTrend {
+    pub node: String,
+    pub pid: u32,
+    pub vital: Vital,
+    /// Seconds of the life that were judged (after the warm-up).
+    pub span_s: f64,
+    pub samples: usize,
+    /// Means of the first and the last quarter of those samples.
+    pub first: f64,
+    pub last: f64,
+    pub max: f64,
+    pub slope_per_hour: f64,
+    /// The last quarter above the first by more than the vital's tolerance, and the
+    /// slope rising: growth.
+    pub grows: bool,
+}
+
+/// Every sample of a run, and the judgement.
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    samples: Vec<Sample>,
+}
+
+impl Samples {
+    pub fn push(&mut self, sample: Sample) {
+        self.samples.push(sample);
+    }
+
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// The trend of every vital over every life that was sampled for at least
+    /// `min_span` after its first `warmup` (a process fills its caches, opens its
+    /// connections and registers its series first).
+    pub fn trends(&self, warmup: Duration, min_span: Duration) -> Vec<LifeTrend> {
+        let mut lives: Vec<(&str, u32)> = self
+            .samples
+            .iter()
+            .map(|s| (s.node.as_str(), s.pid))
+            .collect();
+        lives.sort_unstable();
+        lives.dedup();
+        let mut trends = Vec::new();
+        for (node, pid) in lives {
+            let life: Vec<&Sample> = self
+                .samples
+                .iter()
+                .filter(|s| s.node == node && s.pid == pid)
+                .collect();
+            let born = life.first().map_or(0.0, |s| s.at_s);
+            let judged: Vec<&Sample> = life
+                .into_iter()
+                .filter(|s| s.at_s - born >= warmup.as_secs_f64())
+                .collect();
+            for vital in Vital::ALL {
+                let points: Vec<(f64, f64)> = judged
+                    .iter()
+                    .filter_map(|s| Some((s.at_s, s.value(vital)?)))
+                    .collect();
+                if let Some(trend) = trend(node, pid, vital, &points, min_span) {
+                    trends.push(trend);
+                }
+            }
+        }
+        trends
+    }
+}
+
+fn trend(
+    node: &str,
+    pid: u32,
+    vital: Vital,
+    points: &[(f64, f64)],
+    min_span: Duration,
+) -> Option<LifeTrend> {
+    let span = points.last()?.0 - points.first()?.0;
+    if span < min_span.as_secs_f64() || points.len() < 8 {
+        return None;
+    }
+    let slope = slope_per_hour(points)?;
+    let quarter = points.len() / 4;
+    let mean = |part: &[(f64, f64)]| part.iter().map(|(_, v)| v).sum::<f64>() / part.len() as f64;
+    let first = mean(&points[..quarter]);
+    let last = mean(&points[points.len() - quarter..]);
+    let max = points.iter().map(|(_, v)| *v).fold(f64::MIN, f64::max);
+    Some(LifeTrend {
+        node: node.to_owned(),
+        pid,
+        vital,
+        span_s: span,
+        samples: points.len(),
+        first,
+        last,
+        max,
+        slope_per_hour: slope,
+        grows: slope > 0.0 && last - first > vital.tolerance(first),
+    })
+}
+
+/// A vital over all the lives judged: the steepest one, and how many grew.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VitalSummary {
+    pub vital: Vital,
+    pub lives: usize,
+    /// Means over the lives of their first- and last-quarter means.
+    pub first: f64,
+    pub last: f64,
+    pub max: f64,
+    /// The steepest slope of any life, per hour, and whose.
+    pub steepest_per_hour: f64,
+    pub steepest: String,
+    pub growing: usize,
+}
+
+/// The soak part of a run's report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SoakReport {
+    pub every_s: f64,
+    pub warmup_s: u64,
+    pub min_span_s: u64,
+    pub samples: usize,
+    pub vitals: Vec<VitalSummary>,
+    /// Every life a vital grew over.
+    pub growth: Vec<LifeTrend>,
+}
+
+impl SoakReport {
+    pub fn new(samples: &Samples, every: Duration, warmup: Duration, min_span: Duration) -> Self {
+        let trends = samples.trends(warmup, min_span);
+        let vitals = Vital::ALL
+            .iter()
+            .filter_map(|&vital| {
+                let of: Vec<&LifeTrend> = trends.iter().filter(|t| t.vital == vital).collect();
+                let steepest = of
+                    .iter()
+                    .max_by(|a, b| a.slope_per_hour.total_cmp(&b.slope_per_hour))?;
+                let n = of.len() as f64;
+                Some(VitalSummary {
+                    vital,
+                    lives: of.len(),
+                    first: of.iter().map(|t| t.first).sum::<f64>() / n,
+                    last: of.iter().map(|t| t.last).sum::<f64>() / n,
+                    max: of.iter().map(|t| t.max).fold(f64::MIN, f64::max),
+                    steepest_per_hour: steepest.slope_per_hour,
+                    steepest: format!("{} (pid {})", steepest.node, steepest.pid),
+                    growing: of.iter().filter(|t| t.grows).count(),
+                })
+            })
+            .collect();
+        Self {
+            every_s: every.as_secs_f64(),
+            warmup_s: warmup.as_secs(),
+            min_span_s: min_span.as_secs(),
+            samples: samples.len(),
+            vitals,
+            growth: trends.into_iter().filter(|t| t.grows).collect(),
+        }
+    }
+
+    pub fn ok(&self) -> bool {
+        self.growth.is_empty() && !self.vitals.is_empty()
+    }
+
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "\nsoak: {} samples, one every {:.0} s; each daemon's life judged after its first {} s, lives of {} s or more",
+            self.samples, self.every_s, self.warmup_s, self.min_span_s
+        );
+        let _ = writeln!(
+            out,
+            "{:<14} {:>5} {:>12} {:>12} {:>12} {:>14}  {:<24} {:>7}",
+            "vital", "lives", "first", "last", "max", "steepest /h", "whose", "growing"
+        );
+        for v in &self.vitals {
+            let _ = writeln!(
+                out,
+                "{:<14} {:>5} {:>12.1} {:>12.1} {:>12.0} {:>14.2}  {:<24} {:>7}",
+                v.vital.name(),
+                v.lives,
+                v.first,
+                v.last,
+                v.max,
+                v.steepest_per_hour,
+                v.steepest,
+                v.growing
+            );
+        }
+        if self.vitals.is_empty() {
+            let _ = writeln!(out, "no life was sampled long enough to judge");
+        }
+        for t in &self.growth {
+            let _ = writeln!(
+                out,
+                "GROWTH {} on {} (pid {}): {:.1} → {:.1} over {:.0} s, {:+.2}/h",
+                t.vital.name(),
+                t.node,
+                t.pid,
+                t.first,
+                t.last,
+                t.span_s,
+                t.slope_per_hour
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(at_s: f64, node: &str, pid: u32, rss: f64, fds: f64) -> Sample {
+        Sample {
+            at_s,
+            node: node.into(),
+            pid,
+            values: vec![(Vital::RssKib, Some(rss)), (Vital::Fds, Some(fds))],
+        }
+    }
+
+    #[test]
+    fn proc_status_gives_rss_and_threads() {
+        let text = "Name:\tdomaind\nVmPeak:\t  99999 kB\nVmRSS:\t   23456 kB\nThreads:\t7\n";
+        assert_eq!(parse_proc_status(text), (Some(23456.0), Some(7.0)));
+        assert_eq!(parse_proc_status("Name:\tzombie\n"), (None, None));
+    }
+
+    #[test]
+    fn series_are_the_lines_that_are_not_comments() {
+        let text = "# HELP a x\n# TYPE a counter\na{k=\"1\"} 3\na{k=\"2\"} 4\n\nb 1\n";
+        assert_eq!(metric_series(text), 3);
+    }
+
+    #[test]
+    fn the_slope_is_per_hour_and_needs_two_times() {
+        let line: Vec<(f64, f64)> = (0..10).map(|i| (i as f64 * 60.0, 5.0 + i as f64)).collect();
+        let slope = slope_per_hour(&line).unwrap();
+        assert!((slope - 60.0).abs() < 1e-9, "{slope}");
+        assert_eq!(slope_per_hour(&[(1.0, 2.0)]), None);
+        assert_eq!(slope_per_hour(&[(1.0, 2.0), (1.0, 3.0)]), None);
+    }
+
+    #[test]
+    fn a_leak_grows_and_noise_does_not() {
+        let mut samples = Samples::default();
+        for i in 0..120 {
+            let t = i as f64 * 60.0;
+            // A flat daemon with a wobble, and one leaking a descriptor a minute.
+            let wobble = if i % 2 == 0 { 300.0 } else { -300.0 };
+            samples.push(sample(
+                t,
+                "node-01",
+                10,
+                20_000.0 + wobble,
+                40.0 + (i % 3) as f64,
+            ));
+            samples.push(sample(t, "node-02", 11, 20_000.0, 40.0 + i as f64));
+        }
+        let report = SoakReport::new(
+            &samples,
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+            Duration::from_secs(1800),
+        );
+        assert_eq!(report.growth.len(), 1, "{}", report.table());
+        let leak = &report.growth[0];
+        assert_eq!((leak.node.as_str(), leak.vital), ("node-02", Vital::Fds));
+        assert!((leak.slope_per_hour - 60.0).abs() < 1e-6);
+        assert!(!report.ok());
+        let fds = report
+            .vitals
+            .iter()
+            .find(|v| v.vital == Vital::Fds)
+            .unwrap();
+        assert_eq!((fds.lives, fds.growing), (2, 1));
+    }
+
+    #[test]
+    fn each_life_is_judged_alone_and_short_ones_not_at_all() {
+        let mut samples = Samples::default();
+        // A restart: the new process starts lower; across lives that is no trend, and
+        // a higher start after a restart is no growth either.
+        for i in 0..60 {
+            samples.push(sample(i as f64 * 60.0, "node-01", 10, 30_000.0, 50.0));
+        }
+        for i in 60..120 {
+            samples.push(sample(i as f64 * 60.0, "node-01", 12, 35_000.0, 50.0));
+        }
+        // Ten minutes of a third life: too short to judge.
+        for i in 120..130 {
+            samples.push(sample(
+                i as f64 * 60.0,
+                "node-01",
+                13,
+                10_000.0 + i as f64 * 1000.0,
+                50.0,
+            ));
+        }
+        let report = SoakReport::new(
+            &samples,
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+            Duration::from_secs(1800),
+        );
+        assert!(report.ok(), "{}", report.table());
+        let rss = report
+            .vitals
+            .iter()
+            .find(|v| v.vital == Vital::RssKib)
+            .unwrap();
+        assert_eq!(rss.lives, 2);
+        assert_eq!(rss.steepest_per_hour, 0.0);
+    }
+
+    #[test]
+    fn nothing_long_enough_is_not_a_pass() {
+        let mut samples = Samples::default();
+        samples.push(sample(0.0, "node-01", 10, 1.0, 1.0));
+        let report = SoakReport::new(
+            &samples,
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+            Duration::from_secs(1800),
+        );
+        assert!(!report.ok());
+    }
+
+    #[test]
+    fn csv_lines_leave_unread_values_empty() {
+        let mut s = sample(12.34, "node-03", 77, 100.0, 9.0);
+        s.values.push((Vital::GossipKeys, None));
+        assert_eq!(
+            Sample::csv_header(),
+            "at_s,node,pid,rss_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes"
+        );
+        assert_eq!(s.csv_line(), "12.3,node-03,77,100,9,,,,,,");
+    }
+}
