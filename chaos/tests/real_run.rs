@@ -387,7 +387,10 @@ fn a_soak_samples_every_daemon_and_passes_no_life_too_short_to_judge() {
     );
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(report["ok"], false, "{report:#}");
-    assert!(report["soak"]["samples"].as_u64().unwrap() >= 6, "{report:#}");
+    assert!(
+        report["soak"]["samples"].as_u64().unwrap() >= 6,
+        "{report:#}"
+    );
     // The spared node is never a target.
     for step in report["schedule"]["steps"].as_array().unwrap() {
         for target in step["targets"].as_array().unwrap() {

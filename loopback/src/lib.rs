@@ -5,12 +5,11 @@
 //! A new user adds an entry with an octet no other entry has (the test below checks).
 //!
 //! Octet 0 is not ours: 127.0.0.1 holds the shared Kubernetes control plane of
-//! `../shared/kube` and 127.0.0.2 and up its fake nodes (the end-to-end suite's kubelets
-//! on 127.0.0.2-4, 5-7, 8-10, 11-12 (admin), 13-14 (health), 41-42, 43-44 (taints) and
-//! 51-52 (claim status)), each kubelet on fixed ports. Tests that bind only
-//! port 0 on 127.0.0.x (the gossip tests, unit tests on 127.0.0.1) need no entry: an
-//! ephemeral port collides with nothing. Addresses that are only data (never bound) need
-//! none either.
+//! `../shared/kube` and 127.0.0.2 and up its fake nodes, each kubelet on fixed ports: the
+//! end-to-end suite takes their last octets from [`kubelets`], the second table here.
+//! Tests that bind only port 0 on 127.0.0.x (the gossip tests, unit tests on 127.0.0.1)
+//! need no entry: an ephemeral port collides with nothing. Addresses that are only data
+//! (never bound) need none either.
 
 use std::net::Ipv4Addr;
 
@@ -118,6 +117,38 @@ subnets! {
     NODE_IMEX_HOST_SERVICE_TESTS = 155;
 }
 
+/// The end-to-end suite's fake nodes on `../shared/kube` (real kubelets on
+/// 127.0.0.X, fixed ports each): the last octets of each test's nodes, none shared, so
+/// that tests run side by side never start two kubelets on one address.
+pub mod kubelets {
+    macro_rules! hosts {
+        ($($(#[doc = $doc:literal])+ $name:ident = [$($host:literal),+];)+) => {
+            $($(#[doc = $doc])+ pub const $name: &[u8] = &[$($host),+];)+
+
+            pub const ALL: &[(&str, &[u8])] = &[$((stringify!($name), $name)),+];
+        };
+    }
+
+    hosts! {
+        /// tests/suite/kubelet.rs: NVIDIA's blog workload.
+        BLOG = [2, 3, 4];
+        /// tests/suite/sharing.rs.
+        SHARING = [5, 6, 7];
+        /// tests/suite/chaos_cluster.rs.
+        CHAOS_CLUSTER = [8, 9, 10];
+        /// tests/suite/admin.rs.
+        ADMIN = [11, 12];
+        /// tests/suite/health.rs.
+        HEALTH = [13, 14];
+        /// tests/suite/pods.rs.
+        PODS = [41, 42];
+        /// tests/suite/taints.rs.
+        TAINTS = [43, 44];
+        /// tests/suite/claim_status.rs.
+        CLAIM_STATUS = [51, 52];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +159,20 @@ mod tests {
             assert_ne!(*octet, 0, "{name}: 127.0.0.x is the shared kube cluster's");
             if let Some((other, _)) = ALL[..i].iter().find(|(_, o)| o == octet) {
                 panic!("{name} and {other} both use 127.0.{octet}.x");
+            }
+        }
+    }
+
+    #[test]
+    fn no_kubelet_address_is_used_twice_and_none_is_the_control_planes() {
+        let mut seen: Vec<(u8, &str)> = Vec::new();
+        for (name, hosts) in kubelets::ALL {
+            for host in *hosts {
+                assert!(*host >= 2, "{name}: 127.0.0.{host} is the control plane's");
+                if let Some((_, other)) = seen.iter().find(|(h, _)| h == host) {
+                    panic!("{name} and {other} both start a kubelet on 127.0.0.{host}");
+                }
+                seen.push((*host, name));
             }
         }
     }

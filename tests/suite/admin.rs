@@ -170,7 +170,8 @@ async fn node_domains(rack: &LocalRack) -> Vec<(Vec<(String, Vec<String>)>, Vec<
 #[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; docs/TESTING.md)"]
 async fn an_admin_access_pod_runs_beside_the_workload_and_is_never_listed_among_the_domains_members()
  {
-    let cluster = FakeCluster::start("domaind-admin", &[11, 12], CLIQUE).await;
+    let cluster =
+        FakeCluster::start("domaind-admin", domaind_loopback::kubelets::ADMIN, CLIQUE).await;
     let (client, names, ips) = (
         cluster.client.clone(),
         cluster.names.clone(),

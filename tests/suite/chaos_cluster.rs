@@ -63,7 +63,12 @@ fn harness(namespace: &str, extra: &[&str]) -> Command {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; docs/TESTING.md)"]
 async fn the_chaos_harness_passes_on_a_real_cluster() {
-    let cluster = FakeCluster::start("domaind-chaos", &[8, 9, 10], CLIQUE).await;
+    let cluster = FakeCluster::start(
+        "domaind-chaos",
+        domaind_loopback::kubelets::CHAOS_CLUSTER,
+        CLIQUE,
+    )
+    .await;
     let (client, names) = (cluster.client.clone(), cluster.names.clone());
     install_crd_and_device_classes(&client).await;
     let namespace = format!("domaind-chaos-e2e-{}", std::process::id());

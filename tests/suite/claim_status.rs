@@ -88,7 +88,12 @@ fn is_ready(entry: &Value) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; docs/TESTING.md)"]
 async fn each_pods_claim_says_how_its_channel_is() {
-    let cluster = FakeCluster::start("domaind-claimstatus", &[51, 52], CLIQUE).await;
+    let cluster = FakeCluster::start(
+        "domaind-claimstatus",
+        domaind_loopback::kubelets::CLAIM_STATUS,
+        CLIQUE,
+    )
+    .await;
     let (client, names, ips) = (
         cluster.client.clone(),
         cluster.names.clone(),

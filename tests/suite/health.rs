@@ -74,7 +74,8 @@ fn all_healthy(seen: &[(String, String, String)]) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; docs/TESTING.md)"]
 async fn a_pods_channel_shows_its_imex_health() {
-    let cluster = FakeCluster::start("domaind-health", &[13, 14], CLIQUE).await;
+    let cluster =
+        FakeCluster::start("domaind-health", domaind_loopback::kubelets::HEALTH, CLIQUE).await;
     let (client, names, ips) = (
         cluster.client.clone(),
         cluster.names.clone(),

@@ -567,7 +567,12 @@ async fn nvidias_blog_workload_runs_on_real_kubelets() {
         .unwrap_or_else(|| (1..=3).map(|i| format!("domaind-kubelet-{i}")).collect());
     let ips: Vec<IpAddr> = env_list("DOMAIND_E2E_KUBELET_IPS")
         .map(|ips| ips.iter().map(|ip| ip.parse().unwrap()).collect())
-        .unwrap_or_else(|| (2..=4).map(|i| IpAddr::from([127, 0, 0, i])).collect());
+        .unwrap_or_else(|| {
+            domaind_loopback::kubelets::BLOG
+                .iter()
+                .map(|i| IpAddr::from([127, 0, 0, *i]))
+                .collect()
+        });
     assert_eq!((names.len(), ips.len()), (3, 3), "three nodes");
 
     // 1. Nodes, the CRD, the controller and the daemons.

@@ -121,7 +121,8 @@ async fn wait_daemon(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; docs/TESTING.md)"]
 async fn pod_access_finds_deletes_and_restarts_the_charts_pods() {
-    let cluster = FakeCluster::start("domaind-pods", &[41, 42], CLIQUE).await;
+    let cluster =
+        FakeCluster::start("domaind-pods", domaind_loopback::kubelets::PODS, CLIQUE).await;
     let (client, names) = (cluster.client.clone(), cluster.names.clone());
     let nodes = Api::<Node>::all(client.clone());
     let taint =

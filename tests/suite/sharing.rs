@@ -72,7 +72,8 @@ fn channels_in_spec(spec: &str) -> BTreeSet<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster with real kubelets, as root: KUBECONFIG and DOMAIND_E2E_KUBE_DIR (../shared/kube; docs/TESTING.md)"]
 async fn two_sharing_domains_run_pods_on_the_same_nodes_each_with_its_own_channel() {
-    let cluster = FakeCluster::start("domaind-share", &[5, 6, 7], CLIQUE).await;
+    let cluster =
+        FakeCluster::start("domaind-share", domaind_loopback::kubelets::SHARING, CLIQUE).await;
     let (client, names, ips) = (
         cluster.client.clone(),
         cluster.names.clone(),

@@ -283,7 +283,8 @@ async fn a_node_whose_imex_keeps_failing_is_tainted_and_new_pods_go_elsewhere() 
         ms.parse()
             .expect("DOMAIND_E2E_TAINT_AFTER_MS: milliseconds")
     });
-    let cluster = FakeCluster::start("domaind-taint", &[43, 44], CLIQUE).await;
+    let cluster =
+        FakeCluster::start("domaind-taint", domaind_loopback::kubelets::TAINTS, CLIQUE).await;
     let (client, names, ips) = (
         cluster.client.clone(),
         cluster.names.clone(),
