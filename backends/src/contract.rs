@@ -8,9 +8,9 @@ use domaind_actors::model::{AllocationMode, Isolation, Phase, ReadinessPolicy};
 use domaind_actors::rules::status::{DomainStatus, NodeStatus};
 use domaind_kube_api::channel_config::Readiness;
 use domaind_kube_api::crd::{
-    self, ChannelAllocationMode, ComputeDomainNode, ComputeDomainStatus, Condition,
-    ConditionStatus, READY_CONDITION,
+    self, ChannelAllocationMode, ComputeDomainNode, ComputeDomainStatus, Condition, READY_CONDITION,
 };
+use domaind_kube_api::reasons::DomainReadyReason;
 use time::OffsetDateTime;
 
 pub fn phase(phase: crd::Phase) -> Phase {
@@ -58,15 +58,10 @@ pub fn status_from_domain(
     now: OffsetDateTime,
 ) -> ComputeDomainStatus {
     let ready = domain.status == Phase::Ready;
-    let status = if ready {
-        ConditionStatus::True
-    } else {
-        ConditionStatus::False
-    };
     let reason = match (ready, domain.total_nodes) {
-        (true, _) => "AllNodesReady",
-        (false, 0) => "NoNodes",
-        (false, _) => "NodesNotReady",
+        (true, _) => DomainReadyReason::AllNodesReady,
+        (false, 0) => DomainReadyReason::NoNodes,
+        (false, _) => DomainReadyReason::NodesNotReady,
     };
     ComputeDomainStatus {
         status: crd_phase(domain.status),
@@ -86,8 +81,8 @@ pub fn status_from_domain(
         conditions: vec![Condition::transition(
             previous.and_then(|p| p.condition(READY_CONDITION)),
             READY_CONDITION,
-            status,
-            reason,
+            reason.status(),
+            reason.as_str(),
             domain.message.clone(),
             observed_generation,
             now,
@@ -127,6 +122,7 @@ pub fn domain_from_status(status: &ComputeDomainStatus) -> DomainStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use domaind_kube_api::crd::ConditionStatus;
     use time::macros::datetime;
 
     fn domain(phase: Phase, ready: u32) -> DomainStatus {

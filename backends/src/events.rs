@@ -20,26 +20,84 @@ pub struct EventText {
     pub message: String,
 }
 
+domaind_kube_api::reasons! {
+    /// The events the node daemons record on a ComputeDomain (the local backend writes
+    /// them to its events file), with their type.
+    pub enum DomainEventReason: EventType {
+        /// A node joined the domain (its pod's claim was prepared there).
+        NodeJoined => EventType::Normal,
+        /// A member stopped responding and was dropped from the IMEX domain.
+        NodeLost => EventType::Warning,
+        /// The domain became Ready; the note says what that took.
+        DomainReady => EventType::Normal,
+        /// The domain lost Ready; the note says which nodes and why.
+        DomainNotReady => EventType::Warning,
+        /// A claim of the domain was refused at prepare; the note says why.
+        PrepareRefused => EventType::Warning,
+        /// A node found damaged records in its checkpoint and set them aside; the note
+        /// names any claim whose state was lost with them.
+        CheckpointDamaged => EventType::Warning,
+        /// A node cannot write its state directory: it serves prepares from memory, and a
+        /// restart before it can write again forgets them.
+        StateNotPersisted => EventType::Warning,
+        /// A node writes its state directory again; nothing held in memory was lost.
+        StatePersisted => EventType::Normal,
+        /// A node's IMEX daemon serves another config but was left running, because
+        /// prepared claims use it; it is replaced once none does.
+        ImexKept => EventType::Warning,
+        /// A node's IMEX daemon is failing and is restarted with backoff (once per
+        /// failure episode).
+        ImexFailing => EventType::Warning,
+        /// A node of the clique's shared IMEX domain (`isolation: Channel`) failed or
+        /// left: the IMEX daemons of every ComputeDomain sharing it reconfigure.
+        SharedImexFault => EventType::Warning,
+        /// A node's NVLink fabric registered again in another clique: it left the domain
+        /// in the old clique and rejoins it in the new one.
+        CliqueMoved => EventType::Warning,
+    }
+}
+
+domaind_kube_api::reasons! {
+    /// The events the node daemons record on their Node, with their type.
+    pub enum NodeEventReason: EventType {
+        /// The node's IMEX daemon has been failing for a while: its channel devices are
+        /// tainted so that no new claim is allocated there until it has been healthy for
+        /// a while; running pods keep theirs.
+        ChannelsTainted => EventType::Warning,
+        /// The node's IMEX daemon has been healthy again long enough: the taint is removed
+        /// from its channel devices.
+        ChannelsUntainted => EventType::Normal,
+        /// A claim prepared on the node and never unprepared (the daemon was down when it
+        /// went, or it was force-deleted) was released; the note says which and why.
+        StaleClaimReleased => EventType::Warning,
+    }
+}
+
 impl EventText {
+    pub fn new(type_: EventType, reason: &str, message: String) -> Self {
+        Self {
+            type_,
+            reason: reason.into(),
+            message,
+        }
+    }
+
     pub fn of(event: &DomainEvent) -> Self {
-        let (type_, reason, message) = match event {
+        let (reason, message) = match event {
             DomainEvent::NodeJoined { node } => (
-                EventType::Normal,
-                "NodeJoined",
+                DomainEventReason::NodeJoined,
                 format!("node {node} joined the domain"),
             ),
             DomainEvent::NodeLost { node } => (
-                EventType::Warning,
-                "NodeLost",
+                DomainEventReason::NodeLost,
                 format!("node {node} stopped responding and was dropped from the IMEX domain"),
             ),
-            DomainEvent::Ready { message } => (EventType::Normal, "DomainReady", message.clone()),
+            DomainEvent::Ready { message } => (DomainEventReason::DomainReady, message.clone()),
             DomainEvent::NotReady { message } => {
-                (EventType::Warning, "DomainNotReady", message.clone())
+                (DomainEventReason::DomainNotReady, message.clone())
             }
             DomainEvent::PrepareRefused { claim, reason } => (
-                EventType::Warning,
-                "PrepareRefused",
+                DomainEventReason::PrepareRefused,
                 format!("claim {claim} refused: {reason}"),
             ),
             DomainEvent::CheckpointDamaged {
@@ -47,8 +105,7 @@ impl EventText {
                 records,
                 lost_claims,
             } => (
-                EventType::Warning,
-                "CheckpointDamaged",
+                DomainEventReason::CheckpointDamaged,
                 if lost_claims.is_empty() {
                     format!(
                         "node {node} found {records} damaged record(s) in its checkpoint and set \
@@ -64,23 +121,20 @@ impl EventText {
                 },
             ),
             DomainEvent::StateNotPersisted { node, error } => (
-                EventType::Warning,
-                "StateNotPersisted",
+                DomainEventReason::StateNotPersisted,
                 format!(
                     "node {node} cannot write its state directory ({error}); it serves prepares \
                      from memory and writes them once it can; a restart before then forgets them"
                 ),
             ),
             DomainEvent::StatePersisted { node } => (
-                EventType::Normal,
-                "StatePersisted",
+                DomainEventReason::StatePersisted,
                 format!(
                     "node {node} writes its state directory again; nothing held in memory was lost"
                 ),
             ),
             DomainEvent::ImexKept { node, reason } => (
-                EventType::Warning,
-                "ImexKept",
+                DomainEventReason::ImexKept,
                 format!(
                     "the IMEX daemon of node {node} was left running although it serves \
                      another config ({reason}): prepared claims use it, and replacing it would \
@@ -88,8 +142,7 @@ impl EventText {
                 ),
             ),
             DomainEvent::ImexFailing { node, reason } => (
-                EventType::Warning,
-                "ImexFailing",
+                DomainEventReason::ImexFailing,
                 format!(
                     "the IMEX daemon of node {node} is failing and is restarted with backoff: \
                      {reason}"
@@ -100,16 +153,14 @@ impl EventText {
                 fault,
                 clique,
             } => (
-                EventType::Warning,
-                "SharedImexFault",
+                DomainEventReason::SharedImexFault,
                 format!(
                     "node {node} of the shared IMEX domain of clique {clique} is {fault}: the \
                      IMEX daemons of every ComputeDomain sharing it reconfigure, this one's too"
                 ),
             ),
             DomainEvent::CliqueMoved { node, from, to } => (
-                EventType::Warning,
-                "CliqueMoved",
+                DomainEventReason::CliqueMoved,
                 format!(
                     "the NVLink fabric of node {node} registered again in another clique: it \
                      left the domain in clique {from} and rejoins it in clique {to} (its IMEX \
@@ -117,11 +168,7 @@ impl EventText {
                 ),
             ),
         };
-        Self {
-            type_,
-            reason: reason.into(),
-            message,
-        }
+        Self::new(reason.status(), reason.as_str(), message)
     }
 }
 

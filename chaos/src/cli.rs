@@ -443,6 +443,20 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The book's page of this command line (docs/src/reference/chaos-cli.md).
+    #[test]
+    fn reference_pages_match_the_code() {
+        let regenerate =
+            "DOMAIND_WRITE_REFERENCE=1 cargo test -p domaind-chaos --lib reference_pages";
+        let page = domaind_docs_gen::page::render(
+            regenerate,
+            &domaind_docs_gen::cli::render(Cli::command()),
+        );
+        if let Err(error) = domaind_docs_gen::page::check("chaos-cli.md", &page, regenerate) {
+            panic!("{error}");
+        }
+    }
+
     #[test]
     fn durations_take_seconds_or_units() {
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));

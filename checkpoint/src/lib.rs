@@ -58,6 +58,33 @@ pub(crate) mod metrics_names {
 }
 pub use metrics_names::{GROUP_SIZE, PERSISTED, WRITE_FAILURES, WRITE_SECONDS};
 
+/// Gives the checkpoint's metrics their help text (`# HELP` on `/metrics`, and the
+/// book's metrics reference); the daemon calls it once, after installing its recorder.
+pub fn describe_metrics() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        CORRUPT_TOTAL,
+        "Damaged checkpoint records found at start and set aside (each logged with its line)."
+    );
+    describe_counter!(
+        WRITE_FAILURES,
+        "Checkpoint writes that failed (each retry counts)."
+    );
+    describe_gauge!(
+        PERSISTED,
+        "1 while everything the node recorded is on disk, 0 while some is only in memory \
+         (a restart then would forget it)."
+    );
+    describe_histogram!(
+        GROUP_SIZE,
+        "Callers answered by one checkpoint write (group commit)."
+    );
+    describe_histogram!(
+        WRITE_SECONDS,
+        "Seconds per checkpoint write, by `kind`: `append`, `whole`."
+    );
+}
+
 /// The claim uids in the journal of `state_dir`, as a reader outside the daemon sees
 /// it (the chaos harness): no side effects, no boot check. `None` when there is no
 /// journal.

@@ -5,8 +5,9 @@ use kube::ResourceExt as _;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use domaind_kube_api::crd::{ComputeDomain, Condition, ConditionStatus, GROUP, VERSION};
-use domaind_kube_api::names::{TEMPLATE_READY, reason};
+use domaind_kube_api::crd::{ComputeDomain, Condition, GROUP, VERSION};
+use domaind_kube_api::names::TEMPLATE_READY;
+use domaind_kube_api::reasons::TemplateReadyReason;
 
 /// What became of a CD's template.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,16 +24,14 @@ pub enum TemplateOutcome {
 }
 
 impl TemplateOutcome {
-    fn status_reason_message(&self) -> (ConditionStatus, &'static str, String) {
+    fn reason_message(&self) -> (TemplateReadyReason, String) {
         match self {
             Self::Ready { template } => (
-                ConditionStatus::True,
-                reason::TEMPLATE_CREATED,
+                TemplateReadyReason::TemplateCreated,
                 format!("ResourceClaimTemplate {template} is ready for the domain's pods"),
             ),
             Self::NameTaken { template, owner } => (
-                ConditionStatus::False,
-                reason::TEMPLATE_NAME_TAKEN,
+                TemplateReadyReason::TemplateNameTaken,
                 match owner {
                     Some(owner) => format!(
                         "a ResourceClaimTemplate named {template} already exists, controlled by \
@@ -47,8 +46,7 @@ impl TemplateOutcome {
                 },
             ),
             Self::Rejected { template, why } => (
-                ConditionStatus::False,
-                reason::TEMPLATE_REJECTED,
+                TemplateReadyReason::TemplateRejected,
                 format!(
                     "the API server refused ResourceClaimTemplate {template}: {why}; the spec \
                      cannot change: create a new ComputeDomain with a valid template name"
@@ -66,7 +64,8 @@ pub fn update(
     outcome: &TemplateOutcome,
     now: OffsetDateTime,
 ) -> Option<Condition> {
-    let (status, reason, message) = outcome.status_reason_message();
+    let (reason, message) = outcome.reason_message();
+    let (status, reason) = (reason.status(), reason.as_str());
     let current = cd.status.as_ref().and_then(|s| s.condition(TEMPLATE_READY));
     let observed_generation = cd.metadata.generation;
     if let Some(current) = current
@@ -104,8 +103,8 @@ pub fn apply_body(cd: &ComputeDomain, condition: &Condition) -> serde_json::Valu
 mod tests {
     use super::*;
     use crate::tests::fixtures::compute_domain;
-    use domaind_kube_api::crd::ComputeDomainStatus;
     use domaind_kube_api::crd::Phase;
+    use domaind_kube_api::crd::{ComputeDomainStatus, ConditionStatus};
     use time::macros::datetime;
 
     fn taken() -> TemplateOutcome {

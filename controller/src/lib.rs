@@ -58,6 +58,13 @@ use domaind_kube_api::crd::ComputeDomain;
 use domaind_kube_api::health::{Liveness, NotAlive, Readiness};
 use domaind_kube_api::names;
 
+/// Gives every metric the controller records its help text (`# HELP` on `/metrics`, and
+/// the book's metrics reference): its own and its Kubernetes client's.
+pub fn describe_metrics() {
+    metrics::describe();
+    domaind_kube_api::metrics::describe();
+}
+
 /// Runs the controller until SIGTERM or SIGINT.
 pub fn run(args: ControllerArgs) -> anyhow::Result<()> {
     if args.leader_elect {
@@ -69,6 +76,7 @@ pub fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let metrics = PrometheusBuilder::new()
         .install_recorder()
         .context("cannot install the metrics recorder")?;
+    describe_metrics();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

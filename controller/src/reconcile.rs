@@ -24,7 +24,8 @@ use crate::condition::{self, TemplateOutcome};
 use crate::template::{self, Ownership, TemplateError, TemplateSettings};
 use crate::{finalizer, membership};
 use domaind_kube_api::crd::{ComputeDomain, ConditionStatus};
-use domaind_kube_api::names::{CONTROLLER_FIELD_MANAGER, reason};
+use domaind_kube_api::names::CONTROLLER_FIELD_MANAGER;
+use domaind_kube_api::reasons::ControllerEventReason;
 use domaind_kube_api::{ApiError, bounded};
 
 /// How often things are looked at again when no watch event says they changed.
@@ -417,7 +418,7 @@ async fn release(
                 ctx,
                 cd,
                 EventType::Normal,
-                reason::WAITING_FOR_MEMBERS,
+                ControllerEventReason::WaitingForMembers.as_str(),
                 "Delete",
                 message,
             )

@@ -5,6 +5,8 @@ mod cli;
 mod commands;
 mod demo;
 mod logging;
+#[cfg(test)]
+mod reference;
 
 use std::process::ExitCode;
 

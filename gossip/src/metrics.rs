@@ -37,6 +37,101 @@ pub const FOREIGN_CLUSTER: &str = "domaind_gossip_foreign_cluster_total";
 /// count here too. Nonzero during a rolling upgrade; after one, a node left behind.
 pub const NEWER_VERSION: &str = "domaind_newer_version_total";
 
+/// Gives every gossip metric its help text (`# HELP` on `/metrics`, and the book's
+/// metrics reference); the daemon calls it once, after installing its recorder.
+pub fn describe() {
+    use crate::eager::EAGER_PUSHES;
+    use crate::pulse::{MENDS, NODES_SILENT, PEERS_GONE, PULSES_REFUSED};
+    use metrics::{describe_counter, describe_gauge};
+    describe_counter!(
+        CONNECTIONS_REFUSED,
+        "Gossip connections refused before any frame, by `reason`: `no_client_cert`, \
+         `unknown_ca`, `expired`, `tls_error`, `handshake_aborted`, `handshake_timeout`, \
+         `bad_identity`, `connection_limit`."
+    );
+    describe_counter!(
+        FRAMES_REJECTED,
+        "Gossip frames refused, closing their connection, by `reason`: `oversized`, \
+         `truncated`, `malformed`, `identity_mismatch`, `address_mismatch`, \
+         `version_above_max`, `delta_about_receiver` (the last two would have tripped an \
+         assertion inside chitchat)."
+    );
+    describe_counter!(
+        FRAMES_DROPPED,
+        "Well-formed gossip frames not delivered, by `reason`: `queue_full`, \
+         `peer_unreachable`, `write_failed`, `inbound_queue_full`, `oversized_outbound`."
+    );
+    describe_counter!(
+        STATE_REFUSED,
+        "Another node's gossip state refused, by `reason`: because its owner did not sign it \
+         (`unsigned`, `bad_signature`, `wrong_signer`, `untrusted_certificate`, \
+         `unknown_signer`, `unsigned_tombstone`, `unsigned_max_version`, \
+         `reset_without_certificate`) or because it would take back what this node holds \
+         (`rollback`); alert on these, which mean a peer forges state. `stale` counts old \
+         values chitchat ignores anyway (common: exchanges cross), `own_state` this node's \
+         own state relayed back by a peer, stripped and honest."
+    );
+    describe_counter!(
+        STATE_SIGNED,
+        "Gossip values this node signed: its writes, and all of them again after a \
+         certificate rotation."
+    );
+    describe_counter!(FRAMES_SENT, "Gossip frames sent.");
+    describe_counter!(FRAMES_RECEIVED, "Gossip frames received.");
+    describe_counter!(BYTES_SENT, "Gossip bytes sent.");
+    describe_counter!(BYTES_RECEIVED, "Gossip bytes received.");
+    describe_counter!(
+        CONNECT_FAILURES,
+        "Outbound gossip connects that failed or timed out."
+    );
+    describe_counter!(
+        TLS_RELOADS,
+        "Reloads of the gossip certificates, by `result`: `rotated`, `refused`."
+    );
+    describe_gauge!(
+        CERT_EXPIRY,
+        "When the gossip certificates in use expire, in Unix seconds, by `cert`: `node`, \
+         `ca` (the earliest of the CA file's); set at load and at each rotation."
+    );
+    describe_counter!(
+        FOREIGN_CLUSTER,
+        "Messages of another clique's gossip dropped unanswered, by `kind`: `syn` (a peer \
+         that has us as a seed), `bad_cluster` (a peer refusing ours). 0 at steady state; \
+         anything else is a stale or misconfigured seed."
+    );
+    describe_counter!(
+        NEWER_VERSION,
+        "What this node read of a newer version than its own, as far as it understands it \
+         (never refused for that), by `format`: `frame`, `pulse`, `envelope` (signed \
+         values), `checkpoint` (journal records), `run_json` (reads). Nonzero during a \
+         rolling upgrade; afterwards, a node left behind."
+    );
+    describe_counter!(
+        EAGER_PUSHES,
+        "Gossip exchanges started between rounds to pass news on (none while nothing \
+         changes)."
+    );
+    describe_counter!(
+        PULSES_REFUSED,
+        "Liveness pulses dropped unread, by `reason`: `malformed`, `oversized`."
+    );
+    describe_counter!(
+        MENDS,
+        "Gossip exchanges started because a pulse showed a peer holding other state (a \
+         join, a missed push); none at steady state."
+    );
+    describe_counter!(
+        NODES_SILENT,
+        "Clique-mates this node stopped counting as live: no pulse and no news of them for \
+         the dead-after time (`--gossip-dead-after`), or gone."
+    );
+    describe_counter!(
+        PEERS_GONE,
+        "Clique-mates found gone and dead at once: their connection closed and a dial found \
+         nothing listening (a crash, a kill, a stop)."
+    );
+}
+
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefusedConnection {

@@ -17,6 +17,7 @@ pub mod health;
 pub mod http_guard;
 pub mod metrics;
 pub mod names;
+pub mod reasons;
 #[cfg(feature = "testing")]
 pub mod testing;
 

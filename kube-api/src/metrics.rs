@@ -22,6 +22,31 @@ use tower::{Layer, Service};
 pub const API_REQUESTS: &str = "domaind_kube_requests_total";
 pub const API_REQUEST_DURATION: &str = "domaind_kube_request_duration_seconds";
 
+/// Gives the Kubernetes client's and the HTTP servers' metrics their help text (`# HELP`
+/// on `/metrics`, and the book's metrics reference); both processes call it once, after
+/// installing their recorder.
+pub fn describe() {
+    use metrics::{describe_counter, describe_histogram};
+    describe_counter!(
+        API_REQUESTS,
+        "Every request to the Kubernetes API server (ours, the watches', the event \
+         recorder's), by `verb`, `resource` (plural, with the subresource) and `code`: the \
+         HTTP status, `error` (no response: connection refused, TLS) or `abandoned` (the \
+         caller stopped waiting first, e.g. `--kube-api-timeout`)."
+    );
+    describe_histogram!(
+        API_REQUEST_DURATION,
+        "Seconds to the response's headers of a Kubernetes API request (for a watch, until \
+         it is established), by `verb` and `resource`."
+    );
+    describe_counter!(
+        crate::http_guard::REQUESTS_REFUSED,
+        "HTTP requests refused by the process's HTTP servers (`/metrics`, the health and \
+         state endpoints), by `reason`: `header_timeout`, `headers_too_large`, \
+         `body_too_large`."
+    );
+}
+
 /// Adds [`ApiMetrics`] to a client's service stack.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApiMetricsLayer;

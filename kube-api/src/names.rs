@@ -63,17 +63,9 @@ pub const CONTROLLER_FIELD_MANAGER: &str = "domaind-controller";
 /// `reportingController` of the node daemons' Events.
 pub const NODE_REPORTING_CONTROLLER: &str = "domaind";
 
-/// The status condition the controller owns.
+/// The status condition the controller owns (its reasons:
+/// [`crate::reasons::TemplateReadyReason`]).
 pub const TEMPLATE_READY: &str = "TemplateReady";
-
-/// The controller's event and condition reasons.
-pub mod reason {
-    pub const TEMPLATE_CREATED: &str = "TemplateCreated";
-    pub const TEMPLATE_NAME_TAKEN: &str = "TemplateNameTaken";
-    pub const TEMPLATE_REJECTED: &str = "TemplateRejected";
-    pub const WAITING_FOR_MEMBERS: &str = "WaitingForMembers";
-    pub const DOMAIN_CREATED: &str = "DomainCreated";
-}
 
 /// The signerName of gossip node certificates: the controller signs the
 /// CertificateSigningRequests that name it, the node daemons ask under it. Under the
@@ -101,23 +93,6 @@ pub const GOSSIP_CA_BUNDLE_KEY: &str = "ca.crt";
 
 /// The controller's default Secret (type `kubernetes.io/tls`) holding the gossip CA.
 pub const GOSSIP_CA_SECRET: &str = "domaind-gossip-ca";
-
-/// Why the controller denies a node's CertificateSigningRequest: one reason per rule,
-/// in the CSR's `Denied` condition, its Warning event and the decisions metric.
-pub mod csr_reason {
-    pub const NOT_NODE_DAEMON: &str = "NotNodeDaemon";
-    pub const NOT_BOUND_TO_NODE: &str = "NotBoundToNode";
-    pub const BAD_REQUEST: &str = "BadRequest";
-    pub const BAD_KEY: &str = "BadKey";
-    pub const NAME_MISMATCH: &str = "NameMismatch";
-    /// An IP SAN that is not one of the requester's Node's addresses.
-    pub const IP_MISMATCH: &str = "IpMismatch";
-    pub const BAD_USAGES: &str = "BadUsages";
-    /// The reason of the `Approved` condition.
-    pub const APPROVED: &str = "NodeCertificateApproved";
-    /// Someone else approved a CSR our rules refuse: it gets `Failed`, never a certificate.
-    pub const REFUSED_AFTER_APPROVAL: &str = "RefusedAfterApproval";
-}
 
 #[cfg(test)]
 mod tests {

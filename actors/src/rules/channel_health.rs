@@ -58,24 +58,28 @@ impl fmt::Display for ChannelHealth {
 /// `Ready` condition gives it as its reason (CamelCase, as conditions' reasons are).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HealthReason {
-    /// Unknown: IMEX has not answered, or the domain has not judged itself yet.
     #[default]
     Pending,
-    /// Healthy: IMEX runs, is ready and reaches every peer, and the domain is Ready.
     ImexReady,
-    /// Healthy without NVLink fabric: the domain is Ready, there is no IMEX to judge.
     DomainReady,
-    /// IMEX not running, or not ready within a failure episode.
     ImexFailing,
-    /// IMEX runs but does not reach a peer.
     LinkDown,
-    /// IMEX runs, reaches no peer that is down, and is not ready yet (forming).
     ImexNotReady,
-    /// The channel is fine here, the domain is not Ready.
     DomainNotReady,
 }
 
 impl HealthReason {
+    /// Every reason (the book's reference lists them from here).
+    pub const ALL: [HealthReason; 7] = [
+        Self::Pending,
+        Self::ImexReady,
+        Self::DomainReady,
+        Self::ImexFailing,
+        Self::LinkDown,
+        Self::ImexNotReady,
+        Self::DomainNotReady,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "Pending",
@@ -85,6 +89,30 @@ impl HealthReason {
             Self::LinkDown => "LinkDown",
             Self::ImexNotReady => "ImexNotReady",
             Self::DomainNotReady => "DomainNotReady",
+        }
+    }
+
+    /// What the reason says, and the health that goes with it.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Self::Pending => {
+                "Unknown: IMEX has not answered, or the domain has not judged itself yet."
+            }
+            Self::ImexReady => {
+                "Healthy: IMEX runs, is ready and reaches every peer, and the domain is Ready."
+            }
+            Self::DomainReady => {
+                "Healthy without NVLink fabric: the domain is Ready, there is no IMEX to judge."
+            }
+            Self::ImexFailing => {
+                "Unhealthy: IMEX not running, or not ready within a failure episode."
+            }
+            Self::LinkDown => "Unhealthy: IMEX runs but does not reach a peer.",
+            Self::ImexNotReady => {
+                "Unhealthy: IMEX runs, reaches no peer that is down, and is not ready yet \
+                 (forming)."
+            }
+            Self::DomainNotReady => "Unhealthy: the channel is fine here, the domain is not Ready.",
         }
     }
 }
@@ -262,6 +290,19 @@ mod tests {
     use crate::model::Phase;
     use crate::rules::peers::Peer;
     use crate::rules::readiness::NotReadyReason;
+
+    #[test]
+    fn every_reason_is_listed_once_with_its_health() {
+        let names: BTreeSet<&str> = HealthReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), HealthReason::ALL.len());
+        for reason in HealthReason::ALL {
+            let health = reason.meaning().split(':').next().unwrap();
+            assert!(
+                health.starts_with("Healthy") || ["Unknown", "Unhealthy"].contains(&health),
+                "{reason}"
+            );
+        }
+    }
 
     fn peers(nodes: &[&str]) -> PeerSet {
         PeerSet {

@@ -77,6 +77,78 @@ pub const BAD_CLAIMS: &str = "domaind_kube_bad_claims_total";
 /// Watch failures (each retried with backoff), by `resource`.
 pub const WATCH_ERRORS: &str = "domaind_kube_watch_errors_total";
 
+/// The Kubernetes backend's metric descriptions (see `crate::describe_metrics`).
+pub(crate) fn describe_metrics() {
+    use metrics::{describe_counter, describe_gauge};
+    describe_counter!(
+        BAD_CLAIMS,
+        "Claims refused, by `reason`: `uid_mismatch`, `not_allocated`, `other_driver`, \
+         `other_node`, `no_config`, `bad_config`, `conflicting_configs`, `unknown_domain`, \
+         `namespace_mismatch`, `mixed_admin_access`, `not_a_channel`, `spans_cliques` (an \
+         `isolation: Channel` domain already in another clique)."
+    );
+    describe_counter!(
+        WATCH_ERRORS,
+        "Watch failures, each retried with backoff, by `resource`: `computedomains`, \
+         `resourceslices`, `resourceslices_clique`."
+    );
+    describe_counter!(
+        status::STATUS_WRITES,
+        "Domain status documents written, by `backend` (`kube`, `local`) and `outcome`: \
+         `ok`, `failed`, `gone` (the ComputeDomain was deleted; kube only)."
+    );
+    describe_counter!(
+        claim_status_writer::CLAIM_STATUS_WRITES,
+        "Claims' device status written, by `outcome`: `ok`, `failed` (retried with \
+         backoff), `gone` (the claim was deleted or recreated; not retried)."
+    );
+    describe_counter!(
+        claim_status_writer::CLAIM_STATUS_FAILURES,
+        "Failed reads and writes of claims' device status, each retried with backoff, by \
+         `op` (`read`, `apply`) and `kind` (`transient`, `conflict`, `permanent`)."
+    );
+    describe_counter!(
+        events::EVENTS,
+        "Kubernetes Events recorded, by `outcome`: `ok`, `failed`."
+    );
+    describe_counter!(
+        publisher::SLICE_WRITES,
+        "ResourceSlice writes, by `op` (`apply`, `delete`) and `outcome` (`ok`, `failed`)."
+    );
+    describe_counter!(
+        publisher::SLICES_LOST,
+        "This node's ResourceSlices deleted by something else (and written again)."
+    );
+    describe_counter!(
+        publisher::TAINTS_DROPPED,
+        "Device taints the API server dropped from this node's devices (its \
+         `DRADeviceTaints` feature off); not written again."
+    );
+    describe_counter!(
+        IMEX_TAINTS,
+        "The IMEX-failing taint put on and taken off this node's channel devices, by \
+         `change`: `applied`, `removed`."
+    );
+    describe_gauge!(
+        IMEX_TAINTED,
+        "1 while this node's channel devices carry the IMEX-failing taint."
+    );
+    describe_counter!(
+        reconcile::RECONCILED_CLAIMS,
+        "Claims seen by start-up reconciliation, by `outcome`: `restored`, `skipped`; and \
+         `failed` once for a reconciliation that could not reach the API server in time."
+    );
+    describe_gauge!(
+        peers::DISCOVERY_PEERS,
+        "Clique-mates whose gossip address this node knows from the API server."
+    );
+    describe_counter!(
+        peers::DISCOVERY_SKIPPED,
+        "Clique-mates' ResourceSlices that name no usable gossip peer (skipped, logged once \
+         per slice), by `reason`: `no_address`, `bad_address`, `clique_mismatch`."
+    );
+}
+
 /// What the backend needs to know about this node.
 #[derive(Debug, Clone)]
 pub struct KubeSettings {

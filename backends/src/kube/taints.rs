@@ -33,7 +33,7 @@ use super::stale::node_reference;
 use super::taint_rule::{
     TAINT_EFFECT, TaintChange, TaintRule, TaintTiming, short_cause, taint_key,
 };
-use crate::events::{EventText, EventType};
+use crate::events::{EventText, EventType, NodeEventReason};
 use domaind_kube_api::api::{ApiError, bounded};
 use domaind_kube_api::names::NODE_REPORTING_CONTROLLER;
 
@@ -201,10 +201,11 @@ fn tainted_event(
     failing_for: Duration,
     timing: TaintTiming,
 ) -> EventText {
-    EventText {
-        type_: EventType::Warning,
-        reason: "ChannelsTainted".into(),
-        message: format!(
+    let event = NodeEventReason::ChannelsTainted;
+    EventText::new(
+        event.status(),
+        event.as_str(),
+        format!(
             "the IMEX daemon of node {node} has been failing for {failing:.0?} ({reason}): its \
              {channels} channel devices are tainted {key}={value}:{TAINT_EFFECT}, so no new \
              claim is allocated here until it has been healthy for {clear:?}; running pods \
@@ -214,7 +215,7 @@ fn tainted_event(
             channels = subject.channels,
             clear = timing.clear_after,
         ),
-    }
+    )
 }
 
 fn untainted_event(
@@ -223,17 +224,18 @@ fn untainted_event(
     tainted_for: Duration,
     timing: TaintTiming,
 ) -> EventText {
-    EventText {
-        type_: EventType::Normal,
-        reason: "ChannelsUntainted".into(),
-        message: format!(
+    let event = NodeEventReason::ChannelsUntainted;
+    EventText::new(
+        event.status(),
+        event.as_str(),
+        format!(
             "the IMEX daemon of node {node} has been healthy for {clear:?}: the taint {key} \
              is removed from its channel devices (on for {on:.0?})",
             node = subject.node,
             clear = timing.clear_after,
             on = tainted_for,
         ),
-    }
+    )
 }
 
 /// The IMEX-failing taint on `node`'s slices of `driver`, as a process before this one

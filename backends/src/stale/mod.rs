@@ -27,7 +27,7 @@ use tracing::{info, warn};
 
 pub use rule::{FoundClaim, FoundDomain, Lookup, StaleClaim, StaleReason, Verdicts, stale_claims};
 
-use crate::events::{EventText, EventType};
+use crate::events::{EventText, NodeEventReason};
 use domaind_kubelet_plugin::NodePlugin;
 
 /// Stale claims released, by `reason` ([`StaleReason::label`]).
@@ -37,9 +37,6 @@ pub const STALE_CLAIMS_RELEASED: &str = "domaind_stale_claims_released_total";
 /// those claims are kept and asked about again next time), `failed` (a release failed,
 /// or the node's claims could not be read).
 pub const STALE_CLAIM_CHECKS: &str = "domaind_stale_claim_checks_total";
-
-/// The reason of the event that says a stale claim was released.
-pub const STALE_CLAIM_RELEASED_REASON: &str = "StaleClaimReleased";
 
 /// What the cluster says about the objects a checkpointed claim names. Answers
 /// [`Lookup::NotFound`] only when it is certain; anything else it cannot tell is
@@ -66,15 +63,16 @@ pub trait StaleClaimNotices: Send + Sync {
 
 /// The event's text, the same for every backend.
 pub fn released_event(stale: &StaleClaim, node: &str) -> EventText {
-    EventText {
-        type_: EventType::Warning,
-        reason: STALE_CLAIM_RELEASED_REASON.into(),
-        message: format!(
+    let event = NodeEventReason::StaleClaimReleased;
+    EventText::new(
+        event.status(),
+        event.as_str(),
+        format!(
             "node {node} released {stale}; it was prepared here and never unprepared (the \
              daemon was down when it went, or it was force-deleted), and the node can serve \
              another ComputeDomain now"
         ),
-    }
+    )
 }
 
 /// What one check did.

@@ -40,9 +40,8 @@ pub use rules::{Grant, Policy, Refusal, Request, Rule, decide};
 pub use stage::{Stage, stage};
 
 use crate::backoff::Failures;
-use domaind_kube_api::names::{
-    CONTROLLER_FIELD_MANAGER, GOSSIP_SIGNER, NODE_NAME_EXTRA, csr_reason,
-};
+use domaind_kube_api::names::{CONTROLLER_FIELD_MANAGER, GOSSIP_SIGNER, NODE_NAME_EXTRA};
+use domaind_kube_api::reasons::CsrReason;
 use domaind_kube_api::{ApiError, bounded};
 
 /// What the signer needs besides the API client.
@@ -239,7 +238,7 @@ async fn look_at(csr: &CertificateSigningRequest, ctx: &Context) -> Result<Actio
                 csr,
                 "approval",
                 "Approved",
-                csr_reason::APPROVED,
+                CsrReason::NodeCertificateApproved.as_str(),
                 &message,
             )
             .await?
@@ -251,7 +250,7 @@ async fn look_at(csr: &CertificateSigningRequest, ctx: &Context) -> Result<Actio
         (Stage::Approved, Err(refusal)) => {
             // Approved by someone else, against our rules: never signed.
             let message = format!("approved, but refused by the signer: {}", refusal.message);
-            let reason = csr_reason::REFUSED_AFTER_APPROVAL;
+            let reason = CsrReason::RefusedAfterApproval.as_str();
             if write_condition(ctx, csr, "status", "Failed", reason, &message)
                 .await?
                 .is_some()
@@ -306,7 +305,7 @@ async fn sign(
         .await,
     )?;
     if written.is_some() {
-        count("approved", csr_reason::APPROVED);
+        count("approved", CsrReason::NodeCertificateApproved.as_str());
         info!(csr = %name, node = %grant.node, lifetime = ?grant.lifetime, "issued a gossip node certificate");
     }
     Ok(Action::await_change())

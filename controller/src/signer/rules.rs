@@ -15,7 +15,8 @@ use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::oid_registry::{OID_EC_P256, OID_KEY_TYPE_EC_PUBLIC_KEY};
 use x509_parser::prelude::FromDer as _;
 
-use domaind_kube_api::names::{GOSSIP_CERT_USAGES, IMEX_SHARED_NAME, csr_reason};
+use domaind_kube_api::names::{GOSSIP_CERT_USAGES, IMEX_SHARED_NAME};
+use domaind_kube_api::reasons::CsrReason;
 
 /// What the signer accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,37 +53,31 @@ pub struct Request<'a> {
     pub node_addresses: &'a [IpAddr],
 }
 
-/// A rule a request broke.
+/// A rule a request broke: one per [`CsrReason`] that denies, which says what each means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rule {
-    /// Not asked by the node daemons' ServiceAccount.
     NotNodeDaemon,
-    /// Asked with a token bound to no pod on a node (or to several).
     NotBoundToNode,
-    /// Usages other than digital signature, server auth and client auth.
     BadUsages,
-    /// Not a CSR, a bad signature, an extension we do not know, or a CA asked for.
     BadRequest,
-    /// Not an ECDSA P-256 key signed with SHA-256.
     BadKey,
-    /// Names other than exactly the requester's node.
     NameMismatch,
-    /// An IP address that is not one of the requester's Node's.
     IpMismatch,
 }
 
 impl Rule {
     /// The `Denied` condition's reason, the event's and the metric's.
     pub fn reason(self) -> &'static str {
-        match self {
-            Self::NotNodeDaemon => csr_reason::NOT_NODE_DAEMON,
-            Self::NotBoundToNode => csr_reason::NOT_BOUND_TO_NODE,
-            Self::BadUsages => csr_reason::BAD_USAGES,
-            Self::BadRequest => csr_reason::BAD_REQUEST,
-            Self::BadKey => csr_reason::BAD_KEY,
-            Self::NameMismatch => csr_reason::NAME_MISMATCH,
-            Self::IpMismatch => csr_reason::IP_MISMATCH,
-        }
+        let reason = match self {
+            Self::NotNodeDaemon => CsrReason::NotNodeDaemon,
+            Self::NotBoundToNode => CsrReason::NotBoundToNode,
+            Self::BadUsages => CsrReason::BadUsages,
+            Self::BadRequest => CsrReason::BadRequest,
+            Self::BadKey => CsrReason::BadKey,
+            Self::NameMismatch => CsrReason::NameMismatch,
+            Self::IpMismatch => CsrReason::IpMismatch,
+        };
+        reason.as_str()
     }
 }
 

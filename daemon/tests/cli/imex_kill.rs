@@ -124,6 +124,12 @@ async fn imex_kill_kills_the_nodes_imex_daemon_and_the_node_starts_another() {
     .await;
     let (imex, before) = first;
     let restarts_counted = metric(&info, "domaind_imex_restarts_total").await;
+    // The node daemon describes its metrics (the book's metrics page lists the same).
+    let (_, exposed) = http_get(info.http_addr, "/metrics").await.unwrap();
+    assert!(
+        exposed.contains("# HELP domaind_imex_status_queries_total Status questions"),
+        "{exposed}"
+    );
 
     let killed = imex_kill(node);
     let stdout = text(&killed.stdout);

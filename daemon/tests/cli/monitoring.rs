@@ -1,6 +1,7 @@
 //! The chart's dashboard and alerts stay true to the code and the docs: every `domaind_*`
 //! metric they name is one the code records, every alert links to a runbook anchor that
-//! docs/OPERATIONS.md has, and each alert says what it is.
+//! docs/OPERATIONS.md has, and each alert says what it is. Every metric the code records
+//! is on the book's metrics page.
 //!
 //! The code has no single registry of metric names (each module keeps its own
 //! constants), so the names are collected by scanning the crates' `src/` for string
@@ -130,6 +131,24 @@ fn every_metric_the_dashboard_and_alerts_name_is_recorded_by_the_code() {
     assert!(
         unknown.is_empty(),
         "named by the dashboard or the alerts but recorded nowhere in the code: {unknown:?}"
+    );
+}
+
+/// The book's metrics page is generated from the metrics' descriptions (a test of the
+/// daemon's keeps it so): a metric the code records with no description is missing there.
+#[test]
+fn every_metric_the_code_records_is_described_in_the_reference() {
+    let page = read(&root().join("docs/src/reference/metrics.md"));
+    let listed = metric_tokens(&page, false);
+    let missing: Vec<String> = code_metrics()
+        .into_iter()
+        .filter(|m| !listed.contains(m))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "recorded by the code but not on docs/src/reference/metrics.md: {missing:?}; give each \
+         a description (`describe_counter!` and the like, in its crate's describe function) \
+         and write the page again (its first line says how)"
     );
 }
 

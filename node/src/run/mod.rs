@@ -68,6 +68,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics = PrometheusBuilder::new()
         .install_recorder()
         .context("cannot install the metrics recorder")?;
+    crate::describe_metrics();
     // actix actors stay on this thread; tokio::spawn work (gossip, gRPC, HTTP) runs on
     // the workers.
     let system = actix::System::with_tokio_rt(|| {
