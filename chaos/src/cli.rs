@@ -42,6 +42,37 @@ pub enum Command {
     /// Exit codes: 0 when every forgery was refused and counted and no node's domains,
     /// slots, IMEX peers or health changed; 1 otherwise; 2 when it could not run.
     Forge(ForgeArgs),
+
+    /// Judge a soak's samples again (the CSV of `run --samples`), with another warm-up.
+    ///
+    /// Prints the soak's table: each vital's lives, first and last quarters, steepest
+    /// slope per hour and the lives it grew over. Exit codes: 0 when nothing grew, 1
+    /// when something did or no life was long enough to judge, 2 when the file cannot
+    /// be read.
+    Judge(JudgeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct JudgeArgs {
+    /// The samples (`run --samples FILE`).
+    #[arg(long, value_name = "FILE")]
+    pub samples: PathBuf,
+
+    /// How much of each daemon's life is not judged.
+    #[arg(long, default_value = "65m", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+
+    /// The shortest life (after the warm-up) that is judged.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    pub min_span: Duration,
+
+    /// The interval the samples were taken at, for the table's heading.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub every: Duration,
+
+    /// Write the judgement as JSON to this file too.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -149,10 +180,16 @@ pub struct RunArgs {
 
     /// A soak: sample every daemon's resident memory, file descriptors, threads,
     /// checkpoint journal, metric series and gossip state this often, and judge each
-    /// daemon's life (10 min of warm-up, then at least 30 min) for growth; growth fails
-    /// the run. Slopes per hour in the report.
+    /// daemon's life (after --soak-warmup, at least 30 min of it) for growth; growth, or
+    /// no life long enough to judge, fails the run. Slopes per hour in the report.
     #[arg(long, value_parser = humantime::parse_duration, help_heading = "Soaks")]
     pub sample_every: Option<Duration>,
+
+    /// How much of each daemon's life a soak does not judge: gossip keeps a dead
+    /// incarnation's state and a deleted key's tombstone for an hour by design, so its
+    /// state levels off only after that.
+    #[arg(long, default_value = "65m", value_parser = humantime::parse_duration, help_heading = "Soaks")]
+    pub soak_warmup: Duration,
 
     /// Write every sample as a CSV line to this file as it is taken.
     #[arg(
@@ -353,6 +390,7 @@ impl RunArgs {
             spare: self.spare.into(),
             sampling: self.sample_every.map(|every| Sampling {
                 every,
+                warmup: self.soak_warmup,
                 csv: self.samples.clone(),
             }),
         })
@@ -491,7 +529,7 @@ mod tests {
         argv.extend_from_slice(args);
         Cli::try_parse_from(argv).map(|cli| match cli.command {
             Command::Run(args) => *args,
-            Command::Forge(_) => unreachable!("run was asked for"),
+            Command::Forge(_) | Command::Judge(_) => unreachable!("run was asked for"),
         })
     }
 

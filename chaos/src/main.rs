@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         Command::Run(args) if args.cluster => return cluster(*args),
         Command::Run(args) => *args,
         Command::Forge(args) => return forge(args),
+        Command::Judge(args) => return judge(&args),
     };
     let config = match args.config() {
         Ok(config) => config,
@@ -198,4 +199,35 @@ fn runtime(builder: &mut tokio::runtime::Builder) -> Option<tokio::runtime::Runt
         .build()
         .inspect_err(|error| eprintln!("domaind-chaos: cannot start the runtime: {error}"))
         .ok()
+}
+
+/// `domaind-chaos judge`: a soak's samples judged again.
+fn judge(args: &domaind_chaos::cli::JudgeArgs) -> ExitCode {
+    use domaind_chaos::soak::{Samples, SoakReport};
+    let samples = match std::fs::read_to_string(&args.samples)
+        .map_err(|e| e.to_string())
+        .and_then(|text| Samples::from_csv(&text))
+    {
+        Ok(samples) => samples,
+        Err(error) => {
+            eprintln!("domaind-chaos: {}: {error}", args.samples.display());
+            return ExitCode::from(2);
+        }
+    };
+    let report = SoakReport::new(&samples, args.every, args.warmup, args.min_span);
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        let written = serde_json::to_vec_pretty(&report)
+            .map_err(|e| e.to_string())
+            .and_then(|json| std::fs::write(path, json).map_err(|e| e.to_string()));
+        if let Err(error) = written {
+            eprintln!("domaind-chaos: cannot write {}: {error}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }

@@ -12,6 +12,16 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+/// How much of each daemon's life is not judged. A process fills its caches, opens its
+/// connections and registers its series first; and gossip keeps what it must for an
+/// hour by design (a dead incarnation's state, a deleted key's tombstone: the
+/// `GossipTiming` grace periods), so its state reaches its level only after an hour of
+/// the fault rate: growth before that is the retention filling, not a leak.
+pub const WARMUP: Duration = Duration::from_secs(65 * 60);
+/// A life shorter than this (after the warm-up) is too short for a slope to mean
+/// anything against the noise of a live process.
+pub const MIN_SPAN: Duration = Duration::from_secs(30 * 60);
+
 /// One thing sampled of every daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -45,6 +55,10 @@ impl Vital {
         Vital::GossipKeys,
         Vital::GossipBytes,
     ];
+
+    pub fn from_name(name: &str) -> Option<Vital> {
+        Vital::ALL.into_iter().find(|v| v.name() == name)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -197,6 +211,54 @@ impl Samples {
 
     pub fn len(&self) -> usize {
         self.samples.len()
+    }
+
+    /// Samples back from the CSV a run wrote (`--samples`), to judge them again.
+    pub fn from_csv(text: &str) -> Result<Samples, String> {
+        let mut lines = text.lines().enumerate();
+        let (_, header) = lines.next().ok_or("the file is empty")?;
+        let columns: Vec<&str> = header.split(',').collect();
+        if columns.len() < 3 || columns[..3] != ["at_s", "node", "pid"] {
+            return Err(format!("not a soak's samples: the header is {header:?}"));
+        }
+        let vitals = columns[3..]
+            .iter()
+            .map(|name| Vital::from_name(name).ok_or_else(|| format!("unknown column {name:?}")))
+            .collect::<Result<Vec<Vital>, String>>()?;
+        let mut samples = Samples::default();
+        for (index, line) in lines {
+            let bad = |what: &str| format!("line {}: {what}: {line:?}", index + 1);
+            let cells: Vec<&str> = line.split(',').collect();
+            if cells.len() != columns.len() {
+                return Err(bad(&format!(
+                    "{} cells, not {}",
+                    cells.len(),
+                    columns.len()
+                )));
+            }
+            let values = vitals
+                .iter()
+                .zip(&cells[3..])
+                .map(|(vital, cell)| match *cell {
+                    "" => Ok((*vital, None)),
+                    number => number
+                        .parse::<f64>()
+                        .map(|n| (*vital, Some(n)))
+                        .map_err(|_| bad(&format!("{} is not a number", vital.name()))),
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            samples.push(Sample {
+                at_s: cells[0]
+                    .parse()
+                    .map_err(|_| bad("the time is not a number"))?,
+                node: cells[1].to_owned(),
+                pid: cells[2]
+                    .parse()
+                    .map_err(|_| bad("the pid is not a number"))?,
+                values,
+            });
+        }
+        Ok(samples)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -499,6 +561,39 @@ mod tests {
             Duration::from_secs(1800),
         );
         assert!(!report.ok());
+    }
+
+    #[test]
+    fn samples_come_back_from_their_csv() {
+        let mut text = Sample::csv_header();
+        let mut written = Samples::default();
+        for i in 0..3 {
+            let mut s = sample(i as f64 * 30.0, "node-02", 41, 20_000.0 + i as f64, 33.0);
+            s.values = Vital::ALL
+                .iter()
+                .map(|v| (*v, (*v != Vital::JournalBytes).then_some(i as f64)))
+                .collect();
+            text.push('\n');
+            text.push_str(&s.csv_line());
+            written.push(s);
+        }
+        let read = Samples::from_csv(&text).unwrap();
+        assert_eq!(read.samples, written.samples);
+        assert!(
+            Samples::from_csv("at_s,node,pid,rss_kib\n1,node-01,7,x\n")
+                .unwrap_err()
+                .contains("line 2: rss_kib is not a number")
+        );
+        assert!(
+            Samples::from_csv("time,who\n")
+                .unwrap_err()
+                .contains("header")
+        );
+        assert!(
+            Samples::from_csv("at_s,node,pid,heap\n")
+                .unwrap_err()
+                .contains("heap")
+        );
     }
 
     #[test]

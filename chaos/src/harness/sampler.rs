@@ -11,25 +11,21 @@ use domaind_checkpoint::JOURNAL_FILE;
 
 use super::Harness;
 use crate::invariants::Life;
-use crate::soak::{Sample, Samples, SoakReport, Vital, metric_series, parse_proc_status};
-
-/// The first part of each daemon's life is not judged: a process fills its caches,
-/// opens its connections and registers its series first.
-const WARMUP: Duration = Duration::from_secs(10 * 60);
-/// A life shorter than this (after the warm-up) is too short for a slope to mean
-/// anything against the noise of a live process.
-const MIN_SPAN: Duration = Duration::from_secs(30 * 60);
+use crate::soak::{MIN_SPAN, Sample, Samples, SoakReport, Vital, metric_series, parse_proc_status};
 
 /// How to sample.
 #[derive(Debug, Clone)]
 pub struct Sampling {
     pub every: Duration,
+    /// How much of each life is not judged ([`crate::soak::WARMUP`]).
+    pub warmup: Duration,
     /// Where each sample goes as a CSV line.
     pub csv: Option<PathBuf>,
 }
 
 pub(super) struct Sampler {
     every: Duration,
+    warmup: Duration,
     next: Instant,
     first: Option<Instant>,
     samples: Samples,
@@ -50,6 +46,7 @@ impl Sampler {
         };
         Ok(Self {
             every: sampling.every,
+            warmup: sampling.warmup,
             next: Instant::now(),
             first: None,
             samples: Samples::default(),
@@ -145,7 +142,7 @@ impl Harness {
         Some(SoakReport::new(
             &sampler.samples,
             sampler.every,
-            WARMUP,
+            sampler.warmup,
             MIN_SPAN,
         ))
     }
