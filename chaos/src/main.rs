@@ -1,4 +1,4 @@
-//! `domaind-chaos run`: see `domaind-chaos run --help` and the README's "Chaos harness".
+//! `domaind-chaos run`: see `domaind-chaos run --help` and the book's docs/src/chaos.md.
 
 use std::process::ExitCode;
 

@@ -1,5 +1,5 @@
-//! The controller's Prometheus metrics: names in one place, so that the README's table
-//! and the code agree.
+//! The controller's Prometheus metrics: names in one place, so that the metrics reference
+//! (generated from the registrations) and the code agree.
 
 pub const RECONCILES: &str = "domaind_controller_reconciles_total";
 pub const RECONCILE_ERRORS: &str = "domaind_controller_reconcile_errors_total";

@@ -124,11 +124,11 @@ fn hint(code: u16, message: &str) -> &'static str {
         403 if message.contains("ValidatingAdmissionPolicy") => {
             " (an admission policy refused the write: the node daemon writes only its own \
              node's ResourceSlices and the status of domains that list it, with its pod's \
-             token; see the README, \"Least privilege for the node daemon\")"
+             token; see docs/src/install.md, \"Least privilege for the node daemon\")"
         }
         401 | 403 => {
-            " (domaind's service account lacks a permission: see the README, \
-             \"Kubernetes backend\", for the RBAC it needs)"
+            " (domaind's service account lacks a permission: see docs/src/install.md, \
+             \"RBAC the node daemon needs\", for the RBAC it needs)"
         }
         _ => "",
     }

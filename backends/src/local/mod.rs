@@ -2,7 +2,8 @@
 //! a cluster (the demo, the chaos harness, tests, outside tools). Every daemon of a
 //! local rack shares one directory, as nodes share an API server.
 //!
-//! Its files are an interface, documented in the README:
+//! Its files are an interface, documented in the book (docs/src/getting-started.md, "The
+//! local backend"):
 //! - `claims/<claim-uid>.json`: a claim allocated to a node ([`ClaimFile`]), written by
 //!   whoever plays the scheduler; read by the daemons at prepare.
 //! - `status/<cd-uid>.json`: the ComputeDomain's `.status` exactly as the CRD defines

@@ -458,7 +458,7 @@ fn grants(rules: &Value) -> BTreeSet<(String, String, String)> {
     grants
 }
 
-/// The backquoted words of a README table cell: `` `a`, `""` (core) `` is `a` and "".
+/// The backquoted words of a Markdown table cell: `` `a`, `""` (core) `` is `a` and "".
 fn cell_words(cell: &str) -> Vec<String> {
     cell.split('`')
         .skip(1)
@@ -474,7 +474,7 @@ fn cell_words(cell: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_readmes_node_rbac_table_is_the_charts() {
+fn the_install_pages_node_rbac_table_is_the_charts() {
     // The ClusterRole's rules have no template actions: the YAML after the header is
     // plain once the lines with actions are dropped.
     let template = read(&chart().join("templates/rbac-node.yaml"));
@@ -490,10 +490,10 @@ fn the_readmes_node_rbac_table_is_the_charts() {
         .expect("rbac-node.yaml has the ClusterRole");
     let chart = grants(&role["rules"]);
 
-    let readme = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"));
+    let page = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/install.md"));
     let table = block(
-        &readme,
-        "**RBAC the node daemon needs**",
+        &page,
+        "## RBAC the node daemon needs",
         "This table is the chart's",
     );
     let mut documented = BTreeSet::new();
@@ -507,12 +507,12 @@ fn the_readmes_node_rbac_table_is_the_charts() {
             }
         }
     }
-    assert!(!documented.is_empty(), "the README's table was not found");
+    assert!(!documented.is_empty(), "the install page's table was not found");
     let missing: Vec<_> = chart.difference(&documented).collect();
     let extra: Vec<_> = documented.difference(&chart).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "README's node RBAC table differs from rbac-node.yaml: granted but not documented \
+        "docs/src/install.md's node RBAC table differs from rbac-node.yaml: granted but not documented \
          {missing:?}; documented but not granted {extra:?}"
     );
 }
