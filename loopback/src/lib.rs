@@ -101,6 +101,8 @@ subnets! {
     E2E_CLIQUES = 148;
     /// tests/suite/clique_move.rs.
     E2E_CLIQUE_MOVE = 181;
+    /// tests/suite/scale.rs: up to 144 daemons (8 cliques of 18) on one real API server.
+    E2E_SCALE = 182;
 
     // The node crate's tests.
     /// testbed/src/rack/mod.rs's unit tests: racks created (ports checked), never started.

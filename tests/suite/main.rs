@@ -12,6 +12,9 @@
 //! - `kubelet`: the same with real kubelets, NVIDIA's blog workload and a node loss.
 //! - `health`: a pod's channel health from our `DRAResourceHealth` stream, as IMEX dies and comes back.
 //! - `formation`: the formation benchmark on real Kubernetes (ignored; run by hand).
+//! - `scale`: up to 144 daemons on one real API server, its requests, bytes and CPU
+//!   (ignored; run by hand).
+//! - `scale_model`: the same measured on a model of NVIDIA's coordination (ignored).
 //! - `admission`: the chart's admission policies for the node daemon, with its tokens.
 //! - `certs`: gossip node certificates through the CSR signer on the real API server.
 //! - `discovery`: gossip seeds from the real API server, two cliques kept apart.
@@ -41,6 +44,8 @@ mod kubelet;
 mod migrate;
 mod pods;
 mod rack;
+mod scale;
+mod scale_model;
 mod sharing;
 mod statedir;
 mod storm;
