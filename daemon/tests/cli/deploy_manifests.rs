@@ -507,7 +507,10 @@ fn the_install_pages_node_rbac_table_is_the_charts() {
             }
         }
     }
-    assert!(!documented.is_empty(), "the install page's table was not found");
+    assert!(
+        !documented.is_empty(),
+        "the install page's table was not found"
+    );
     let missing: Vec<_> = chart.difference(&documented).collect();
     let extra: Vec<_> = documented.difference(&chart).collect();
     assert!(
