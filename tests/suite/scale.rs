@@ -23,7 +23,8 @@
 //! Environment: `DOMAIND_SCALE_NODES` (18), `DOMAIND_SCALE_CLIQUES` (one per 18 nodes),
 //! `DOMAIND_SCALE_RUNS` (3), `DOMAIND_SCALE_DOMAINS` (`per-clique`: a ComputeDomain per
 //! clique, as the controller's rack mode keeps them; `one`: one ComputeDomain
-//! spanning every clique), `DOMAIND_SCALE_LIMIT_S` (every wait, 300), and
+//! spanning every clique), `DOMAIND_SCALE_LIMIT_S` (every wait, 300),
+//! `DOMAIND_SCALE_KEEP=1` (keep the rack's directory and the daemons' logs), and
 //! `DOMAIND_BENCH_BIN` (the daemons' and the controller's binary; 144 debug daemons do
 //! not fit 2 cores).
 //!
@@ -177,6 +178,8 @@ struct RackTicks {
     daemons: u64,
     tools: u64,
     imex: u64,
+    /// Long-lived children (IMEX daemons) running.
+    imex_running: usize,
 }
 
 fn rack_ticks(rack: &LocalRack) -> RackTicks {
@@ -188,6 +191,7 @@ fn rack_ticks(rack: &LocalRack) -> RackTicks {
             daemons: sum.daemons + s.daemon.own,
             tools: sum.tools + s.daemon.reaped,
             imex: sum.imex + s.children.values().sum::<u64>(),
+            imex_running: sum.imex_running + s.children.len(),
         })
 }
 
@@ -202,8 +206,9 @@ fn rack_cpu(before: RackTicks, rack: &LocalRack) -> String {
         s(after.imex, before.imex),
     );
     format!(
-        "rack {:.1} CPU s (daemons {daemons:.1}, IMEX {imex:.1}, status tools {tools:.1})",
-        daemons + tools + imex
+        "rack {:.1} CPU s (daemons {daemons:.1}, IMEX {imex:.1}, status tools {tools:.1}; {} IMEX daemons running)",
+        daemons + tools + imex,
+        after.imex_running
     )
 }
 
@@ -259,7 +264,13 @@ async fn daemons_on_a_real_api_server() {
     let domaind: std::path::PathBuf = std::env::var_os("DOMAIND_BENCH_BIN")
         .map(Into::into)
         .unwrap_or_else(|| domaind_e2e::binaries().domaind.clone());
-    let tmp = short_temp_dir("dmscale").unwrap();
+    let mut tmp = short_temp_dir("dmscale").unwrap();
+    // The daemons' logs (warnings and worse), kept when asked: what a run that did not
+    // form has to say.
+    if std::env::var("DOMAIND_SCALE_KEEP").as_deref() == Ok("1") {
+        tmp.disable_cleanup(true);
+        println!("SCALE keeps {}", tmp.path().display());
+    }
     let controller = spawn_controller(&domaind, &namespace, tmp.path());
 
     let names: Vec<String> = (1..=size).map(|i| format!("scale-{i:03}")).collect();
@@ -467,6 +478,8 @@ async fn daemons_on_a_real_api_server() {
             (left.is_empty(), left)
         })
         .await;
+        // What the rack costs once its domains are gone: the next run starts from it.
+        idle_window(&meter, &rack, "after the run's teardown").await;
     }
 
     println!(
