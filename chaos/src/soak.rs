@@ -42,10 +42,13 @@ pub enum Vital {
     GossipKeys,
     /// Bytes of those keys and values.
     GossipBytes,
+    /// Bytes the daemon's live allocations hold (`domaind_heap_allocated_bytes` on its
+    /// `/metrics`): what tells a leak from the allocator keeping pages.
+    HeapAllocatedBytes,
 }
 
 impl Vital {
-    pub const ALL: [Vital; 8] = [
+    pub const ALL: [Vital; 9] = [
         Vital::RssKib,
         Vital::Fds,
         Vital::Threads,
@@ -54,6 +57,7 @@ impl Vital {
         Vital::GossipNodes,
         Vital::GossipKeys,
         Vital::GossipBytes,
+        Vital::HeapAllocatedBytes,
     ];
 
     pub fn from_name(name: &str) -> Option<Vital> {
@@ -70,6 +74,7 @@ impl Vital {
             Vital::GossipNodes => "gossip_nodes",
             Vital::GossipKeys => "gossip_keys",
             Vital::GossipBytes => "gossip_bytes",
+            Vital::HeapAllocatedBytes => "heap_allocated_bytes",
         }
     }
 
@@ -80,7 +85,7 @@ impl Vital {
         match self {
             // Memory moves with the allocator and with what a fault made the daemon
             // hold for a while: a tenth.
-            Vital::RssKib => first * 0.10,
+            Vital::RssKib | Vital::HeapAllocatedBytes => first * 0.10,
             // A peer's connection or a reload's file may be open at the moment of a
             // sample; a leak grows past a handful.
             Vital::Fds | Vital::Threads => 4.0_f64.max(first * 0.10),
@@ -157,6 +162,14 @@ pub fn metric_series(exposition: &str) -> usize {
             !line.is_empty() && !line.starts_with('#')
         })
         .count()
+}
+
+/// The value of a sample without labels in a Prometheus text exposition.
+pub fn metric_value(exposition: &str, name: &str) -> Option<f64> {
+    exposition.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?.strip_prefix(' ')?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
 }
 
 /// The least-squares slope of `points` (seconds, value), per hour; `None` under two
@@ -470,6 +483,18 @@ mod tests {
     }
 
     #[test]
+    fn a_metric_value_is_read_by_its_whole_name() {
+        let text = "# HELP domaind_heap_allocated_bytes held\n\
+                    domaind_heap_allocated_bytes_total 7\n\
+                    domaind_heap_allocated_bytes 1234567\n";
+        assert_eq!(
+            metric_value(text, "domaind_heap_allocated_bytes"),
+            Some(1_234_567.0)
+        );
+        assert_eq!(metric_value(text, "domaind_heap_resident_bytes"), None);
+    }
+
+    #[test]
     fn the_slope_is_per_hour_and_needs_two_times() {
         let line: Vec<(f64, f64)> = (0..10).map(|i| (i as f64 * 60.0, 5.0 + i as f64)).collect();
         let slope = slope_per_hour(&line).unwrap();
@@ -592,8 +617,16 @@ mod tests {
         assert!(
             Samples::from_csv("at_s,node,pid,heap\n")
                 .unwrap_err()
-                .contains("heap")
+                .contains("\"heap\"")
         );
+    }
+
+    #[test]
+    fn samples_of_a_run_before_a_vital_existed_still_read() {
+        let samples = Samples::from_csv("at_s,node,pid,rss_kib\n1.0,node-01,5,100\n").unwrap();
+        assert_eq!(samples.len(), 1);
+        assert_eq!(samples.samples[0].value(Vital::RssKib), Some(100.0));
+        assert_eq!(samples.samples[0].value(Vital::HeapAllocatedBytes), None);
     }
 
     #[test]
@@ -602,8 +635,8 @@ mod tests {
         s.values.push((Vital::GossipKeys, None));
         assert_eq!(
             Sample::csv_header(),
-            "at_s,node,pid,rss_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes"
+            "at_s,node,pid,rss_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes,heap_allocated_bytes"
         );
-        assert_eq!(s.csv_line(), "12.3,node-03,77,100,9,,,,,,");
+        assert_eq!(s.csv_line(), "12.3,node-03,77,100,9,,,,,,,");
     }
 }

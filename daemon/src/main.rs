@@ -12,6 +12,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+// Every command of the binary, the node daemon's included (see domaind_heap).
+#[global_allocator]
+static ALLOCATOR: domaind_heap::Allocator = domaind_heap::Allocator {};
+
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     // The simulator has its own command line and logs, as the imex-sim binary does.

@@ -14,6 +14,7 @@ pub fn describe_metrics() {
     domaind_backends::describe_metrics();
     domaind_checkpoint::describe_metrics();
     domaind_gossip::metrics::describe();
+    domaind_heap::describe();
     domaind_imex::describe_metrics();
     domaind_kube_api::metrics::describe();
     domaind_kubelet_plugin::describe_metrics();

@@ -9,9 +9,13 @@ use std::time::{Duration, Instant};
 
 use domaind_checkpoint::JOURNAL_FILE;
 
+use domaind_heap::HEAP_ALLOCATED_BYTES;
+
 use super::Harness;
 use crate::invariants::Life;
-use crate::soak::{MIN_SPAN, Sample, Samples, SoakReport, Vital, metric_series, parse_proc_status};
+use crate::soak::{
+    MIN_SPAN, Sample, Samples, SoakReport, Vital, metric_series, metric_value, parse_proc_status,
+};
 
 /// How to sample.
 #[derive(Debug, Clone)]
@@ -106,13 +110,14 @@ impl Harness {
         let journal = std::fs::metadata(rack_node.state_dir().join(JOURNAL_FILE))
             .ok()
             .map(|m| m.len() as f64);
-        let series = match rack_node.info() {
-            Some(info) => crate::observe::metrics(info.http_addr)
-                .await
-                .ok()
-                .map(|text| metric_series(&text) as f64),
+        let exposition = match rack_node.info() {
+            Some(info) => crate::observe::metrics(info.http_addr).await.ok(),
             None => None,
         };
+        let series = exposition.as_deref().map(|text| metric_series(text) as f64);
+        let heap = exposition
+            .as_deref()
+            .and_then(|text| metric_value(text, HEAP_ALLOCATED_BYTES));
         let gossip = self
             .last
             .as_ref()
@@ -132,6 +137,7 @@ impl Harness {
                 (Vital::GossipNodes, gossip.map(|g| g.nodes as f64)),
                 (Vital::GossipKeys, gossip.map(|g| g.keys as f64)),
                 (Vital::GossipBytes, gossip.map(|g| g.bytes as f64)),
+                (Vital::HeapAllocatedBytes, heap),
             ],
         }
     }

@@ -81,9 +81,23 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let vitals = Arc::new(Vitals::default());
     vitals::install_panic_hook(vitals.clone());
     system.block_on(async {
+        tokio::spawn(record_heap_every(HEAP_GAUGES_INTERVAL));
         let daemon = Daemon::start(args, metrics, vitals).await?;
         daemon.serve_until_stopped().await
     })
+}
+
+/// How often the heap gauges are refreshed: about a scrape's interval.
+const HEAP_GAUGES_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Keeps the heap gauges (`domaind_heap`) current for as long as the runtime runs.
+async fn record_heap_every(interval: Duration) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        domaind_heap::record();
+    }
 }
 
 /// Waits for a stop signal or a fatal fault, whichever comes first; the fault, if it

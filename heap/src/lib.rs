@@ -1,0 +1,87 @@
+//! The daemon's allocator and what it says about the heap.
+//!
+//! The `domaind` binary makes [`Allocator`] its global allocator. [`record`] sets the
+//! heap gauges from jemalloc's statistics (the node daemon calls it every 10 s).
+//! Resident memory alone cannot tell a leak (allocations held) from the allocator
+//! keeping freed pages; the two gauges can.
+
+use metrics::{describe_gauge, gauge};
+use tikv_jemalloc_ctl::{epoch, stats};
+
+/// The global allocator of the daemon's binary.
+pub type Allocator = tikv_jemallocator::Jemalloc;
+
+/// Bytes the process's live allocations hold.
+pub const HEAP_ALLOCATED_BYTES: &str = "domaind_heap_allocated_bytes";
+/// Bytes of the allocator's pages in memory: live allocations, the allocator's own
+/// bookkeeping, and freed pages not yet given back.
+pub const HEAP_RESIDENT_BYTES: &str = "domaind_heap_resident_bytes";
+
+pub fn describe() {
+    describe_gauge!(
+        HEAP_ALLOCATED_BYTES,
+        "Bytes held by the daemon's live allocations (jemalloc's `stats.allocated`, read every \
+         10 s). Growth here that does not come back is a leak."
+    );
+    describe_gauge!(
+        HEAP_RESIDENT_BYTES,
+        "Bytes of the allocator's pages in memory (jemalloc's `stats.resident`): the live \
+         allocations, the allocator's metadata, and freed pages not yet given back to the \
+         system (within seconds)."
+    );
+}
+
+/// The heap as jemalloc counts it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heap {
+    pub allocated: usize,
+    pub resident: usize,
+}
+
+/// Reads jemalloc's statistics, refreshed first (they are cached per epoch).
+pub fn read() -> Result<Heap, tikv_jemalloc_ctl::Error> {
+    epoch::advance()?;
+    Ok(Heap {
+        allocated: stats::allocated::read()?,
+        resident: stats::resident::read()?,
+    })
+}
+
+/// Sets the heap gauges; a failed read leaves them as they were and says why.
+pub fn record() {
+    match read() {
+        Ok(heap) => {
+            gauge!(HEAP_ALLOCATED_BYTES).set(heap.allocated as f64);
+            gauge!(HEAP_RESIDENT_BYTES).set(heap.resident as f64);
+        }
+        Err(error) => tracing::warn!(%error, "cannot read the allocator's statistics"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[global_allocator]
+    static ALLOCATOR: Allocator = Allocator {};
+
+    #[test]
+    fn allocations_show_in_the_allocated_bytes_and_leave_when_freed() {
+        const SIZE: usize = 64 << 20;
+        let before = read().expect("jemalloc's statistics").allocated;
+        let block = vec![1_u8; SIZE];
+        let during = read().expect("jemalloc's statistics");
+        assert!(
+            during.allocated >= before + SIZE,
+            "{before} before, {} with 64 MiB held",
+            during.allocated
+        );
+        assert!(during.resident >= SIZE, "{during:?}");
+        drop(block);
+        let after = read().expect("jemalloc's statistics").allocated;
+        assert!(
+            after < before + SIZE,
+            "{after} after freeing, {before} before"
+        );
+    }
+}
