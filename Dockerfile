@@ -20,8 +20,13 @@ COPY . .
 # (BuildKit's, which buildah and podman also read) keep the crates and the build outputs
 # between builds on one machine; the binary is copied out of the cache for the next
 # stage.
+#
+# jemalloc (the binary's allocator) fixes its page size when it is built: Grace (arm64)
+# kernels often run 64 KiB pages, on which a build for 4 KiB pages will not start. 64 KiB
+# pages work on either kernel.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
+    if [ "$(uname -m)" = aarch64 ]; then export JEMALLOC_SYS_WITH_LG_PAGE=16; fi; \
     cargo build --locked --profile dist --bin domaind \
     && cp target/dist/domaind /usr/local/bin/domaind
 
