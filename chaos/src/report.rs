@@ -24,6 +24,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use domaind_testkit::percentile::percentile;
 use serde::Serialize;
 
 use crate::invariants::{Invariant, Violation};
@@ -52,13 +53,6 @@ impl Stats {
             max_ms: *sorted.last().expect("not empty"),
         })
     }
-}
-
-/// The nearest-rank percentile of sorted samples: the smallest sample with at least
-/// `p`% of the samples at or below it.
-pub fn percentile(sorted: &[u64], p: u32) -> u64 {
-    let rank = (sorted.len() * p as usize).div_ceil(100).max(1);
-    sorted[rank - 1]
 }
 
 /// What became of one fault.

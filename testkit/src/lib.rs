@@ -3,6 +3,8 @@
 //! passed. Under tokio's paused time the polls cost nothing and the limit is virtual;
 //! under real time the limit bounds the wait.
 
+pub mod percentile;
+
 use std::future::Future;
 use std::time::Duration;
 

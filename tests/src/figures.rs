@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use domaind_testkit::percentile::percentile;
+
 /// `p50 / p99 / max` in milliseconds, nearest rank, and how many: "412 / 980 / 980 ms
 /// (n=3)". Empty is "none".
 pub fn distribution(samples: &[Duration]) -> String {
@@ -10,11 +12,10 @@ pub fn distribution(samples: &[Duration]) -> String {
     }
     let mut sorted = samples.to_vec();
     sorted.sort();
-    let rank = |p: usize| sorted[(p * sorted.len()).div_ceil(100).clamp(1, sorted.len()) - 1];
     format!(
         "{} / {} / {} ms (n={})",
-        rank(50).as_millis(),
-        rank(99).as_millis(),
+        percentile(&sorted, 50).as_millis(),
+        percentile(&sorted, 99).as_millis(),
         sorted[sorted.len() - 1].as_millis(),
         sorted.len()
     )

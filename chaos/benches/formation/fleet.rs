@@ -11,6 +11,7 @@ use domaind_chaos::checks::{all, dropped, ready, status};
 use domaind_chaos::sim::{node_name, run_simulation};
 use domaind_chaos::traffic::Count;
 use domaind_chaos::{SimCluster, SimConfig};
+use domaind_testkit::percentile::percentile;
 
 const RACK: usize = 18;
 const LIMIT: Duration = Duration::from_secs(120);
@@ -136,11 +137,6 @@ async fn join(sim: &mut SimCluster, index: usize, clique: &str, mates: &[usize])
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
 /// Formation and node loss in one rack of the fleet, as the one-rack bench measures them.
 async fn form_and_lose(sim: &mut SimCluster, members: &[usize]) -> (Duration, Duration) {
     let n = members.len() as u32;
@@ -252,8 +248,8 @@ pub fn run(racks: usize, big: usize) {
             "join ({} joins into {} cliques): p50 {:.2?}, p99 {:.2?}, max {:.2?}",
             joins.len(),
             joined_racks.len(),
-            percentile(&joins, 0.5),
-            percentile(&joins, 0.99),
+            percentile(&joins, 50),
+            percentile(&joins, 99),
             joins[joins.len() - 1]
         );
 

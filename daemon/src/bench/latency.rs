@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use domaind_testkit::percentile::percentile;
 use serde::Serialize;
 
 /// p50, p90, p99 and max of one case's calls, in milliseconds.
@@ -33,12 +34,6 @@ impl Latency {
             max_ms: ms(*sorted.last().expect("not empty")),
         })
     }
-}
-
-/// The smallest sample with at least `p`% of the samples at or below it.
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    let rank = (sorted.len() * p).div_ceil(100).max(1);
-    sorted[rank - 1]
 }
 
 /// The cases as a table, one line each.
