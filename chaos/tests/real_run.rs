@@ -6,8 +6,9 @@
 //! Which `domaind` and `imex-sim`: `domaind_e2e::binaries`, which says why it builds
 //! them.
 
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use domaind_loopback::{
     CHAOS_REAL_RUN, CHAOS_REAL_RUN_FULL_DISK, CHAOS_REAL_RUN_SHARING, CHAOS_REAL_RUN_SOAK,
@@ -18,40 +19,68 @@ use serde_json::Value;
 /// stretch every wait of both, and what failed would be the machine, not the daemons.
 static ONE_RACK_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// A rack of this file's: held while it runs, its report and files in `out`.
+struct Rack {
+    _one_at_a_time: MutexGuard<'static, ()>,
+    out: tempfile::TempDir,
+}
+
+impl Rack {
+    fn take() -> Self {
+        Self {
+            _one_at_a_time: ONE_RACK_AT_A_TIME
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            out: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn json(&self) -> PathBuf {
+        self.out.path().join("report.json")
+    }
+
+    /// `domaind-chaos run ARGS` on `subnet`, with the suite's binaries, gossip's logs
+    /// quiet, the JSON report to [`Rack::json`].
+    fn run(&self, subnet: u8, args: &[&str]) -> Command {
+        let domaind_e2e::Binaries {
+            domaind, imex_sim, ..
+        } = domaind_e2e::binaries().clone();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_domaind-chaos"));
+        command
+            .arg("run")
+            .args(args)
+            .args(["--subnet", &subnet.to_string()])
+            .args(["--daemon-log", "info,domaind_gossip=warn"])
+            .arg("--domaind")
+            .arg(domaind)
+            .arg("--imex-sim")
+            .arg(imex_sim)
+            .arg("--json")
+            .arg(self.json());
+        command
+    }
+}
+
 #[test]
 fn three_nodes_under_seeded_faults_break_no_invariant() {
-    let _rack = ONE_RACK_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let domaind_e2e::Binaries {
-        domaind, imex_sim, ..
-    } = domaind_e2e::binaries().clone();
-    let out = tempfile::tempdir().unwrap();
-    let json = out.path().join("report.json");
-    let run = Command::new(env!("CARGO_BIN_EXE_domaind-chaos"))
-        .args([
-            "run",
-            "--nodes",
-            "3",
-            "--scenario",
-            "daemon-kill,node-kill,imex-crash,churn",
-            // Seed 7: a daemon-kill, an imex-crash, then a node-kill.
-            "--seed",
-            "7",
-            "--duration",
-            "25",
-            "--subnet",
-            CHAOS_REAL_RUN.to_string().as_str(),
-            "--daemon-log",
-            "info,domaind_gossip=warn",
-            "--quiet",
-        ])
-        .arg("--domaind")
-        .arg(&domaind)
-        .arg("--imex-sim")
-        .arg(&imex_sim)
-        .arg("--json")
-        .arg(&json)
+    let rack = Rack::take();
+    let json = rack.json();
+    let run = rack
+        .run(
+            CHAOS_REAL_RUN,
+            &[
+                "--nodes",
+                "3",
+                "--scenario",
+                "daemon-kill,node-kill,imex-crash,churn",
+                // Seed 7: a daemon-kill, an imex-crash, then a node-kill.
+                "--seed",
+                "7",
+                "--duration",
+                "25",
+                "--quiet",
+            ],
+        )
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
@@ -141,37 +170,23 @@ fn three_nodes_under_seeded_faults_break_no_invariant() {
 /// tmpfs of the run outlives it.
 #[test]
 fn a_full_state_directory_breaks_no_invariant() {
-    let _rack = ONE_RACK_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let domaind_e2e::Binaries {
-        domaind, imex_sim, ..
-    } = domaind_e2e::binaries().clone();
-    let out = tempfile::tempdir().unwrap();
-    let json = out.path().join("report.json");
-    let harness = Command::new(env!("CARGO_BIN_EXE_domaind-chaos"))
-        .args([
-            "run",
-            "--nodes",
-            "2",
-            "--scenario",
-            "disk-full",
-            "--seed",
-            "3",
-            "--duration",
-            "12",
-            "--subnet",
-            CHAOS_REAL_RUN_FULL_DISK.to_string().as_str(),
-            "--daemon-log",
-            "info,domaind_gossip=warn",
-            "--quiet",
-        ])
-        .arg("--domaind")
-        .arg(&domaind)
-        .arg("--imex-sim")
-        .arg(&imex_sim)
-        .arg("--json")
-        .arg(&json)
+    let rack = Rack::take();
+    let json = rack.json();
+    let harness = rack
+        .run(
+            CHAOS_REAL_RUN_FULL_DISK,
+            &[
+                "--nodes",
+                "2",
+                "--scenario",
+                "disk-full",
+                "--seed",
+                "3",
+                "--duration",
+                "12",
+                "--quiet",
+            ],
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -227,40 +242,26 @@ fn a_full_state_directory_breaks_no_invariant() {
 /// holds as with one domain.
 #[test]
 fn sharing_domains_under_kills_pauses_and_domain_churn_break_no_invariant() {
-    let _rack = ONE_RACK_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let domaind_e2e::Binaries {
-        domaind, imex_sim, ..
-    } = domaind_e2e::binaries().clone();
-    let out = tempfile::tempdir().unwrap();
-    let json = out.path().join("report.json");
-    let run = Command::new(env!("CARGO_BIN_EXE_domaind-chaos"))
-        .args([
-            "run",
-            "--nodes",
-            "4",
-            "--domains",
-            "3",
-            "--scenario",
-            "node-kill,pause,domain-churn",
-            // Seed 8's schedule deletes a domain, then creates one on a node and one
-            // on three (seed 11's only deletes).
-            "--seed",
-            "8",
-            "--duration",
-            "60",
-            "--subnet",
-            CHAOS_REAL_RUN_SHARING.to_string().as_str(),
-            "--daemon-log",
-            "info,domaind_gossip=warn",
-        ])
-        .arg("--domaind")
-        .arg(&domaind)
-        .arg("--imex-sim")
-        .arg(&imex_sim)
-        .arg("--json")
-        .arg(&json)
+    let rack = Rack::take();
+    let json = rack.json();
+    let run = rack
+        .run(
+            CHAOS_REAL_RUN_SHARING,
+            &[
+                "--nodes",
+                "4",
+                "--domains",
+                "3",
+                "--scenario",
+                "node-kill,pause,domain-churn",
+                // Seed 8's schedule deletes a domain, then creates one on a node and one
+                // on three (seed 11's only deletes).
+                "--seed",
+                "8",
+                "--duration",
+                "60",
+            ],
+        )
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
@@ -331,40 +332,26 @@ fn sharing_domains_under_kills_pauses_and_domain_churn_break_no_invariant() {
 /// judged is not passed as a soak.
 #[test]
 fn a_soak_samples_every_daemon_and_passes_no_life_too_short_to_judge() {
-    let _rack = ONE_RACK_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let domaind_e2e::Binaries {
-        domaind, imex_sim, ..
-    } = domaind_e2e::binaries().clone();
-    let out = tempfile::tempdir().unwrap();
-    let json = out.path().join("report.json");
-    let csv = out.path().join("samples.csv");
-    let run = Command::new(env!("CARGO_BIN_EXE_domaind-chaos"))
-        .args([
-            "run",
-            "--nodes",
-            "3",
-            "--spare",
-            "1",
-            "--scenario",
-            "daemon-kill",
-            "--duration",
-            "6",
-            "--sample-every",
-            "1s",
-            "--subnet",
-            CHAOS_REAL_RUN_SOAK.to_string().as_str(),
-            "--daemon-log",
-            "info,domaind_gossip=warn",
-            "--quiet",
-        ])
-        .arg("--domaind")
-        .arg(&domaind)
-        .arg("--imex-sim")
-        .arg(&imex_sim)
-        .arg("--json")
-        .arg(&json)
+    let rack = Rack::take();
+    let json = rack.json();
+    let csv = rack.out.path().join("samples.csv");
+    let run = rack
+        .run(
+            CHAOS_REAL_RUN_SOAK,
+            &[
+                "--nodes",
+                "3",
+                "--spare",
+                "1",
+                "--scenario",
+                "daemon-kill",
+                "--duration",
+                "6",
+                "--sample-every",
+                "1s",
+                "--quiet",
+            ],
+        )
         .arg("--samples")
         .arg(&csv)
         .stdin(Stdio::null())
@@ -403,7 +390,7 @@ fn a_soak_samples_every_daemon_and_passes_no_life_too_short_to_judge() {
     assert_eq!(
         lines.next(),
         Some(
-            "at_s,node,pid,rss_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes"
+            "at_s,node,pid,rss_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes,heap_allocated_bytes"
         )
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
