@@ -49,6 +49,19 @@ pub const MANAGED_BY: &str = "domaind-controller";
 /// The node daemons' server-side-apply field manager (CD status, ResourceSlices).
 pub const NODE_FIELD_MANAGER: &str = "domaind-node";
 
+/// The field manager of a clique's rows of a ComputeDomain's `status.nodes` (a list
+/// keyed by name): each clique's reporter applies its own rows, and an apply drops only
+/// the rows its own manager no longer lists. Before it, one manager
+/// ([`NODE_FIELD_MANAGER`]) wrote the whole status, so a domain spanning cliques
+/// showed only the last writer's.
+pub fn status_field_manager(clique: &str) -> String {
+    format!("{NODE_FIELD_MANAGER}/clique/{clique}")
+}
+
+/// The field manager that corrects a ComputeDomain's domain-wide status fields (phase,
+/// counts, `Ready`) from every clique's rows, when two cliques wrote at once.
+pub const DOMAIN_STATUS_FIELD_MANAGER: &str = "domaind-node/domain";
+
 /// The node daemons' field manager of a ResourceClaim's `status.devices` entries, one
 /// per driver name: an apply drops what its manager no longer sets, so two releases of
 /// different drivers with devices in one claim would otherwise remove each other's.

@@ -27,6 +27,7 @@
 //! - `claim_status`: each pod's claim says how its channel is (`status.devices`).
 //! - `admin`: monitoring pods with `adminAccess` beside a workload, joining no domain.
 //! - `taints`: a node whose IMEX keeps failing is tainted; the real scheduler goes elsewhere.
+//! - `status_cliques`: a ComputeDomain spanning two cliques lists both (the status sink).
 
 mod admin;
 mod admission;
@@ -48,5 +49,6 @@ mod scale;
 mod scale_model;
 mod sharing;
 mod statedir;
+mod status_cliques;
 mod storm;
 mod taints;

@@ -16,6 +16,7 @@ pub mod reporter_role;
 pub mod roster;
 pub mod slots;
 pub mod status;
+pub mod status_cliques;
 pub mod status_writes;
 pub mod takeover;
 

@@ -15,6 +15,7 @@ use ::kube::runtime::{WatchStreamExt, watcher};
 use ::kube::{Client, ResourceExt};
 use domaind_actors::model::{DomainRef, DomainUid};
 use futures::{FutureExt, StreamExt};
+use tokio::sync::watch;
 use tracing::warn;
 
 use super::WATCH_ERRORS;
@@ -24,6 +25,9 @@ use domaind_kube_api::crd::ComputeDomain;
 #[derive(Clone)]
 pub struct DomainCache {
     store: Store<ComputeDomain>,
+    /// Bumped after every watch event the store took: readers that must act on a
+    /// change (the status sink's other-clique rows) wait on it.
+    changes: Arc<watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for DomainCache {
@@ -40,6 +44,7 @@ impl DomainCache {
     /// The watch retries with backoff when the API server is unreachable.
     pub fn watch(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (store, writer) = reflector::store();
+        let changes = Arc::new(watch::Sender::new(0_u64));
         let api = Api::<ComputeDomain>::all(client);
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
@@ -47,21 +52,42 @@ impl DomainCache {
             // an object's size and none of its meaning here.
             .modify(|cd| cd.managed_fields_mut().clear())
             .reflect(writer);
-        let run = async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                if let Err(error) = event {
-                    metrics::counter!(WATCH_ERRORS, "resource" => "computedomains").increment(1);
-                    warn!(%error, "ComputeDomain watch failed; retrying with backoff");
+        let run = {
+            let changes = changes.clone();
+            async move {
+                let mut stream = std::pin::pin!(stream);
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(_) => changes.send_modify(|n| *n = n.wrapping_add(1)),
+                        Err(error) => {
+                            metrics::counter!(WATCH_ERRORS, "resource" => "computedomains")
+                                .increment(1);
+                            warn!(%error, "ComputeDomain watch failed; retrying with backoff");
+                        }
+                    }
                 }
             }
         };
-        (Self { store }, run)
+        (Self { store, changes }, run)
     }
 
-    /// A cache over a store someone else fills (tests fill it from a `Writer`).
+    /// A cache over a store someone else fills (tests fill it from a `Writer`, then
+    /// call [`DomainCache::changed`]).
     pub fn from_store(store: Store<ComputeDomain>) -> Self {
-        Self { store }
+        Self {
+            store,
+            changes: Arc::new(watch::Sender::new(0_u64)),
+        }
+    }
+
+    /// Says the store changed, as the watch does after each event.
+    pub fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Wakes on every change of the store after it is called.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Whether the first complete list has arrived.

@@ -58,7 +58,7 @@ pub use publisher::{SlicePublisher, delete_node_slices, slice_selector, watch_sl
 pub use reconcile::{ReconcileSettings, ReconcilingCheckpointStore};
 pub use slices::PoolSpec;
 pub use stale::{KubeStaleClaimNotices, node_reference, released_kube_event};
-pub use status::{KubeStatusSink, status_apply_body};
+pub use status::{KubeStatusSink, corrector, domain_wide, status_apply_body};
 pub use taint_rule::TaintTiming;
 pub use taints::{
     IMEX_TAINTED, IMEX_TAINTS, ImexTaints, KubeTaintNotices, TaintNotices, TaintSubject,
@@ -96,6 +96,13 @@ pub(crate) fn describe_metrics() {
         status::STATUS_WRITES,
         "Domain status documents written, by `backend` (`kube`, `local`) and `outcome`: \
          `ok`, `failed`, `gone` (the ComputeDomain was deleted; kube only)."
+    );
+    describe_counter!(
+        status::STATUS_CORRECTIONS,
+        "Corrections of a ComputeDomain's domain-wide status fields (phase, counts, \
+         `Ready`) from its rows, after reporters of two NVLink cliques wrote at once, by \
+         `outcome`: `ok`, `failed` (tried again on the next change). One node of the \
+         domain corrects."
     );
     describe_counter!(
         claim_status_writer::CLAIM_STATUS_WRITES,
@@ -234,6 +241,9 @@ impl KubeBackend {
             stop.clone(),
         ));
         let clique = watch::Sender::new(settings.clique.clone());
+        let status = KubeStatusSink::new(client.clone(), domains.clone(), settings.api_timeout)
+            .for_node(settings.node.clone(), clique.subscribe());
+        let correcting = tokio::spawn(status.clone().keep_domain_fields(stop.clone()));
         let checkpoint = ReconcilingCheckpointStore::new(
             file,
             client.clone(),
@@ -258,11 +268,7 @@ impl KubeBackend {
                 )
                 .in_clique(clique.subscribe()),
             ),
-            status: Arc::new(KubeStatusSink::new(
-                client.clone(),
-                domains.clone(),
-                settings.api_timeout,
-            )),
+            status: Arc::new(status.clone()),
             events: Arc::new(KubeEventSink::new(
                 client.clone(),
                 settings.node.clone(),
@@ -275,7 +281,7 @@ impl KubeBackend {
             pool,
             clique,
             stop,
-            tasks: vec![watching, publishing],
+            tasks: vec![watching, publishing, correcting],
             discovery: None,
         }
     }

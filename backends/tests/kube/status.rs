@@ -6,9 +6,14 @@ use domaind_actors::model::{DomainRef, DomainUid, Phase};
 use domaind_actors::ports::{ErrorKind, StatusSink};
 use domaind_actors::rules::status::{DomainStatus, NodeStatus};
 use domaind_backends::kube::KubeStatusSink;
-use domaind_kube_api::names::NODE_FIELD_MANAGER;
+use domaind_backends::kube::{corrector, domain_wide};
+use domaind_kube_api::names::{
+    DOMAIN_STATUS_FIELD_MANAGER, NODE_FIELD_MANAGER, status_field_manager,
+};
 use metrics_util::debugging::DebuggingRecorder;
 use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::apiserver::{
     Expect, assert_refused_by_kube, compute_domain, counter, pair, status, synced_cache,
@@ -48,6 +53,34 @@ fn document(phase: Phase) -> DomainStatus {
     }
 }
 
+fn clique(id: &str) -> watch::Receiver<String> {
+    watch::channel(id.to_owned()).1
+}
+
+fn row(name: &str, clique: &str, status: &str) -> Value {
+    json!({"name": name, "ipAddress": "10.0.0.9", "cliqueID": clique, "index": 0, "status": status})
+}
+
+/// The cached domain with `rows` written, its domain-wide fields as `status` says.
+fn cached_with(
+    rows: Vec<Value>,
+    status: &str,
+    ready: u32,
+    message: &str,
+) -> domaind_kube_api::crd::ComputeDomain {
+    let mut cd = compute_domain("team-a", "training", "cd-uid-1", 3);
+    cd.status = Some(
+        serde_json::from_value(json!({
+            "status": status, "nodes": rows, "readyNodes": ready, "totalNodes": 3,
+            "conditions": [{"type": "Ready", "status": if status == "Ready" { "True" } else { "False" },
+                            "reason": "NodesNotReady", "message": message,
+                            "lastTransitionTime": "2026-11-22T10:00:00Z"}],
+        }))
+        .unwrap(),
+    );
+    cd
+}
+
 /// The cached domain: generation 3, Ready since a known time.
 fn cached() -> domaind_kube_api::crd::ComputeDomain {
     let mut cd = compute_domain("team-a", "training", "cd-uid-1", 3);
@@ -72,7 +105,7 @@ async fn a_write_is_one_forced_apply_of_the_status_subresource() {
     let (client, server) = pair();
     let script = server.play(vec![
         Expect::patch(STATUS_PATH)
-            .apply_by(NODE_FIELD_MANAGER)
+            .apply_by(&status_field_manager("c.1"))
             .body(|body: &Value| {
                 assert_eq!(body["apiVersion"], "resource.nvidia.com/v1beta1");
                 assert_eq!(body["kind"], "ComputeDomain");
@@ -100,7 +133,7 @@ async fn a_write_is_one_forced_apply_of_the_status_subresource() {
             })
             .echo(),
         Expect::patch(STATUS_PATH)
-            .apply_by(NODE_FIELD_MANAGER)
+            .apply_by(&status_field_manager("c.1"))
             .body(|body: &Value| {
                 let condition = &body["status"]["conditions"][0];
                 assert_eq!(condition["status"], "False");
@@ -108,7 +141,8 @@ async fn a_write_is_one_forced_apply_of_the_status_subresource() {
             })
             .echo(),
     ]);
-    let sink = KubeStatusSink::new(client, cache, Duration::from_secs(10));
+    let sink = KubeStatusSink::new(client, cache, Duration::from_secs(10))
+        .for_node("node-1", clique("c.1"));
     sink.write(&domain(), &document(Phase::Ready))
         .await
         .unwrap();
@@ -267,4 +301,190 @@ async fn the_written_status_is_read_from_the_cache() {
     assert!(error.to_string().contains("not synced"), "{error}");
     assert_eq!(error.kind(), ErrorKind::Transient);
     server.assert_idle();
+}
+
+/// A domain spanning cliques: this clique applies its own rows only, and the
+/// domain-wide fields of every clique's rows (spec.numNodes counts them all). The
+/// manager that wrote whole statuses before gives its fields up after the first write.
+#[tokio::test]
+async fn a_clique_applies_its_own_rows_and_the_fields_of_every_cliques_rows() {
+    let (cache, _writer) = synced_cache(vec![cached_with(
+        vec![row("node-3", "c.2", "Ready")],
+        "NotReady",
+        1,
+        "1/1 nodes ready",
+    )]);
+    let (client, server) = pair();
+    let answer = json!({
+        "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+        "metadata": {"name": "training", "namespace": "team-a", "uid": "cd-uid-1",
+                     "managedFields": [
+                         {"manager": "domaind-node", "operation": "Apply", "subresource": "status",
+                          "apiVersion": "resource.nvidia.com/v1beta1", "fieldsType": "FieldsV1", "fieldsV1": {}},
+                         {"manager": "domaind-node/clique/c.1", "operation": "Apply", "subresource": "status",
+                          "apiVersion": "resource.nvidia.com/v1beta1", "fieldsType": "FieldsV1", "fieldsV1": {}}]},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": "t"}}, "numNodes": 3},
+    });
+    let script = server.play(vec![
+        Expect::patch(STATUS_PATH)
+            .apply_by(&status_field_manager("c.1"))
+            .body(|body: &Value| {
+                let status = &body["status"];
+                let names: Vec<&str> = status["nodes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| n["name"].as_str().unwrap())
+                    .collect();
+                assert_eq!(names, ["node-1", "node-2"], "c.2's row is c.2's to write");
+                assert_eq!(status["status"], "Ready");
+                assert_eq!(
+                    (status["readyNodes"].clone(), status["totalNodes"].clone()),
+                    (json!(3), json!(3))
+                );
+                assert_eq!(
+                    status["conditions"][0]["message"],
+                    "3/3 nodes ready in 2 NVLink cliques"
+                );
+            })
+            .respond(200, answer),
+        Expect::patch(STATUS_PATH)
+            .apply_by(NODE_FIELD_MANAGER)
+            .body(|body: &Value| {
+                assert!(body.get("status").is_none(), "{body}");
+                assert_eq!(body["metadata"]["uid"], "cd-uid-1");
+            })
+            .echo(),
+    ]);
+    let domain = DomainRef {
+        num_nodes: 3,
+        ..domain()
+    };
+    KubeStatusSink::new(client, cache, Duration::from_secs(10))
+        .for_node("node-1", clique("c.1"))
+        .write(&domain, &document(Phase::Ready))
+        .await
+        .unwrap();
+    let mut server = script.await.unwrap();
+    server.assert_idle();
+}
+
+/// A reporter of one clique reads back its clique's rows: the other cliques' nodes are
+/// never in its view, and taking them for members it has not heard of would list them
+/// lost.
+#[tokio::test]
+async fn a_clique_reads_its_own_rows_back() {
+    let (client, mut server) = pair();
+    let (cache, _writer) = synced_cache(vec![cached_with(
+        vec![
+            row("node-1", "c.1", "Ready"),
+            row("node-3", "c.2", "NotReady"),
+        ],
+        "NotReady",
+        1,
+        "1/2 nodes ready in 2 NVLink cliques, not ready: node-3",
+    )]);
+    let read = KubeStatusSink::new(client, cache, Duration::from_secs(10))
+        .for_node("node-1", clique("c.1"))
+        .read(&domain())
+        .await
+        .unwrap()
+        .unwrap();
+    let names: Vec<&str> = read.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["node-1"]);
+    assert_eq!(
+        (read.status, read.ready_nodes, read.total_nodes),
+        (Phase::Ready, 1, 1)
+    );
+    server.assert_idle();
+}
+
+/// Two cliques wrote at once, each without the other's latest rows: the rows are
+/// right, the domain-wide fields stale. The domain's corrector (its ready row with the
+/// smallest name) applies those fields alone, from every row.
+#[tokio::test]
+async fn the_domain_wide_fields_are_corrected_from_every_cliques_rows() {
+    let stale = cached_with(
+        vec![
+            row("node-1", "c.1", "Ready"),
+            row("node-3", "c.2", "Ready"),
+            row("node-4", "c.2", "Ready"),
+        ],
+        "NotReady",
+        1,
+        "1/3 nodes ready in 2 NVLink cliques, not ready: node-3, node-4",
+    );
+    let rows = domaind_backends::contract::domain_from_status(stale.status.as_ref().unwrap());
+    assert_eq!(corrector(&rows), Some("node-1"));
+    let right = domain_wide(&rows, 3);
+    assert_eq!((right.status, right.ready_nodes), (Phase::Ready, 3));
+    let (cache, _writer) = synced_cache(vec![stale]);
+    let (client, server) = pair();
+    let script = server.play(vec![
+        Expect::patch(STATUS_PATH)
+            .apply_by(DOMAIN_STATUS_FIELD_MANAGER)
+            .body(|body: &Value| {
+                let status = &body["status"];
+                assert!(
+                    status.get("nodes").is_none(),
+                    "rows stay their cliques': {body}"
+                );
+                assert_eq!(status["status"], "Ready");
+                assert_eq!(status["readyNodes"], 3);
+                assert_eq!(status["conditions"][0]["status"], "True");
+                assert_eq!(
+                    status["conditions"][0]["message"],
+                    "3/3 nodes ready in 2 NVLink cliques"
+                );
+            })
+            .echo(),
+    ]);
+    let stop = CancellationToken::new();
+    let correcting = tokio::spawn(
+        KubeStatusSink::new(client, cache, Duration::from_secs(10))
+            .for_node("node-1", clique("c.1"))
+            .keep_domain_fields(stop.clone()),
+    );
+    let mut server = script.await.unwrap();
+    stop.cancel();
+    correcting.await.unwrap();
+    server.assert_idle();
+}
+
+#[test]
+fn one_node_of_a_domain_spanning_cliques_corrects_it() {
+    let status = |rows: Vec<Value>| {
+        domaind_backends::contract::domain_from_status(
+            cached_with(rows, "NotReady", 0, "")
+                .status
+                .as_ref()
+                .unwrap(),
+        )
+    };
+    // One clique: its reporter's document is the whole truth.
+    assert_eq!(
+        corrector(&status(vec![
+            row("a", "c.1", "Ready"),
+            row("b", "c.1", "Ready")
+        ])),
+        None
+    );
+    assert_eq!(corrector(&status(vec![])), None);
+    // The ready row with the smallest name; the smallest of all when none is ready.
+    let spanning = |a: &str| {
+        status(vec![
+            row("a", "c.1", a),
+            row("c", "c.1", "Ready"),
+            row("b", "c.2", "Ready"),
+        ])
+    };
+    assert_eq!(corrector(&spanning("Ready")), Some("a"));
+    assert_eq!(corrector(&spanning("NotReady")), Some("b"));
+    assert_eq!(
+        corrector(&status(vec![
+            row("z", "c.1", "NotReady"),
+            row("y", "c.2", "NotReady")
+        ])),
+        Some("y")
+    );
 }
