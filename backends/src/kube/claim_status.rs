@@ -5,10 +5,17 @@
 //! the [`Book`] that says, claim by claim, whether a write is needed and when.
 //!
 //! A claim is written when what it should say changed, once the views have settled
-//! (a burst of views, as a domain forms, is one write per claim), or when its last
-//! write failed and its backoff ran out. Before its first write a claim is read once:
-//! what a previous run of the daemon wrote is then not written again, and a condition
-//! whose status did not change keeps its transition time across restarts.
+//! (a burst of views is one write per claim), or when its last write failed and its
+//! backoff ran out. A change a reader must see promptly (the condition's status or
+//! reason, the domain, clique, index or channel, a device entry come or gone) is due a
+//! settle after it. A change only in the linked-peers count (in `data` and in an
+//! `ImexReady` condition's message) is due no sooner than a hold after the claim's last
+//! write: the count climbs one link at a time as a domain forms or a node comes back,
+//! and writing each step was most of our API writes. Whatever is written is the latest,
+//! so a prompt write carries the count along (and starts the hold again), and the final
+//! count is always written. Before its first write a claim is read once: what a
+//! previous run of the daemon wrote is then not written again, and a condition whose
+//! status did not change keeps its transition time across restarts.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -175,6 +182,53 @@ pub fn up_to_date(want: &ClaimEntries, seen: &Seen) -> bool {
         })
 }
 
+/// What of an entry a reader must see promptly: all but the linked-peers count, in
+/// `data` and in the message of an `ImexReady` condition (which says only the counts;
+/// the total stays in `data`).
+#[derive(Debug, PartialEq)]
+struct Prompt<'a> {
+    status: ConditionStatus,
+    reason: &'a str,
+    message: Option<&'a str>,
+    data: Value,
+}
+
+impl<'a> Prompt<'a> {
+    fn of(status: ConditionStatus, reason: &'a str, message: &'a str, data: &Value) -> Self {
+        let mut data = data.clone();
+        if let Some(peers) = data.get_mut("imexPeers").and_then(Value::as_object_mut) {
+            peers.remove("linked");
+        }
+        Self {
+            status,
+            reason,
+            message: (reason != HealthReason::ImexReady.as_str()).then_some(message),
+            data,
+        }
+    }
+}
+
+/// Whether writing `want` over what the API holds changes more than the linked-peers
+/// count: an entry of ours held unreadable, or not held at all, is such a change.
+pub fn prompt_change(want: &ClaimEntries, seen: &Seen) -> bool {
+    want.devices.len() != seen.devices.len()
+        || want.devices.iter().any(|(key, entry)| {
+            let Some(SeenDevice {
+                ready: Some(ready),
+                data: Some(data),
+            }) = seen.devices.get(key)
+            else {
+                return true;
+            };
+            Prompt::of(
+                entry.status,
+                entry.reason.as_str(),
+                &entry.message,
+                &entry.data,
+            ) != Prompt::of(ready.status, &ready.reason, &ready.message, data)
+        })
+}
+
 /// The server-side apply body: the claim's identity (the uid makes the write miss a
 /// claim recreated under the same name) and our entries, each condition keeping its
 /// transition time while its status stays.
@@ -236,6 +290,9 @@ struct Tracked {
     /// Deleted or recreated: never written again while it is prepared here.
     gone: bool,
     due: Option<Instant>,
+    /// When its last write succeeded (in this run): a count-only change waits the hold
+    /// from it.
+    written_at: Option<Instant>,
     backoff: Backoff,
 }
 
@@ -245,17 +302,25 @@ struct Tracked {
 pub struct Book {
     driver: String,
     settle: Duration,
+    hold: Duration,
     backoff: Backoff,
     claims: BTreeMap<String, Tracked>,
 }
 
 impl Book {
     /// `settle`: how long after a change a claim waits for more before it is written.
-    /// `backoff`: each claim's retries, from a fresh copy.
-    pub fn new(driver: impl Into<String>, settle: Duration, backoff: Backoff) -> Self {
+    /// `hold`: how long after a claim's last write a change only in its linked-peers
+    /// count waits. `backoff`: each claim's retries, from a fresh copy.
+    pub fn new(
+        driver: impl Into<String>,
+        settle: Duration,
+        hold: Duration,
+        backoff: Backoff,
+    ) -> Self {
         Self {
             driver: driver.into(),
             settle,
+            hold,
             backoff,
             claims: BTreeMap::new(),
         }
@@ -264,11 +329,14 @@ impl Book {
     /// Takes a new view. A claim that left it (unprepared) is forgotten, a pending
     /// write or retry with it: the API server drops its entries once it is deallocated
     /// or deleted. A claim whose entries changed is due `settle` after its first change
-    /// since its last write, unless a retry is already scheduled.
+    /// since its last write, or, when it differs from what the API holds only in the
+    /// linked-peers count, no sooner than `hold` after its last write; a retry already
+    /// scheduled stays as it is.
     pub fn observe(&mut self, view: &HealthView, now: Instant) {
         let desired = desired(view);
         self.claims.retain(|uid, _| desired.contains_key(uid));
         let settled = now + self.settle;
+        let hold = self.hold;
         for (uid, want) in desired {
             match self.claims.entry(uid) {
                 Entry::Vacant(vacant) => {
@@ -277,6 +345,7 @@ impl Book {
                         seen: None,
                         gone: false,
                         due: Some(settled),
+                        written_at: None,
                         backoff: self.backoff.clone(),
                     });
                 }
@@ -286,9 +355,18 @@ impl Book {
                         continue;
                     }
                     tracked.want = want;
-                    if !tracked.gone && tracked.backoff.failures() == 0 {
-                        tracked.due = Some(tracked.due.map_or(settled, |due| due.min(settled)));
+                    if tracked.gone || tracked.backoff.failures() > 0 {
+                        continue;
                     }
+                    let count_only = tracked
+                        .seen
+                        .as_ref()
+                        .is_some_and(|seen| !prompt_change(&tracked.want, seen));
+                    let at = match tracked.written_at {
+                        Some(written) if count_only => settled.max(written + hold),
+                        _ => settled,
+                    };
+                    tracked.due = Some(tracked.due.map_or(at, |due| due.min(at)));
                 }
             }
         }
@@ -356,6 +434,7 @@ impl Book {
                 tracked.backoff.succeed();
                 if write {
                     tracked.due = None;
+                    tracked.written_at = Some(now);
                 }
                 None
             }
@@ -394,6 +473,7 @@ mod tests {
 
     const DRIVER: &str = "compute-domain.nvidia.com";
     const SETTLE: Duration = Duration::from_millis(100);
+    const HOLD: Duration = Duration::from_secs(5);
     const MS: Duration = Duration::from_millis(1);
 
     fn claim(i: u32) -> ClaimRef {
@@ -455,6 +535,7 @@ mod tests {
         Book::new(
             DRIVER,
             SETTLE,
+            HOLD,
             Backoff::new(Duration::from_millis(200), Duration::from_secs(30)),
         )
     }
@@ -702,6 +783,268 @@ mod tests {
         let same = view(vec![device(1, "channel-3", Some(healthy()))]);
         book.observe(&same, t1 + SETTLE);
         assert_eq!(book.next_due(), None);
+    }
+
+    /// Healthy in a domain of 18: this node and 17 peers, `linked` of them linked.
+    fn formed(linked: usize) -> DomainHealth {
+        DomainHealth {
+            linked_peers: linked,
+            peers: 17,
+            ..healthy()
+        }
+    }
+
+    fn one(status: Option<DomainHealth>) -> HealthView {
+        view(vec![device(1, "channel-3", status)])
+    }
+
+    /// Plays `views`, each at its time, through `book` as the writer does (a claim due
+    /// is read once, then written), against an API server that holds claim 1 at
+    /// generation 1 and keeps what is written; until `until`. Each write's time, and
+    /// its condition's status, message and linked count.
+    fn play(
+        book: &mut Book,
+        views: Vec<(Instant, HealthView)>,
+        until: Instant,
+    ) -> Vec<(Instant, Value, Value, Value)> {
+        let uid = claim(1).uid;
+        let wall = datetime!(2026-11-22 10:00:00 UTC);
+        let mut server = at_generation(1);
+        let mut writes = Vec::new();
+        let mut views = views.into_iter().peekable();
+        loop {
+            let due = book.next_due().filter(|due| *due <= until);
+            let next_view = views.peek().map(|(at, _)| *at);
+            match (due, next_view) {
+                (Some(due), next) if next.is_none_or(|at| due <= at) => {
+                    assert_eq!(book.due(due), vec![uid.clone()]);
+                    if let Step::Read(_) = book.step(&uid, wall) {
+                        book.read(&uid, Ok(Some(server.clone())), due);
+                    }
+                    if let Step::Apply(_, body) = book.step(&uid, wall) {
+                        server = held(&body, 1);
+                        book.written(&uid, Ok(Some(server.clone())), due);
+                        let entry = &body["status"]["devices"][0];
+                        let ready = &entry["conditions"][0];
+                        writes.push((
+                            due,
+                            ready["status"].clone(),
+                            ready["message"].clone(),
+                            entry["data"]["imexPeers"]["linked"].clone(),
+                        ));
+                    }
+                }
+                (_, Some(_)) => {
+                    let (at, view) = views.next().unwrap();
+                    book.observe(&view, at);
+                }
+                (_, None) => return writes,
+            }
+        }
+    }
+
+    fn linked_message(linked: usize) -> Value {
+        json!(format!(
+            "IMEX ready on this node, {linked} of 17 IMEX peers linked"
+        ))
+    }
+
+    #[test]
+    fn a_formation_is_three_writes_the_last_with_the_final_count() {
+        let mut book = book();
+        let t0 = Instant::now();
+        // Judged early, then the other 16 peers link one by one over 3 s.
+        let judged = t0 + MS * 200;
+        let mut views = vec![(t0, one(None)), (judged, one(Some(formed(1))))];
+        for linked in 2..=17 {
+            let at = judged + MS * 187 * (linked as u32 - 1);
+            views.push((at, one(Some(formed(linked)))));
+        }
+        let writes = play(&mut book, views, t0 + Duration::from_secs(60));
+        let pending = "not known yet: this node's IMEX has not answered, or the \
+                       ComputeDomain has not been judged here yet";
+        assert_eq!(
+            writes,
+            vec![
+                (t0 + SETTLE, json!("Unknown"), json!(pending), Value::Null),
+                (judged + SETTLE, json!("True"), linked_message(1), json!(1)),
+                (
+                    judged + SETTLE + HOLD,
+                    json!("True"),
+                    linked_message(17),
+                    json!(17)
+                ),
+            ],
+            "the climb waits a hold from the last write, and its latest count goes"
+        );
+    }
+
+    #[test]
+    fn a_prompt_change_in_a_hold_goes_a_settle_after_it_with_the_latest_count_and_holds_again() {
+        let mut book = book();
+        let t0 = Instant::now();
+        let down = |linked| DomainHealth {
+            linked_peers: linked,
+            ..DomainHealth {
+                peers: 17,
+                ..link_down()
+            }
+        };
+        let s = Duration::from_secs;
+        let views = vec![
+            (t0, one(Some(formed(3)))),
+            // Held: the last write was at t0 + SETTLE.
+            (t0 + s(1), one(Some(formed(4)))),
+            (t0 + s(2), one(Some(formed(5)))),
+            // Prompt: goes a settle after it, with the count held so far.
+            (t0 + MS * 2500, one(Some(down(5)))),
+            // Held again, a hold from that write, not from the first.
+            (t0 + s(3), one(Some(down(6)))),
+        ];
+        let writes = play(&mut book, views, t0 + s(60));
+        let lost = json!("IMEX link down to node-1 (index 1)");
+        assert_eq!(
+            writes,
+            vec![
+                (t0 + SETTLE, json!("True"), linked_message(3), json!(3)),
+                (
+                    t0 + MS * 2500 + SETTLE,
+                    json!("False"),
+                    lost.clone(),
+                    json!(5)
+                ),
+                (
+                    t0 + MS * 2500 + SETTLE + HOLD,
+                    json!("False"),
+                    lost,
+                    json!(6)
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_count_change_after_a_quiet_spell_waits_a_settle_and_the_next_at_most_a_hold() {
+        let mut book = book();
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let views = vec![
+            (t0, one(Some(formed(3)))),
+            (t0 + s(60), one(Some(formed(4)))),
+            (t0 + s(61), one(Some(formed(5)))),
+            (t0 + s(62), one(Some(formed(6)))),
+            // Back to what is held before its hold ran out: nothing to write.
+            (t0 + s(67), one(Some(formed(7)))),
+            (t0 + s(68), one(Some(formed(6)))),
+        ];
+        let writes = play(&mut book, views, t0 + s(120));
+        let times: Vec<Duration> = writes.iter().map(|w| w.0 - t0).collect();
+        let counts: Vec<&Value> = writes.iter().map(|w| &w.3).collect();
+        assert_eq!(
+            (times, counts),
+            (
+                vec![SETTLE, s(60) + SETTLE, s(60) + SETTLE + HOLD],
+                vec![&json!(3), &json!(4), &json!(6)]
+            )
+        );
+        assert!(s(60) + SETTLE + HOLD - s(61) <= HOLD, "at most a hold");
+    }
+
+    #[test]
+    fn only_a_change_in_the_linked_count_is_not_prompt() {
+        let wall = datetime!(2026-11-22 10:00:00 UTC);
+        let uid = claim(1).uid;
+        let want = |devices: Vec<PreparedDevice>| desired(&view(devices)).remove(&uid).unwrap();
+        let held_now = held(
+            &apply_body(
+                DRIVER,
+                &want(vec![device(1, "channel-3", Some(formed(3)))]),
+                &at_generation(1),
+                wall,
+            ),
+            1,
+        );
+        let prompt = |status: DomainHealth| {
+            prompt_change(&want(vec![device(1, "channel-3", Some(status))]), &held_now)
+        };
+        assert!(!prompt(formed(3)), "the same");
+        assert!(!prompt(formed(9)), "only the count");
+        assert!(prompt(link_down()), "status, reason and message");
+        let no_fabric = DomainHealth {
+            reason: HealthReason::DomainReady,
+            ..formed(3)
+        };
+        assert!(prompt(no_fabric), "reason and message, the status the same");
+        for moved in [
+            DomainHealth {
+                clique: CliqueId("c.2".into()),
+                ..formed(3)
+            },
+            DomainHealth {
+                index: Some(5),
+                ..formed(3)
+            },
+            DomainHealth {
+                channel: Some(7),
+                ..formed(3)
+            },
+            DomainHealth {
+                peers: 16,
+                ..formed(3)
+            },
+        ] {
+            assert!(prompt(moved.clone()), "{moved:?}");
+        }
+        // The count is not all that changed in a message of another reason.
+        let down = |message: &str| DomainHealth {
+            health: ChannelHealth::Unhealthy(message.into()),
+            reason: HealthReason::LinkDown,
+            ..formed(3)
+        };
+        let held_down = held(
+            &apply_body(
+                DRIVER,
+                &want(vec![device(1, "channel-3", Some(down("to node-1")))]),
+                &at_generation(1),
+                wall,
+            ),
+            1,
+        );
+        let changes = |status: DomainHealth| {
+            prompt_change(
+                &want(vec![device(1, "channel-3", Some(status))]),
+                &held_down,
+            )
+        };
+        assert!(!changes(DomainHealth {
+            linked_peers: 2,
+            ..down("to node-1")
+        }));
+        assert!(changes(down("to node-1, node-4")));
+        // A device come or gone, or an entry held unreadable.
+        assert!(prompt_change(
+            &want(vec![
+                device(1, "channel-3", Some(formed(3))),
+                device(1, "channel-4", Some(formed(3))),
+            ]),
+            &held_now
+        ));
+        let mut unreadable = held_now.clone();
+        for device in unreadable.devices.values_mut() {
+            device.ready = None;
+        }
+        assert!(prompt_change(
+            &want(vec![device(1, "channel-3", Some(formed(3)))]),
+            &unreadable
+        ));
+        let mut one_more = held_now.clone();
+        one_more
+            .devices
+            .insert(("node-2".into(), "channel-4".into()), SeenDevice::default());
+        assert!(prompt_change(
+            &want(vec![device(1, "channel-3", Some(formed(3)))]),
+            &one_more
+        ));
     }
 
     #[test]

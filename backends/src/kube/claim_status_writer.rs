@@ -1,6 +1,7 @@
 //! Keeps the claims prepared on this node saying how their devices are: follows the
 //! node's [`HealthBoard`](domaind_actors::HealthBoard) and writes what [`Book`] decides,
-//! one claim at a time, through a [`ClaimStatusApi`].
+//! one claim at a time, through a [`ClaimStatusApi`]: a change a settle ([`SETTLE`])
+//! after it, one only in the linked-peers count at most once a [`LINKED_PEERS_HOLD`].
 //!
 //! The Kubernetes adapter applies the `status` subresource (server-side apply, forced,
 //! under a field manager of this driver's: only our driver's entries are ours; the
@@ -41,6 +42,14 @@ pub const CLAIM_STATUS_FAILURES: &str = "domaind_claim_status_failures_total";
 
 /// How long a claim waits after a change for more before it is written.
 pub const SETTLE: Duration = Duration::from_millis(100);
+
+/// How long after a claim's last write a change only in its linked-peers count waits.
+/// The count climbs one link at a time for seconds as a domain forms or a node comes
+/// back, and written at each step it was about 9 writes a claim a formation, most of
+/// our API writes. The condition, written promptly, says whether the channel works; the
+/// count is for a person reading the claim, who sees the final one a few seconds later,
+/// while one hold covers most of a climb.
+pub const LINKED_PEERS_HOLD: Duration = Duration::from_secs(5);
 
 /// Each claim's retries: as the slice publisher's.
 pub fn backoff() -> Backoff {
@@ -427,6 +436,7 @@ mod tests {
         let book = Book::new(
             DRIVER,
             SETTLE,
+            LINKED_PEERS_HOLD,
             Backoff::new(Duration::from_millis(200), Duration::from_secs(30)),
         );
         let task = tokio::spawn(run(api, book, board.subscribe(), stop.clone()));
@@ -483,6 +493,59 @@ mod tests {
             &api.ops()[4..],
             &[("apply", "a".to_owned()), ("apply", "b".to_owned())]
         );
+        running.stop.cancel();
+        running.task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_formation_is_three_writes_per_claim_the_last_with_the_final_count() {
+        let api = FakeClaims::with_claims(&["a", "b"]);
+        let running = start(api.clone());
+        let formed = |linked| DomainHealth {
+            peers: 17,
+            ..healthy(linked)
+        };
+        let t0 = Instant::now();
+        running.board.publish(view(&["a", "b"], None));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let judged = Instant::now();
+        running.board.publish(view(&["a", "b"], Some(formed(1))));
+        for linked in 2..=17 {
+            tokio::time::sleep(Duration::from_millis(187)).await;
+            running
+                .board
+                .publish(view(&["a", "b"], Some(formed(linked))));
+        }
+        until_idle(&api, 8).await;
+        let applies: Vec<(Instant, String)> = api
+            .calls()
+            .into_iter()
+            .filter(|(_, op, _)| *op == "apply")
+            .map(|(at, _, uid)| (at, uid))
+            .collect();
+        let held_until = judged + SETTLE + LINKED_PEERS_HOLD;
+        assert_eq!(
+            applies,
+            [
+                (t0 + SETTLE, "a".to_owned()),
+                (t0 + SETTLE, "b".to_owned()),
+                (judged + SETTLE, "a".to_owned()),
+                (judged + SETTLE, "b".to_owned()),
+                (held_until, "a".to_owned()),
+                (held_until, "b".to_owned()),
+            ]
+        );
+        for uid in ["a", "b"] {
+            let held = api.held(uid);
+            assert_eq!(
+                held["status"]["devices"][0]["data"]["imexPeers"],
+                json!({"linked": 17, "total": 17})
+            );
+            assert_eq!(
+                ready_of(&held)["message"],
+                "IMEX ready on this node, 17 of 17 IMEX peers linked"
+            );
+        }
         running.stop.cancel();
         running.task.await.unwrap();
     }

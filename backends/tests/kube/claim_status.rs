@@ -122,6 +122,7 @@ async fn the_claim_is_read_then_our_entries_applied_to_its_status_by_the_drivers
     let mut book = Book::new(
         DRIVER,
         Duration::ZERO,
+        Duration::ZERO,
         Backoff::new(Duration::from_millis(200), Duration::from_secs(30)),
     );
     let now = Instant::now();
