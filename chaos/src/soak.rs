@@ -26,8 +26,11 @@ pub const MIN_SPAN: Duration = Duration::from_secs(30 * 60);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Vital {
-    /// VmRSS of `/proc/<pid>/status`, KiB.
+    /// VmRSS of `/proc/<pid>/status`, KiB: the binary's file pages in memory too.
     RssKib,
+    /// RssAnon of `/proc/<pid>/status`, KiB: the process's own memory (heap, stacks),
+    /// without the binary's pages, which come and go with the page cache.
+    RssAnonKib,
     /// Entries of `/proc/<pid>/fd`.
     Fds,
     /// Threads of `/proc/<pid>/status`.
@@ -48,8 +51,9 @@ pub enum Vital {
 }
 
 impl Vital {
-    pub const ALL: [Vital; 9] = [
+    pub const ALL: [Vital; 10] = [
         Vital::RssKib,
+        Vital::RssAnonKib,
         Vital::Fds,
         Vital::Threads,
         Vital::JournalBytes,
@@ -67,6 +71,7 @@ impl Vital {
     pub fn name(self) -> &'static str {
         match self {
             Vital::RssKib => "rss_kib",
+            Vital::RssAnonKib => "rss_anon_kib",
             Vital::Fds => "fds",
             Vital::Threads => "threads",
             Vital::JournalBytes => "journal_bytes",
@@ -85,7 +90,7 @@ impl Vital {
         match self {
             // Memory moves with the allocator and with what a fault made the daemon
             // hold for a while: a tenth.
-            Vital::RssKib | Vital::HeapAllocatedBytes => first * 0.10,
+            Vital::RssKib | Vital::RssAnonKib | Vital::HeapAllocatedBytes => first * 0.10,
             // A peer's connection or a reload's file may be open at the moment of a
             // sample; a leak grows past a handful.
             Vital::Fds | Vital::Threads => 4.0_f64.max(first * 0.10),
@@ -142,15 +147,27 @@ impl Sample {
     }
 }
 
-/// Resident memory (KiB) and threads from `/proc/<pid>/status`.
-pub fn parse_proc_status(text: &str) -> (Option<f64>, Option<f64>) {
+/// From `/proc/<pid>/status`: what the soak reads there.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ProcStatus {
+    pub rss_kib: Option<f64>,
+    pub rss_anon_kib: Option<f64>,
+    pub threads: Option<f64>,
+}
+
+/// Resident memory (KiB, all and anonymous) and threads from `/proc/<pid>/status`.
+pub fn parse_proc_status(text: &str) -> ProcStatus {
     let field = |name: &str| {
         text.lines()
             .find_map(|line| line.strip_prefix(name))
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|number| number.parse::<f64>().ok())
     };
-    (field("VmRSS:"), field("Threads:"))
+    ProcStatus {
+        rss_kib: field("VmRSS:"),
+        rss_anon_kib: field("RssAnon:"),
+        threads: field("Threads:"),
+    }
 }
 
 /// Samples in a Prometheus text exposition.
@@ -471,9 +488,17 @@ mod tests {
 
     #[test]
     fn proc_status_gives_rss_and_threads() {
-        let text = "Name:\tdomaind\nVmPeak:\t  99999 kB\nVmRSS:\t   23456 kB\nThreads:\t7\n";
-        assert_eq!(parse_proc_status(text), (Some(23456.0), Some(7.0)));
-        assert_eq!(parse_proc_status("Name:\tzombie\n"), (None, None));
+        let text = "Name:\tdomaind\nVmPeak:\t  99999 kB\nVmRSS:\t   23456 kB\n\
+                    RssAnon:\t    6784 kB\nRssFile:\t   16672 kB\nThreads:\t7\n";
+        assert_eq!(
+            parse_proc_status(text),
+            ProcStatus {
+                rss_kib: Some(23456.0),
+                rss_anon_kib: Some(6784.0),
+                threads: Some(7.0)
+            }
+        );
+        assert_eq!(parse_proc_status("Name:\tzombie\n"), ProcStatus::default());
     }
 
     #[test]
@@ -635,8 +660,8 @@ mod tests {
         s.values.push((Vital::GossipKeys, None));
         assert_eq!(
             Sample::csv_header(),
-            "at_s,node,pid,rss_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes,heap_allocated_bytes"
+            "at_s,node,pid,rss_kib,rss_anon_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes,heap_allocated_bytes"
         );
-        assert_eq!(s.csv_line(), "12.3,node-03,77,100,9,,,,,,,");
+        assert_eq!(s.csv_line(), "12.3,node-03,77,100,,9,,,,,,,");
     }
 }

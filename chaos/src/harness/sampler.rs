@@ -99,10 +99,9 @@ impl Harness {
 
     async fn sample_node(&self, node: usize, pid: u32, at_s: f64) -> Sample {
         let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-        let (rss, threads) = match std::fs::read_to_string(proc_dir.join("status")) {
-            Ok(text) => parse_proc_status(&text),
-            Err(_) => (None, None),
-        };
+        let status = std::fs::read_to_string(proc_dir.join("status"))
+            .map(|text| parse_proc_status(&text))
+            .unwrap_or_default();
         let fds = std::fs::read_dir(proc_dir.join("fd"))
             .ok()
             .map(|entries| entries.count() as f64);
@@ -129,9 +128,10 @@ impl Harness {
             node: self.name(node),
             pid,
             values: vec![
-                (Vital::RssKib, rss),
+                (Vital::RssKib, status.rss_kib),
+                (Vital::RssAnonKib, status.rss_anon_kib),
                 (Vital::Fds, fds),
-                (Vital::Threads, threads),
+                (Vital::Threads, status.threads),
                 (Vital::JournalBytes, journal),
                 (Vital::MetricSeries, series),
                 (Vital::GossipNodes, gossip.map(|g| g.nodes as f64)),
