@@ -8,10 +8,10 @@
 //! (a burst of views is one write per claim), or when its last write failed and its
 //! backoff ran out. A change a reader must see promptly (the condition's status or
 //! reason, the domain, clique, index or channel, a device entry come or gone) is due a
-//! settle after it. A change only in the linked-peers count (in `data` and in an
-//! `ImexReady` condition's message) is due no sooner than a hold after the claim's last
-//! write: the count climbs one link at a time as a domain forms or a node comes back,
-//! and writing each step was most of our API writes. Whatever is written is the latest,
+//! settle after it. A change only in the IMEX peer counts, linked and total (in `data`
+//! and in an `ImexReady` condition's message), is due no sooner than a hold after the
+//! claim's last write: the counts climb one member and one link at a time as a domain
+//! forms or a node comes back, and writing each step was most of our API writes. Whatever is written is the latest,
 //! so a prompt write carries the count along (and starts the hold again), and the final
 //! count is always written. Before its first write a claim is read once: what a
 //! previous run of the daemon wrote is then not written again, and a condition whose
@@ -182,9 +182,8 @@ pub fn up_to_date(want: &ClaimEntries, seen: &Seen) -> bool {
         })
 }
 
-/// What of an entry a reader must see promptly: all but the linked-peers count, in
-/// `data` and in the message of an `ImexReady` condition (which says only the counts;
-/// the total stays in `data`).
+/// What of an entry a reader must see promptly: all but the IMEX peer counts, in `data`
+/// and in the message of an `ImexReady` condition (which says only the counts).
 #[derive(Debug, PartialEq)]
 struct Prompt<'a> {
     status: ConditionStatus,
@@ -196,8 +195,8 @@ struct Prompt<'a> {
 impl<'a> Prompt<'a> {
     fn of(status: ConditionStatus, reason: &'a str, message: &'a str, data: &Value) -> Self {
         let mut data = data.clone();
-        if let Some(peers) = data.get_mut("imexPeers").and_then(Value::as_object_mut) {
-            peers.remove("linked");
+        if let Some(data) = data.as_object_mut() {
+            data.remove("imexPeers");
         }
         Self {
             status,
@@ -208,8 +207,8 @@ impl<'a> Prompt<'a> {
     }
 }
 
-/// Whether writing `want` over what the API holds changes more than the linked-peers
-/// count: an entry of ours held unreadable, or not held at all, is such a change.
+/// Whether writing `want` over what the API holds changes more than the IMEX peer
+/// counts: an entry of ours held unreadable, or not held at all, is such a change.
 pub fn prompt_change(want: &ClaimEntries, seen: &Seen) -> bool {
     want.devices.len() != seen.devices.len()
         || want.devices.iter().any(|(key, entry)| {
@@ -988,13 +987,17 @@ mod tests {
                 channel: Some(7),
                 ..formed(3)
             },
-            DomainHealth {
-                peers: 16,
-                ..formed(3)
-            },
         ] {
             assert!(prompt(moved.clone()), "{moved:?}");
         }
+        // Members joining change the total as links change the linked count.
+        assert!(
+            !prompt(DomainHealth {
+                peers: 16,
+                ..formed(3)
+            }),
+            "only the counts"
+        );
         // The count is not all that changed in a message of another reason.
         let down = |message: &str| DomainHealth {
             health: ChannelHealth::Unhealthy(message.into()),
