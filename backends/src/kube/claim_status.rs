@@ -8,10 +8,11 @@
 //! (a burst of views is one write per claim), or when its last write failed and its
 //! backoff ran out. A change a reader must see promptly (the condition's status or
 //! reason, the domain, clique, index or channel, a device entry come or gone) is due a
-//! settle after it. A change only in the IMEX peer counts, linked and total (in `data`
-//! and in an `ImexReady` condition's message), is due no sooner than a hold after the
-//! claim's last write: the counts climb one member and one link at a time as a domain
-//! forms or a node comes back, and writing each step was most of our API writes. Whatever is written is the latest,
+//! settle after it. A change only in the details (the IMEX peer counts in `data`, the
+//! condition's message: the counts, the peers whose link is down, the domain's ready
+//! nodes) is due no sooner than a hold after the claim's last write: they change one
+//! member and one link at a time as a domain forms or a node comes back, and writing
+//! each step was most of our API writes. Whatever is written is the latest,
 //! so a prompt write carries the count along (and starts the hold again), and the final
 //! count is always written. Before its first write a claim is read once: what a
 //! previous run of the daemon wrote is then not written again, and a condition whose
@@ -182,18 +183,19 @@ pub fn up_to_date(want: &ClaimEntries, seen: &Seen) -> bool {
         })
 }
 
-/// What of an entry a reader must see promptly: all but the IMEX peer counts, in `data`
-/// and in the message of an `ImexReady` condition (which says only the counts).
+/// What of an entry a reader must see promptly: whether the channel works and why
+/// (the condition's status and reason) and where (the domain, clique, index and
+/// channel); not the details that change with every member and link (the IMEX peer
+/// counts, the message).
 #[derive(Debug, PartialEq)]
 struct Prompt<'a> {
     status: ConditionStatus,
     reason: &'a str,
-    message: Option<&'a str>,
     data: Value,
 }
 
 impl<'a> Prompt<'a> {
-    fn of(status: ConditionStatus, reason: &'a str, message: &'a str, data: &Value) -> Self {
+    fn of(status: ConditionStatus, reason: &'a str, data: &Value) -> Self {
         let mut data = data.clone();
         if let Some(data) = data.as_object_mut() {
             data.remove("imexPeers");
@@ -201,14 +203,13 @@ impl<'a> Prompt<'a> {
         Self {
             status,
             reason,
-            message: (reason != HealthReason::ImexReady.as_str()).then_some(message),
             data,
         }
     }
 }
 
-/// Whether writing `want` over what the API holds changes more than the IMEX peer
-/// counts: an entry of ours held unreadable, or not held at all, is such a change.
+/// Whether writing `want` over what the API holds changes more than the details: an
+/// entry of ours held unreadable, or not held at all, is such a change.
 pub fn prompt_change(want: &ClaimEntries, seen: &Seen) -> bool {
     want.devices.len() != seen.devices.len()
         || want.devices.iter().any(|(key, entry)| {
@@ -219,12 +220,8 @@ pub fn prompt_change(want: &ClaimEntries, seen: &Seen) -> bool {
             else {
                 return true;
             };
-            Prompt::of(
-                entry.status,
-                entry.reason.as_str(),
-                &entry.message,
-                &entry.data,
-            ) != Prompt::of(ready.status, &ready.reason, &ready.message, data)
+            Prompt::of(entry.status, entry.reason.as_str(), &entry.data)
+                != Prompt::of(ready.status, &ready.reason, data)
         })
 }
 
@@ -998,7 +995,7 @@ mod tests {
             }),
             "only the counts"
         );
-        // The count is not all that changed in a message of another reason.
+        // Within a reason, the message is a detail: which links are down now.
         let down = |message: &str| DomainHealth {
             health: ChannelHealth::Unhealthy(message.into()),
             reason: HealthReason::LinkDown,
@@ -1023,7 +1020,8 @@ mod tests {
             linked_peers: 2,
             ..down("to node-1")
         }));
-        assert!(changes(down("to node-1, node-4")));
+        assert!(!changes(down("to node-1, node-4")));
+        assert!(changes(formed(3)), "the link is back: status and reason");
         // A device come or gone, or an entry held unreadable.
         assert!(prompt_change(
             &want(vec![

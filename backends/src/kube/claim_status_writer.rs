@@ -1,7 +1,7 @@
 //! Keeps the claims prepared on this node saying how their devices are: follows the
 //! node's [`HealthBoard`](domaind_actors::HealthBoard) and writes what [`Book`] decides,
 //! one claim at a time, through a [`ClaimStatusApi`]: a change a settle ([`SETTLE`])
-//! after it, one only in the IMEX peer counts at most once a [`PEER_COUNTS_HOLD`].
+//! after it, one only in the details (peer counts, message) at most once a [`DETAILS_HOLD`].
 //!
 //! The Kubernetes adapter applies the `status` subresource (server-side apply, forced,
 //! under a field manager of this driver's: only our driver's entries are ours; the
@@ -43,13 +43,14 @@ pub const CLAIM_STATUS_FAILURES: &str = "domaind_claim_status_failures_total";
 /// How long a claim waits after a change for more before it is written.
 pub const SETTLE: Duration = Duration::from_millis(100);
 
-/// How long after a claim's last write a change only in its IMEX peer counts (linked,
-/// total) waits. The counts climb one member and one link at a time for seconds as a
-/// domain forms or a node comes back, and written at each step they were about 9 writes
-/// a claim a formation, most of our API writes. The condition, written promptly, says
-/// whether the channel works; the counts are for a person reading the claim, who sees
-/// the final ones a few seconds later, while one hold covers most of a climb.
-pub const PEER_COUNTS_HOLD: Duration = Duration::from_secs(5);
+/// How long after a claim's last write a change only in its details (the IMEX peer
+/// counts, the condition's message) waits. They change one member and one link at a
+/// time for seconds as a domain forms or a node comes back, and written at each step
+/// they were about 9 writes a claim a formation, most of our API writes. The condition's
+/// status and reason, written promptly, say whether the channel works and why; the
+/// details are for a person reading the claim, who sees the final ones a few seconds
+/// later, while one hold covers most of a climb.
+pub const DETAILS_HOLD: Duration = Duration::from_secs(5);
 
 /// Each claim's retries: as the slice publisher's.
 pub fn backoff() -> Backoff {
@@ -436,7 +437,7 @@ mod tests {
         let book = Book::new(
             DRIVER,
             SETTLE,
-            PEER_COUNTS_HOLD,
+            DETAILS_HOLD,
             Backoff::new(Duration::from_millis(200), Duration::from_secs(30)),
         );
         let task = tokio::spawn(run(api, book, board.subscribe(), stop.clone()));
@@ -523,7 +524,7 @@ mod tests {
             .filter(|(_, op, _)| *op == "apply")
             .map(|(at, _, uid)| (at, uid))
             .collect();
-        let held_until = judged + SETTLE + PEER_COUNTS_HOLD;
+        let held_until = judged + SETTLE + DETAILS_HOLD;
         assert_eq!(
             applies,
             [

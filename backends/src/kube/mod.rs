@@ -345,7 +345,7 @@ impl KubeBackend {
         let book = claim_status::Book::new(
             self.settings.driver.clone(),
             claim_status_writer::SETTLE,
-            claim_status_writer::PEER_COUNTS_HOLD,
+            claim_status_writer::DETAILS_HOLD,
             claim_status_writer::backoff(),
         );
         self.tasks.push(tokio::spawn(claim_status_writer::run(
