@@ -16,6 +16,7 @@
 //! late write never lands on its successor. A domain that is gone (deleted, or
 //! recreated) is not an error: there is nothing left to report on.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ::kube::Client;
@@ -23,7 +24,7 @@ use ::kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use async_trait::async_trait;
 use domaind_actors::model::DomainRef;
 use domaind_actors::ports::{PortError, StatusSink};
-use domaind_actors::rules::status::DomainStatus;
+use domaind_actors::rules::status::{DomainStatus, digest};
 use domaind_actors::rules::status_cliques::{clique_part, merged, other_cliques_rows};
 use serde_json::json;
 use time::OffsetDateTime;
@@ -101,16 +102,24 @@ impl KubeStatusSink {
     /// cliques').
     pub async fn keep_domain_fields(self, stop: CancellationToken) {
         let mut changes = self.domains.changes();
+        let mut corrected = BTreeMap::new();
         loop {
-            self.correct_every_domain().await;
+            self.correct_every_domain(&mut corrected).await;
+            // A change that came with the stop is still looked at: what it asked for
+            // was seen before the stop.
             tokio::select! {
-                () = stop.cancelled() => return,
+                biased;
                 changed = changes.changed() => if changed.is_err() { return },
+                () = stop.cancelled() => return,
             }
         }
     }
 
-    async fn correct_every_domain(&self) {
+    /// `corrected`: the rows (their digest) each domain was last corrected for, by uid.
+    /// The same rows are corrected once: should what the server keeps ever differ from
+    /// what was applied, a correction on every watch event would be a write storm.
+    async fn correct_every_domain(&self, corrected: &mut BTreeMap<String, String>) {
+        corrected.retain(|uid, _| self.domains.by_uid(uid).is_some());
         for cd in self.domains.snapshot() {
             let Some(written) = cd.status.as_ref() else {
                 continue;
@@ -125,18 +134,26 @@ impl KubeStatusSink {
             let right = domain_wide(&rows, domain.num_nodes);
             let fields =
                 |d: &DomainStatus| (d.status, d.ready_nodes, d.total_nodes, d.message.clone());
-            if fields(&right) != fields(&rows) {
-                self.correct_domain_fields(&domain, &cd, &right).await;
+            if fields(&right) == fields(&rows) {
+                continue;
+            }
+            let rows_digest = digest(&right);
+            if corrected.get(&domain.uid.0) == Some(&rows_digest) {
+                continue;
+            }
+            if self.correct_domain_fields(&domain, &cd, &right).await {
+                corrected.insert(domain.uid.0.clone(), rows_digest);
             }
         }
     }
 
+    /// Whether the correction landed (or the domain is gone).
     async fn correct_domain_fields(
         &self,
         domain: &DomainRef,
         cached: &ComputeDomain,
         right: &DomainStatus,
-    ) {
+    ) -> bool {
         let mut document = status_from_domain(
             right,
             cached.status.as_ref(),
@@ -169,10 +186,13 @@ impl KubeStatusSink {
         metrics::counter!(STATUS_CORRECTIONS, "outcome" => outcome).increment(1);
         match applied {
             Ok(_) => {
-                debug!(%domain, message = %right.message, "domain-wide status corrected from every clique's rows")
+                debug!(%domain, message = %right.message, "domain-wide status corrected from every clique's rows");
+                true
             }
+            Err(error) if gone(&error) => true,
             Err(error) => {
-                warn!(%domain, %error, "domain-wide status not corrected; the next change tries again")
+                warn!(%domain, %error, "domain-wide status not corrected; the next change tries again");
+                false
             }
         }
     }
