@@ -85,14 +85,32 @@ impl KubeStatusSink {
         self
     }
 
-    fn api(&self, namespace: &str) -> Api<DynamicObject> {
+    /// One forced server-side apply of the status subresource as `manager`; `what` the
+    /// write is, for the error.
+    async fn apply(
+        &self,
+        domain: &DomainRef,
+        what: &str,
+        manager: &str,
+        body: &serde_json::Value,
+    ) -> Result<DynamicObject, ApiError> {
         // The answer is read as any object: a write that landed is not a failure
         // because the domain's spec would not decode into our type.
-        Api::namespaced_with(
+        let api = Api::<DynamicObject>::namespaced_with(
             self.client.clone(),
-            namespace,
+            &domain.namespace,
             &ApiResource::erase::<ComputeDomain>(&()),
+        );
+        bounded(
+            format!("{what} the status of ComputeDomain {domain} ({manager})"),
+            self.timeout,
+            api.patch_status(
+                &domain.name,
+                &PatchParams::apply(manager).force(),
+                &Patch::Apply(body),
+            ),
         )
+        .await
     }
 
     /// Keeps the domain-wide fields of the domains spanning cliques that this node
@@ -168,16 +186,9 @@ impl KubeStatusSink {
             status.remove("nodes");
             status.remove("channel");
         }
-        let applied = bounded(
-            format!("correct the status of ComputeDomain {domain}"),
-            self.timeout,
-            self.api(&domain.namespace).patch_status(
-                &domain.name,
-                &PatchParams::apply(DOMAIN_STATUS_FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            ),
-        )
-        .await;
+        let applied = self
+            .apply(domain, "correct", DOMAIN_STATUS_FIELD_MANAGER, &body)
+            .await;
         let outcome = match &applied {
             Ok(_) => "ok",
             Err(error) if gone(error) => "ok",
@@ -213,25 +224,9 @@ impl KubeStatusSink {
         if !held {
             return;
         }
-        let body = json!({
-            "apiVersion": format!("{GROUP}/{VERSION}"),
-            "kind": "ComputeDomain",
-            "metadata": {
-                "name": domain.name,
-                "namespace": domain.namespace,
-                "uid": domain.uid.0,
-            },
-        });
-        let released = bounded(
-            format!("release the old status manager of ComputeDomain {domain}"),
-            self.timeout,
-            self.api(&domain.namespace).patch_status(
-                &domain.name,
-                &PatchParams::apply(NODE_FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            ),
-        )
-        .await;
+        let released = self
+            .apply(domain, "release", NODE_FIELD_MANAGER, &identity(domain))
+            .await;
         match released {
             Ok(_) => {
                 info!(%domain, "status rows now owned per clique; the whole-status manager released")
@@ -278,6 +273,14 @@ pub fn status_apply_body(
     domain: &DomainRef,
     status: &domaind_kube_api::crd::ComputeDomainStatus,
 ) -> serde_json::Value {
+    let mut body = identity(domain);
+    body["status"] = json!(status);
+    body
+}
+
+/// An apply body with the domain's identity and nothing else: applied, its manager
+/// gives up every field it held.
+fn identity(domain: &DomainRef) -> serde_json::Value {
     json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
         "kind": "ComputeDomain",
@@ -286,7 +289,6 @@ pub fn status_apply_body(
             "namespace": domain.namespace,
             "uid": domain.uid.0,
         },
-        "status": status,
     })
 }
 
@@ -337,17 +339,14 @@ impl StatusSink for KubeStatusSink {
         document
             .nodes
             .retain(|row| status.nodes.iter().any(|mine| mine.name == row.name));
-        let body = status_apply_body(domain, &document);
-        let applied = bounded(
-            format!("apply the status of ComputeDomain {domain}"),
-            self.timeout,
-            self.api(&domain.namespace).patch_status(
-                &domain.name,
-                &PatchParams::apply(&status_field_manager(&clique)).force(),
-                &Patch::Apply(&body),
-            ),
-        )
-        .await;
+        let applied = self
+            .apply(
+                domain,
+                "apply",
+                &status_field_manager(&clique),
+                &status_apply_body(domain, &document),
+            )
+            .await;
         match applied {
             Ok(answer) => {
                 count("ok");
