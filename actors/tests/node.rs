@@ -475,8 +475,8 @@ fn a_crash_looping_imex_is_named_in_the_status_and_told_once_per_episode() {
             rack.status.latest("cd1").is_some_and(|w| named(&w.status))
         })
         .await;
-        // Its peers' links to it are down too, until their 30 s grace drops it: then
-        // they are ready without it.
+        // Its peers' links to it are down too, until their 5 s failing grace drops it
+        // (it says it is failing): then they are ready without it.
         rack.wait_until(
             LIMIT * 2,
             "node-c is the only one not ready",
@@ -492,11 +492,13 @@ fn a_crash_looping_imex_is_named_in_the_status_and_told_once_per_episode() {
         let snapshot = rack.snapshot("node-a").await;
         assert_eq!(snapshot.domains[0].phase, Phase::NotReady);
 
-        // Two more minutes of failing: the waits are at the 30 s cap, the document does
-        // not change, and nothing more is written or told.
+        // Two more minutes of failing, once the waits have reached their 30 s cap
+        // (1 + 2 + 4 + 8 + 16 s): the document does not change, and nothing more is
+        // written or told.
         let starts = |imex: &domaind_actors::testing::FakeImex| {
             imex.count(|c| matches!(c, ImexCall::Start(_)))
         };
+        tokio::time::sleep(Duration::from_secs(31)).await;
         let starts_before = starts(&failing_c);
         tokio::time::sleep(Duration::from_secs(120)).await;
         let tries = starts(&failing_c) - starts_before;

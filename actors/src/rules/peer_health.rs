@@ -22,6 +22,13 @@
 //! link close a little after gossip sees the daemon's, and an answer asked in between
 //! still says up (at 4 nodes, 2 heals in 20 took the 1 s grace for it).
 //!
+//! **Failing by its own word.** A peer whose link is down while it advertises that its
+//! IMEX is failing (exited or not starting, not running again yet) waits out only the
+//! failing grace (5 s, as long as the taint waits), not the link grace: two signals
+//! agree, and every moment it stays in keeps our IMEX, and every pod about to start
+//! here, waiting on a peer that cannot serve. A crash its supervisor mends within the
+//! grace changes nothing.
+//!
 //! **Lost for sure.** Silent in gossip *and* its link down in an answer asked after the
 //! silence began, before any answer vouched for it: two independent signals agree the
 //! node is gone, and the peer is dropped at once, without waiting out the dead grace.
@@ -41,6 +48,8 @@ pub struct PeerHealthConfig {
     pub dead_grace: Duration,
     /// Grace for an IMEX link that is down while gossip sees the peer alive.
     pub link_grace: Duration,
+    /// The same, while the peer advertises that its IMEX is failing.
+    pub failing_grace: Duration,
     /// For a silent peer whose IMEX outlives its daemon, how long our IMEX has to
     /// answer at all: a status tool slow on a loaded node must not drop a peer whose
     /// job runs on. An answer ends the wait: up holds the peer, down drops it.
@@ -55,6 +64,7 @@ impl Default for PeerHealthConfig {
         Self {
             dead_grace: Duration::from_secs(1),
             link_grace: Duration::from_secs(30),
+            failing_grace: Duration::from_secs(5),
             answer_wait: Duration::from_secs(5),
             vouch_after: Duration::from_millis(200),
         }
@@ -220,8 +230,16 @@ impl PeerHealth {
                 self.config.answer_wait
             }
             Cause::GossipDead => self.config.dead_grace,
+            Cause::ImexLinkDown if self.says_failing() => {
+                self.config.failing_grace.min(self.config.link_grace)
+            }
             Cause::ImexLinkDown => self.config.link_grace,
         }
+    }
+
+    /// The peer's last advertisement says its IMEX is failing.
+    fn says_failing(&self) -> bool {
+        self.last_ad.is_some_and(|(_, _, failing)| failing)
     }
 
     /// Our IMEX, asked since the peer went silent, is connected to the peer's, and
@@ -422,16 +440,19 @@ mod tests {
         assert!(h.admitted());
     }
 
-    /// A peer whose daemon was down past the grace: dropped while it says it is failing,
-    /// re-admitted once its daemon runs again (not ready yet: it needs us to list it).
+    /// A peer whose IMEX daemon was down past the failing grace: dropped while it says
+    /// it is failing, re-admitted once its daemon runs again (not ready yet: it needs
+    /// us to list it).
     #[test]
     fn a_peer_whose_daemon_runs_again_after_a_long_failure_is_readmitted() {
         let (mut h, t0) = health();
         h.advertisement(ad(1, true, false), t0);
         h.imex_link(link(false, t0), t0);
         h.advertisement(ad(1, false, true), t0 + Duration::from_millis(100));
+        assert_eq!(h.deadline(), Some(t0 + Duration::from_secs(5)));
+        assert_eq!(h.tick(t0 + Duration::from_millis(4999)), None);
         assert_eq!(
-            h.tick(t0 + Duration::from_secs(30)),
+            h.tick(t0 + Duration::from_secs(5)),
             Some(Verdict::Drop(Cause::ImexLinkDown))
         );
         assert_eq!(
@@ -443,6 +464,27 @@ mod tests {
             h.advertisement(ad(1, false, false), t0 + Duration::from_secs(50)),
             Some(Verdict::Readmit)
         );
+    }
+
+    /// A crash its supervisor mends within the failing grace: the link grace again, and
+    /// nothing dropped.
+    #[test]
+    fn a_peer_failing_for_a_moment_keeps_the_link_grace() {
+        let (mut h, t0) = health();
+        h.advertisement(ad(1, true, false), t0);
+        h.imex_link(link(false, t0), t0);
+        h.advertisement(ad(1, false, true), t0 + Duration::from_millis(200));
+        h.advertisement(ad(1, false, false), t0 + Duration::from_secs(2));
+        assert_eq!(h.deadline(), Some(t0 + Duration::from_secs(30)));
+        assert_eq!(h.tick(t0 + Duration::from_secs(5)), None);
+        assert_eq!(
+            h.imex_link(
+                link(true, t0 + Duration::from_secs(6)),
+                t0 + Duration::from_secs(6)
+            ),
+            None
+        );
+        assert_eq!(h.state(), PeerState::Admitted);
     }
 
     #[test]
