@@ -89,7 +89,7 @@ impl NodeConfig {
             channels: 8,
             channel_settle: Duration::from_secs(1),
             default_readiness: ReadinessPolicy::Local,
-            prepare_deadline: Duration::from_secs(10),
+            prepare_deadline: Duration::from_secs(40),
             status_quiet: Duration::from_millis(400),
             status_max_delay: Duration::from_secs(3),
             status_degradation_hold: Duration::from_millis(1500),

@@ -330,8 +330,9 @@ pub struct RunArgs {
     pub max_slots: Slot,
 
     /// How long a prepare call waits for readiness before answering with a retryable
-    /// error (the kubelet calls again).
-    #[arg(long, env = "DOMAIND_PREPARE_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration)]
+    /// error (the kubelet calls again, a minute or more later). The kubelet gives a call
+    /// 45 s: waiting most of it answers a pod as soon as its domain is ready.
+    #[arg(long, env = "DOMAIND_PREPARE_DEADLINE", default_value = "40s", value_parser = humantime::parse_duration)]
     pub prepare_deadline: Duration,
 
     /// `isolation: Channel` domains: how long this node must have advertised a
