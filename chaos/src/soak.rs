@@ -189,24 +189,36 @@ pub fn metric_value(exposition: &str, name: &str) -> Option<f64> {
     })
 }
 
-/// The least-squares slope of `points` (seconds, value), per hour; `None` under two
-/// distinct times.
+/// The Theil–Sen slope of `points` per hour: the median of the slopes between every two
+/// samples. A few transient peaks (a burst of work held for one sample) tilt a
+/// least-squares line; they barely move this one, which follows the baseline, where a
+/// leak shows. `None` under two distinct times.
 pub fn slope_per_hour(points: &[(f64, f64)]) -> Option<f64> {
-    let n = points.len() as f64;
-    if points.len() < 2 {
-        return None;
-    }
-    let mean_t = points.iter().map(|(t, _)| t).sum::<f64>() / n;
-    let mean_v = points.iter().map(|(_, v)| v).sum::<f64>() / n;
-    let var_t: f64 = points.iter().map(|(t, _)| (t - mean_t).powi(2)).sum();
-    if var_t == 0.0 {
-        return None;
-    }
-    let cov: f64 = points
+    let mut slopes: Vec<f64> = points
         .iter()
-        .map(|(t, v)| (t - mean_t) * (v - mean_v))
-        .sum();
-    Some(cov / var_t * 3600.0)
+        .enumerate()
+        .flat_map(|(i, (ta, va))| {
+            points[i + 1..]
+                .iter()
+                .filter(move |(tb, _)| tb != ta)
+                .map(move |(tb, vb)| (vb - va) / (tb - ta))
+        })
+        .collect();
+    if slopes.is_empty() {
+        return None;
+    }
+    Some(median(&mut slopes) * 3600.0)
+}
+
+/// The median (the mean of the middle two of an even count); `values` not empty.
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len() % 2 == 0 {
+        (values[middle - 1] + values[middle]) / 2.0
+    } else {
+        values[middle]
+    }
 }
 
 /// What one vital did over one daemon's life (one node, one pid).
@@ -218,7 +230,8 @@ pub struct LifeTrend {
     /// Seconds of the life that were judged (after the warm-up).
     pub span_s: f64,
     pub samples: usize,
-    /// Means of the first and the last quarter of those samples.
+    /// Medians of the first and the last quarter of those samples: a peak held for a
+    /// sample or two is not where the baseline is.
     pub first: f64,
     pub last: f64,
     pub max: f64,
@@ -345,9 +358,10 @@ fn trend(
     }
     let slope = slope_per_hour(points)?;
     let quarter = points.len() / 4;
-    let mean = |part: &[(f64, f64)]| part.iter().map(|(_, v)| v).sum::<f64>() / part.len() as f64;
-    let first = mean(&points[..quarter]);
-    let last = mean(&points[points.len() - quarter..]);
+    let middle =
+        |part: &[(f64, f64)]| median(&mut part.iter().map(|(_, v)| *v).collect::<Vec<_>>());
+    let first = middle(&points[..quarter]);
+    let last = middle(&points[points.len() - quarter..]);
     let max = points.iter().map(|(_, v)| *v).fold(f64::MIN, f64::max);
     Some(LifeTrend {
         node: node.to_owned(),
@@ -526,6 +540,47 @@ mod tests {
         assert!((slope - 60.0).abs() < 1e-9, "{slope}");
         assert_eq!(slope_per_hour(&[(1.0, 2.0)]), None);
         assert_eq!(slope_per_hour(&[(1.0, 2.0), (1.0, 3.0)]), None);
+    }
+
+    /// Soak 43's heap: a flat baseline with a few samples caught in a burst of work (28 MB
+    /// against 4), late in the run. Means of quarters and a least-squares line called
+    /// that growth; the baseline did not move.
+    #[test]
+    fn peaks_of_a_burst_are_not_growth_and_a_rising_baseline_is() {
+        let mut samples = Samples::default();
+        for i in 0..110 {
+            let t = i as f64 * 30.0;
+            let peak = match i {
+                95 => 28.0e6,
+                101 => 12.0e6,
+                _ => 0.0,
+            };
+            samples.push(Sample {
+                at_s: t,
+                node: "node-01".into(),
+                pid: 10,
+                values: vec![(
+                    Vital::HeapAllocatedBytes,
+                    Some(4.0e6 + (i % 5) as f64 * 5e4 + peak),
+                )],
+            });
+            samples.push(Sample {
+                at_s: t,
+                node: "node-02".into(),
+                pid: 11,
+                values: vec![(Vital::HeapAllocatedBytes, Some(4.0e6 + i as f64 * 2e4))],
+            });
+        }
+        let report = SoakReport::new(
+            &samples,
+            Duration::from_secs(30),
+            Duration::ZERO,
+            Duration::from_secs(1800),
+        );
+        let grew: Vec<&str> = report.growth.iter().map(|t| t.node.as_str()).collect();
+        assert_eq!(grew, ["node-02"], "{}", report.table());
+        // 20 kB a sample, 120 samples an hour.
+        assert!((report.growth[0].slope_per_hour - 2.4e6).abs() < 1.0);
     }
 
     #[test]
