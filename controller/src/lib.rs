@@ -78,6 +78,12 @@ pub fn run(args: ControllerArgs) -> anyhow::Result<()> {
         .context("cannot install the metrics recorder")?;
     describe_metrics();
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        // A few threads, not one per CPU of the node it lands on (see the node daemon's).
+        .worker_threads(
+            std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .min(4),
+        )
         .enable_all()
         .build()
         .context("cannot build the tokio runtime")?;

@@ -142,6 +142,10 @@ impl KubeStatusSink {
             let Some(written) = cd.status.as_ref() else {
                 continue;
             };
+            // Most domains do not list this node: skip them before converting anything.
+            if !written.nodes.iter().any(|n| n.name == self.node) {
+                continue;
+            }
             let rows = domain_from_status(written);
             if corrector(&rows) != Some(self.node.as_str()) {
                 continue;

@@ -73,6 +73,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // the workers.
     let system = actix::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(MAX_WORKER_THREADS.min(cpus()))
             .enable_all()
             .build()
             .expect("cannot build the tokio runtime")
@@ -80,11 +81,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // A panic on any thread or task ends the process (see `vitals`).
     let vitals = Arc::new(Vitals::default());
     vitals::install_panic_hook(vitals.clone());
+    if let Err(error) = domaind_heap::purge_in_background() {
+        tracing::warn!(%error, "cannot start the allocator's background purging: freed memory is given back only while the daemon allocates");
+    }
     system.block_on(async {
         tokio::spawn(record_heap_every(HEAP_GAUGES_INTERVAL));
         let daemon = Daemon::start(args, metrics, vitals).await?;
         daemon.serve_until_stopped().await
     })
+}
+
+/// The daemon's work (gossip, a few gRPC calls, the API server's watches) needs few
+/// threads; tokio would start one per CPU, 144 on a GB200 node (a DaemonSet without a
+/// CPU limit sees them all).
+const MAX_WORKER_THREADS: usize = 4;
+
+/// The CPUs this process may use (its cgroup's quota counted), at least 1.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// How often the heap gauges are refreshed: about a scrape's interval.
