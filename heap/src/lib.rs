@@ -1,6 +1,7 @@
 //! The daemon's allocator and what it says about the heap.
 //!
-//! The `domaind` binary makes [`Allocator`] its global allocator. [`record`] sets the
+//! The `domaind` binary makes [`Allocator`] its global allocator; jemalloc is built
+//! unprefixed, so it is the C library's `malloc` too (zstd's contexts). [`record`] sets the
 //! heap gauges from jemalloc's statistics (the node daemon calls it every 10 s).
 //! Resident memory alone cannot tell a leak (allocations held) from the allocator
 //! keeping freed pages; the two gauges can.
@@ -77,7 +78,7 @@ mod tests {
     static ALLOCATOR: Allocator = Allocator {};
 
     #[test]
-    fn allocations_show_in_the_allocated_bytes_and_leave_when_freed() {
+    fn allocations_of_rust_and_of_c_show_in_the_allocated_bytes() {
         // The test harness's other threads allocate and free meanwhile: the margins
         // (a quarter of the block) are for them.
         const SIZE: usize = 64 << 20;
@@ -97,6 +98,20 @@ mod tests {
             after + SIZE <= during.allocated + MARGIN,
             "{after} after freeing, {} with the block",
             during.allocated
+        );
+
+        // The C library's malloc is jemalloc's too: a zstd context at level 19 with no
+        // size pledged holds a window of megabytes. (In this test, not another: the
+        // block above would come and go in the middle of it.)
+        const CONTEXT: usize = 4 << 20;
+        let before = read().expect("jemalloc's statistics").allocated;
+        let mut encoder = zstd::stream::Encoder::new(Vec::new(), 19).expect("a zstd context");
+        std::io::Write::write_all(&mut encoder, &[7_u8; 1 << 16]).expect("compressing");
+        let during = read().expect("jemalloc's statistics").allocated;
+        drop(encoder);
+        assert!(
+            during + MARGIN / 16 >= before + CONTEXT,
+            "{before} before, {during} with a level-19 zstd context held"
         );
     }
 
