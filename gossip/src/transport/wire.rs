@@ -15,6 +15,8 @@
 //!         | SetMaxVersion(u64)
 //! ```
 
+use std::cell::RefCell;
+
 use chitchat::{ChitchatId, Deserializable, Serializable};
 
 use super::violation::{MAX_INFLATED_BYTES, Violation};
@@ -231,6 +233,29 @@ fn skip_digest(buf: &mut &[u8]) -> Result<(), Violation> {
     Ok(())
 }
 
+thread_local! {
+    /// A zstd context per thread rather than per block: making one allocates ~160 KB,
+    /// and every frame of every peer carries a block (a rack's daemon reads ~100 a
+    /// second). Each decompression starts a new frame, so no state leaks between them.
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { RefCell::new(None) };
+}
+
+fn decompress_block(body: &[u8], block: &mut [u8]) -> Result<usize, Violation> {
+    DECOMPRESSOR.with_borrow_mut(|slot| {
+        let decompressor = match slot {
+            Some(decompressor) => decompressor,
+            None => slot.insert(
+                zstd::bulk::Decompressor::new()
+                    .map_err(|error| malformed(format!("zstd context: {error}")))?,
+            ),
+        };
+        decompressor
+            .decompress_to_buffer(body, block)
+            .map_err(|error| malformed(format!("delta block: {error}")))
+    })
+}
+
 /// Inflates the delta's block stream, bounded by [`MAX_INFLATED_BYTES`].
 fn inflate(buf: &mut &[u8]) -> Result<Vec<u8>, Violation> {
     let mut inflated = Vec::new();
@@ -247,8 +272,7 @@ fn inflate(buf: &mut &[u8]) -> Result<Vec<u8>, Violation> {
         *buf = &buf[len..];
         let plain = match kind {
             BLOCK_COMPRESSED => {
-                let n = zstd::bulk::decompress_to_buffer(body, &mut block[..])
-                    .map_err(|error| malformed(format!("delta block: {error}")))?;
+                let n = decompress_block(body, &mut block)?;
                 &block[..n]
             }
             BLOCK_RAW => body,
@@ -361,6 +385,14 @@ mod tests {
         0u64.serialize(&mut plain);
         let mut delta = compressed_block(&plain);
         delta.push(BLOCK_END);
+        assert_eq!(parse_delta(&delta).unwrap().len(), 1);
+
+        // The thread's zstd context, after a block it could not read, reads the next.
+        let mut corrupt = delta.clone();
+        let body = corrupt.len() - 2;
+        corrupt[body] ^= 0xff;
+        corrupt[4] ^= 0xff;
+        assert!(parse_delta(&corrupt).is_err());
         assert_eq!(parse_delta(&delta).unwrap().len(), 1);
     }
 
