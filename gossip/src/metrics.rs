@@ -59,7 +59,8 @@ pub fn describe() {
     describe_counter!(
         FRAMES_DROPPED,
         "Well-formed gossip frames not delivered, by `reason`: `queue_full`, \
-         `peer_unreachable`, `write_failed`, `inbound_queue_full`, `oversized_outbound`."
+         `peer_unreachable`, `write_failed`, `inbound_queue_full` (received faster than \
+         the gossip loop takes them: past the count or byte budget), `oversized_outbound`."
     );
     describe_counter!(
         STATE_REFUSED,

@@ -11,7 +11,9 @@ use std::time::Duration;
 use chitchat::transport::Transport;
 use chitchat::{ChitchatId, ChitchatMessage};
 use common::{Metrics, Pki, any_port, client_config, loopback, name, syn, tcp_from, within};
-use domaind_gossip::metrics::{CONNECTIONS_REFUSED, FRAMES_REJECTED};
+use domaind_gossip::metrics::{
+    CONNECTIONS_REFUSED, FRAMES_DROPPED, FRAMES_RECEIVED, FRAMES_REJECTED,
+};
 use domaind_gossip::pki::{DevCa, NodeCertRequest};
 use domaind_gossip::transport::frame;
 use domaind_gossip::transport::{TlsTransport, TransportLimits};
@@ -494,4 +496,95 @@ async fn bad_pulses_are_refused_and_counted_and_liveness_lives_on() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(nodes.iter().all(|n| sees_all(n, &all)));
     assert_eq!(metrics.counter(NODES_SILENT, None), 0);
+}
+
+/// An Ack carrying one key of `value_bytes` about `about`, at `version`.
+fn ack_with_value(about: &ChitchatId, version: u64, value_bytes: usize) -> Vec<u8> {
+    use chitchat::Serializable;
+    let mut ops = vec![0u8];
+    about.serialize(&mut ops);
+    0u64.serialize(&mut ops); // last GC version
+    0u64.serialize(&mut ops); // from version (excluded)
+    ops.push(1);
+    "bulk".to_string().serialize(&mut ops);
+    "x".repeat(value_bytes).serialize(&mut ops);
+    version.serialize(&mut ops);
+    ops.push(0); // set, not deleted
+    let mut bytes = 45_139u16.to_le_bytes().to_vec();
+    bytes.extend([0u8, 2u8, 2u8]);
+    (ops.len() as u16).serialize(&mut bytes);
+    bytes.extend(ops);
+    bytes.push(0);
+    bytes
+}
+
+/// A peer whose messages come faster than the gossip loop takes them: what waits is
+/// held to the byte budget, the rest dropped and counted; taking them frees it.
+#[tokio::test]
+async fn messages_waiting_for_the_gossip_loop_are_held_to_a_byte_budget() {
+    // Each message holds its wire form and its value: between 2 and 2.1 times this.
+    const VALUE: usize = 10_000;
+    let metrics = Metrics::install();
+    let pki = Pki::new();
+    let limits = TransportLimits {
+        inbound_queue_bytes: 9 * VALUE,
+        ..TransportLimits::default()
+    };
+    let transport = TlsTransport::new(pki.node_tls("server"), 1, limits);
+    let addr = transport.bind(any_port(1)).await.unwrap();
+    let mut socket = transport.open(addr).await.unwrap();
+
+    let advertised = SocketAddr::new(loopback(1), 7946);
+    let sender = ChitchatId::new("node-a", 1, advertised);
+    let about = ChitchatId::new("node-z", 1, SocketAddr::new(loopback(9), 7946));
+    let framed = |version: u64| {
+        let mut body = vec![frame::FRAME_VERSION];
+        chitchat::Serializable::serialize(&sender, &mut body);
+        body.extend(ack_with_value(&about, version, VALUE));
+        frame::encode_with_prefix(&body)
+    };
+    let config = client_config(pki.ca.cert_pem(), Some(&pki.issue("node-a")));
+    let tcp = tcp_from(1, addr).await;
+    let connect = TlsConnector::from(config).connect(ServerName::try_from("server").unwrap(), tcp);
+    // The socket accepts the connection only while it is asked for a message.
+    let (stream, first) = tokio::join!(
+        async {
+            let mut stream = connect.await.unwrap();
+            stream.write_all(&framed(1)).await.unwrap();
+            stream
+        },
+        within("the first message", LIMIT, socket.recv())
+    );
+    assert_eq!(first.unwrap().0, advertised);
+
+    // Ten more while nobody takes any: four fit the budget.
+    let mut stream = stream;
+    for version in 2..=11 {
+        stream.write_all(&framed(version)).await.unwrap();
+    }
+    poll_until_true("the ten frames to be read", LIMIT, async || {
+        metrics.counter(FRAMES_RECEIVED, None) == 11
+    })
+    .await;
+    assert_eq!(
+        metrics.counter(FRAMES_DROPPED, Some(("reason", "inbound_queue_full"))),
+        6
+    );
+    for _ in 0..4 {
+        within("a queued message", LIMIT, socket.recv())
+            .await
+            .unwrap();
+    }
+    // Taken, they gave their share back: the next one is queued, and the one after.
+    stream.write_all(&framed(12)).await.unwrap();
+    stream.write_all(&framed(13)).await.unwrap();
+    for _ in 0..2 {
+        within("a message after the backlog", LIMIT, socket.recv())
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        metrics.counter(FRAMES_DROPPED, Some(("reason", "inbound_queue_full"))),
+        6
+    );
 }

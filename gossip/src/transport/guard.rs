@@ -19,17 +19,23 @@ use super::wire::{self, KeyValue, NodeOp, NodePart};
 /// Checks one chitchat message (its wire form, without our frame header) addressed to
 /// `receiver`. Without a receiver, parts about the receiver itself pass: the state
 /// check that follows strips them (`signed::StateCheck`), so that an honest echo of a
-/// node's own state does not cost the rest of the frame.
-pub fn check(message: &[u8], receiver: Option<&ChitchatId>) -> Result<(), Violation> {
+/// node's own state does not cost the rest of the frame. Passed, the bytes of keys and
+/// values the delta carries: what its decoded form holds.
+pub fn check(message: &[u8], receiver: Option<&ChitchatId>) -> Result<usize, Violation> {
     // A digest only reports heartbeats and versions; chitchat applies nothing from it
     // that one of its assertions depends on.
     let Some(delta) = wire::split(message)?.delta else {
-        return Ok(());
+        return Ok(0);
     };
+    let mut carried = 0;
     for part in wire::parse_delta(delta)? {
         verdict(&part, receiver)?;
+        carried += part
+            .key_values()
+            .map(|kv| kv.key.len() + kv.value.len())
+            .sum::<usize>();
     }
-    Ok(())
+    Ok(carried)
 }
 
 fn verdict(part: &NodePart, receiver: Option<&ChitchatId>) -> Result<(), Violation> {
@@ -201,18 +207,22 @@ mod tests {
 
     #[test]
     fn deltas_chitchat_writes_pass() {
-        let cases: [&[Op]; 4] = [
-            &[],
-            &[Op::Node(node("a")), Op::Kv("k", 1), Op::Kv("l", 4)],
+        // With the bytes of keys and values each carries: one byte of key, one of value.
+        let cases: [(&[Op], usize); 4] = [
+            (&[], 0),
+            (&[Op::Node(node("a")), Op::Kv("k", 1), Op::Kv("l", 4)], 4),
             // An emptied (garbage-collected) node state carries only its max version.
-            &[Op::Node(node("a")), Op::SetMax(9)],
-            &[Op::Node(node("a")), Op::Node(node("b")), Op::Kv("k", 3)],
+            (&[Op::Node(node("a")), Op::SetMax(9)], 0),
+            (
+                &[Op::Node(node("a")), Op::Node(node("b")), Op::Kv("k", 3)],
+                2,
+            ),
         ];
-        for ops in cases {
+        for (ops, carried) in cases {
             for compress in [false, true] {
                 let bytes = ack(ops, compress);
                 decodes(&bytes);
-                assert_eq!(check(&bytes, Some(&node("me"))), Ok(()));
+                assert_eq!(check(&bytes, Some(&node("me"))), Ok(carried));
             }
         }
     }
@@ -229,10 +239,10 @@ mod tests {
         // An earlier generation of the same node is another node to chitchat.
         let earlier = ChitchatId::new("me", 0, me.gossip_advertise_addr);
         let bytes = ack(&[Op::Node(earlier), Op::Kv("k", 4)], false);
-        assert_eq!(check(&bytes, Some(&me)), Ok(()));
+        assert_eq!(check(&bytes, Some(&me)), Ok(2));
         // Left to the state check, which strips it.
         let bytes = ack(&[Op::Node(me), Op::Kv("k", u64::MAX)], false);
-        assert_eq!(check(&bytes, None), Ok(()));
+        assert_eq!(check(&bytes, None), Ok(2));
     }
 
     #[test]
@@ -273,8 +283,8 @@ mod tests {
         let syn = crate::transport::frame::syn_for_tests("c");
         let mut bytes = Vec::new();
         syn.serialize(&mut bytes);
-        assert_eq!(check(&bytes, Some(&node("me"))), Ok(()));
-        assert_eq!(check(&header(TYPE_BAD_CLUSTER), Some(&node("me"))), Ok(()));
+        assert_eq!(check(&bytes, Some(&node("me"))), Ok(0));
+        assert_eq!(check(&header(TYPE_BAD_CLUSTER), Some(&node("me"))), Ok(0));
     }
 
     #[test]

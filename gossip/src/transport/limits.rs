@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::frame::DEFAULT_MAX_FRAME_BYTES;
+use super::violation::MAX_INFLATED_BYTES;
 
 /// Every queue, timeout and count the TLS transport holds to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,8 +15,11 @@ pub struct TransportLimits {
     /// Frames waiting for one peer's writer; beyond it new frames are dropped, as a
     /// datagram would be, so that `send` never blocks the gossip loop.
     pub outbound_queue: usize,
-    /// Frames received and not yet taken by the gossip loop.
+    /// Frames received and not yet taken by the gossip loop...
     pub inbound_queue: usize,
+    /// ...and the bytes they may hold: wire forms, and the keys and values of their
+    /// deltas (one message alone always passes). Beyond either, frames are dropped.
+    pub inbound_queue_bytes: usize,
     /// TCP connect plus TLS handshake, outbound.
     pub connect_timeout: Duration,
     /// TLS handshake, inbound: a peer that connects and never speaks is cut here.
@@ -46,6 +50,8 @@ impl Default for TransportLimits {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             outbound_queue: 64,
             inbound_queue: 1024,
+            // Sixteen of the largest deltas a frame may carry.
+            inbound_queue_bytes: 16 * MAX_INFLATED_BYTES,
             connect_timeout: Duration::from_secs(2),
             handshake_timeout: Duration::from_secs(3),
             write_timeout: Duration::from_secs(2),

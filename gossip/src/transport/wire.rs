@@ -234,32 +234,49 @@ fn skip_digest(buf: &mut &[u8]) -> Result<(), Violation> {
 }
 
 thread_local! {
-    /// A zstd context per thread rather than per block: making one allocates ~160 KB,
-    /// and every frame of every peer carries a block (a rack's daemon reads ~100 a
-    /// second). Each decompression starts a new frame, so no state leaks between them.
-    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
-        const { RefCell::new(None) };
+    /// A zstd context and a block's buffer per thread rather than per block: the
+    /// context costs ~160 KB to make, the buffer 64 KiB to zero, and every frame of
+    /// every peer carries a block (a rack's daemon reads ~100 a second). Each
+    /// decompression starts a new frame, so no state leaks between them.
+    static INFLATER: RefCell<Option<Inflater>> = const { RefCell::new(None) };
 }
 
-fn decompress_block(body: &[u8], block: &mut [u8]) -> Result<usize, Violation> {
-    DECOMPRESSOR.with_borrow_mut(|slot| {
-        let decompressor = match slot {
-            Some(decompressor) => decompressor,
-            None => slot.insert(
-                zstd::bulk::Decompressor::new()
+struct Inflater {
+    decompressor: zstd::bulk::Decompressor<'static>,
+    block: Box<[u8]>,
+}
+
+/// Decompresses one block and appends it to `inflated`, unless that would pass
+/// [`MAX_INFLATED_BYTES`].
+fn inflate_block(body: &[u8], inflated: &mut Vec<u8>) -> Result<(), Violation> {
+    INFLATER.with_borrow_mut(|slot| {
+        let inflater = match slot {
+            Some(inflater) => inflater,
+            None => slot.insert(Inflater {
+                decompressor: zstd::bulk::Decompressor::new()
                     .map_err(|error| malformed(format!("zstd context: {error}")))?,
-            ),
+                block: vec![0u8; usize::from(u16::MAX)].into_boxed_slice(),
+            }),
         };
-        decompressor
-            .decompress_to_buffer(body, block)
-            .map_err(|error| malformed(format!("delta block: {error}")))
+        let n = inflater
+            .decompressor
+            .decompress_to_buffer(body, &mut inflater.block[..])
+            .map_err(|error| malformed(format!("delta block: {error}")))?;
+        append(inflated, &inflater.block[..n])
     })
+}
+
+fn append(inflated: &mut Vec<u8>, plain: &[u8]) -> Result<(), Violation> {
+    if inflated.len() + plain.len() > MAX_INFLATED_BYTES {
+        return Err(Violation::Inflated);
+    }
+    inflated.extend_from_slice(plain);
+    Ok(())
 }
 
 /// Inflates the delta's block stream, bounded by [`MAX_INFLATED_BYTES`].
 fn inflate(buf: &mut &[u8]) -> Result<Vec<u8>, Violation> {
     let mut inflated = Vec::new();
-    let mut block = vec![0u8; usize::from(u16::MAX)];
     loop {
         let [kind] = take::<1>(buf)?;
         if kind == BLOCK_END {
@@ -270,18 +287,11 @@ fn inflate(buf: &mut &[u8]) -> Result<Vec<u8>, Violation> {
             .get(..len)
             .ok_or_else(|| malformed("delta block ends early"))?;
         *buf = &buf[len..];
-        let plain = match kind {
-            BLOCK_COMPRESSED => {
-                let n = decompress_block(body, &mut block)?;
-                &block[..n]
-            }
-            BLOCK_RAW => body,
+        match kind {
+            BLOCK_COMPRESSED => inflate_block(body, &mut inflated)?,
+            BLOCK_RAW => append(&mut inflated, body)?,
             other => return Err(malformed(format!("unknown delta block type {other}"))),
-        };
-        if inflated.len() + plain.len() > MAX_INFLATED_BYTES {
-            return Err(Violation::Inflated);
         }
-        inflated.extend_from_slice(plain);
     }
 }
 

@@ -90,10 +90,14 @@ pub(super) async fn serve_connection(
         }
         match accepted.map(|(_, accepted)| accepted) {
             Ok(Accepted::Skipped) => {}
-            Ok(Accepted::Chitchat(inbound_message)) => {
-                shared.heard_from(inbound_message.0);
-                sent_from = Some(inbound_message.0);
-                match inbound.try_send(inbound_message) {
+            Ok(Accepted::Chitchat(received)) => {
+                shared.heard_from(received.from);
+                sent_from = Some(received.from);
+                let Some(held) = shared.inbound_budget.hold(received.size) else {
+                    metrics::frame_dropped("inbound_queue_full");
+                    continue;
+                };
+                match inbound.try_send(Inbound { received, held }) {
                     Ok(()) => {}
                     Err(mpsc::error::TrySendError::Full(_)) => {
                         metrics::frame_dropped("inbound_queue_full")
@@ -137,7 +141,7 @@ pub(super) struct Rejection {
 
 /// A frame that passed the checks, by what it carries.
 pub(super) enum Accepted {
-    Chitchat(Inbound),
+    Chitchat(Received),
     /// A pulse, with its sender's advertised address; read by the pulse task.
     Pulse(SocketAddr, Bytes),
     /// A kind of frame of a newer version, which this one does not read.
@@ -186,7 +190,7 @@ pub(super) fn accept_frame(
         frame::Carried::Chitchat => {}
     }
     // Before chitchat's own decoder, which inflates the delta without a bound.
-    guard::check(message, receiver).map_err(|violation| Rejection {
+    let carried = guard::check(message, receiver).map_err(|violation| Rejection {
         reason: violation.reason(),
         detail: violation.to_string(),
     })?;
@@ -194,7 +198,12 @@ pub(super) fn accept_frame(
     let message = frame::decode_message(message).map_err(frame_error)?;
     Ok((
         header.version,
-        Accepted::Chitchat((advertised, message, wire)),
+        Accepted::Chitchat(Received {
+            from: advertised,
+            message,
+            size: wire.len() + carried,
+            wire,
+        }),
     ))
 }
 
@@ -211,7 +220,7 @@ pub fn judge_frame(
     accept_frame(body, authenticated, source_ip, receiver)
         .map(|(version, accepted)| {
             let judged = match accepted {
-                Accepted::Chitchat((_, message, _)) => Judged::Chitchat(message),
+                Accepted::Chitchat(received) => Judged::Chitchat(received.message),
                 Accepted::Pulse(_, pulse) => Judged::Pulse(pulse),
                 Accepted::Skipped => Judged::Skipped,
             };

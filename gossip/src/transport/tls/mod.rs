@@ -12,6 +12,7 @@
 //! polls `recv()` whenever it is not busy, and dropping the socket then closes the
 //! listener and every connection at once.
 
+mod budget;
 mod inbound;
 mod outbound;
 
@@ -40,6 +41,8 @@ use tokio::time::{Instant, timeout};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodecError};
 use tracing::{debug, info, warn};
+
+use budget::{Held, InboundBudget};
 
 use super::admission::{Admission, Admitted};
 use super::episodes::Episodes;
@@ -183,6 +186,7 @@ impl Transport for TlsTransport {
             newer: NewerVersions::default(),
             heard: Mutex::new(HashMap::new()),
             probing: Mutex::new(HashSet::new()),
+            inbound_budget: InboundBudget::new(self.limits.inbound_queue_bytes),
         });
         let _ = self.opened.set(Arc::downgrade(&shared));
         info!(node = %self.tls.node(), listen = %local, advertise = %advertise, "gossip listening (mutual TLS)");
@@ -226,6 +230,8 @@ struct Shared {
     /// When each peer (by advertised address) last spoke to us: a peer we backed off
     /// from that speaks is up, and our link to it is tried again at once.
     heard: Mutex<HashMap<SocketAddr, Instant>>,
+    /// Bounds what received messages hold while they wait for the gossip loop.
+    inbound_budget: Arc<InboundBudget>,
 }
 
 impl Shared {
@@ -359,10 +365,24 @@ impl PulseOut for TlsPulses {
     }
 }
 
-/// A message with its wire form, which the state check reads: re-encoding a decoded
-/// delta is not possible in general (chitchat asserts the encoding comes out the
-/// length it was read at).
-type Inbound = (SocketAddr, ChitchatMessage, Bytes);
+/// A chitchat message as a connection received it.
+struct Received {
+    /// The sender's advertised address.
+    from: SocketAddr,
+    message: ChitchatMessage,
+    /// Its wire form, which the state check reads: re-encoding a decoded delta is not
+    /// possible in general (chitchat asserts the encoding comes out the length it was
+    /// read at).
+    wire: Bytes,
+    /// What it holds while it waits: its wire form and its delta's keys and values.
+    size: usize,
+}
+
+/// A received message waiting for the gossip loop, with its share of the budget.
+struct Inbound {
+    received: Received,
+    held: Held,
+}
 
 struct TlsSocket {
     shared: Arc<Shared>,
@@ -394,7 +414,11 @@ impl Drop for TlsSocket {
 /// The state check of one received message.
 async fn check(state: Option<&StateCheck>, inbound: Option<&Inbound>) -> Verdict {
     match state.zip(inbound) {
-        Some((state, (from, message, wire))) => state.check_wire(*from, message, wire).await,
+        Some((state, Inbound { received, .. })) => {
+            state
+                .check_wire(received.from, &received.message, &received.wire)
+                .await
+        }
         None => Verdict::Pass,
     }
 }
@@ -424,14 +448,18 @@ impl Socket for TlsSocket {
             tokio::select! {
                 received = self.inbound_rx.recv(), if self.checking.is_none() => {
                     // We hold a sender ourselves, so the channel never closes.
-                    let (from, message, wire) = received.context("gossip inbound channel closed")?;
+                    let inbound = received.context("gossip inbound channel closed")?;
                     if self.shared.state.is_none() {
-                        return Ok((from, message));
+                        return Ok((inbound.received.from, inbound.received.message));
                     }
-                    self.checking = Some((from, message, wire));
+                    self.checking = Some(inbound);
                 }
                 verdict = check(self.shared.state.as_deref(), self.checking.as_ref()), if self.checking.is_some() => {
-                    let (from, message, _) = self.checking.take().expect("checked while checking");
+                    let Inbound { received: Received { from, message, .. }, held } =
+                        self.checking.take().expect("checked while checking");
+                    // Chitchat owns the message from here; the filtered copy, if any,
+                    // is no larger.
+                    drop(held);
                     match verdict {
                         Verdict::Pass => return Ok((from, message)),
                         Verdict::Filtered(filtered) => return Ok((from, filtered)),
@@ -521,7 +549,7 @@ mod tests {
     #[test]
     fn frame_from_the_certified_node_is_delivered_to_its_advertised_address() {
         let node = NodeName::new("node-a").unwrap();
-        let Ok((_, Accepted::Chitchat((from, _, _)))) = accept_frame(
+        let Ok((_, Accepted::Chitchat(Received { from, .. }))) = accept_frame(
             &body("node-a", "127.0.0.2:7000"),
             &node,
             "127.0.0.2".parse().unwrap(),
@@ -584,7 +612,7 @@ mod tests {
             frame::DEFAULT_MAX_FRAME_BYTES,
         )
         .unwrap();
-        let Ok((version, Accepted::Chitchat((from, message, _)))) =
+        let Ok((version, Accepted::Chitchat(Received { from, message, .. }))) =
             accept_frame(&next, &node, source, Some(&receiver()))
         else {
             panic!("a frame of the next version is delivered")
