@@ -35,7 +35,9 @@ use domaind_testbed::rack::http_get_over;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
-use kube::api::{Api, AttachParams, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{
+    Api, AttachParams, DeleteParams, ListParams, ObjectList, Patch, PatchParams, Preconditions,
+};
 use kube::{Client, ResourceExt};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite};
 
@@ -329,12 +331,14 @@ impl PodAccess {
         if let Some(node) = node {
             params = params.fields(&format!("spec.nodeName={node}"));
         }
-        let list = self.pods.list(&params).await.with_context(|| {
-            format!(
-                "cannot list pods labelled {selector} in namespace {}",
-                self.config.namespace
-            )
-        })?;
+        let list = list_again_if_closed(&self.pods, &params)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot list pods labelled {selector} in namespace {}",
+                    self.config.namespace
+                )
+            })?;
         Ok(list.items)
     }
 
@@ -574,12 +578,14 @@ impl ClusterAccess for PodAccess {
 
     async fn roll_daemons(&mut self, _nodes: &[String]) -> anyhow::Result<()> {
         let params = ListParams::default().labels(&self.config.daemon_selector);
-        let found = self.daemon_sets.list(&params).await.with_context(|| {
-            format!(
-                "cannot list DaemonSets labelled {} in namespace {}",
-                self.config.daemon_selector, self.config.namespace
-            )
-        })?;
+        let found = list_again_if_closed(&self.daemon_sets, &params)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot list DaemonSets labelled {} in namespace {}",
+                    self.config.daemon_selector, self.config.namespace
+                )
+            })?;
         if found.items.is_empty() {
             bail!("no node DaemonSet ({})", self.daemons_where());
         }
@@ -634,6 +640,34 @@ pub fn rollout_done(daemon_set: &DaemonSet, generation: i64) -> bool {
         && status.updated_number_scheduled.unwrap_or_default() == status.desired_number_scheduled
         && status.number_available.unwrap_or_default() == status.desired_number_scheduled
         && status.number_unavailable.unwrap_or_default() == 0
+}
+
+/// Lists; a list that met a closed connection is sent again, once. A GET changes
+/// nothing, and the API server closes the connection of a refused port-forward or exec,
+/// which the client's pool can hand out again before it sees the close.
+async fn list_again_if_closed<K>(api: &Api<K>, params: &ListParams) -> kube::Result<ObjectList<K>>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.list(params).await {
+        Err(error) if met_a_closed_connection(&error) => api.list(params).await,
+        listed => listed,
+    }
+}
+
+/// Whether a request failed because its connection closed before the response came.
+fn met_a_closed_connection(error: &kube::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if error
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 #[cfg(test)]
@@ -926,5 +960,56 @@ mod tests {
         assert_eq!(error, "reading node n1's /state took over 10s");
         let answered = within(Duration::from_secs(10), String::new, async { Ok(7) });
         assert_eq!(answered.await.unwrap(), 7);
+    }
+
+    /// An API server stand-in on 127.0.0.1 that closes each of its first `closing`
+    /// connections once it has read the request, then lists no pods.
+    async fn closing_server(closing: usize) -> SocketAddr {
+        use tokio::io::AsyncWriteExt as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            for served in 0.. {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = stream.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "the client hung up mid-request");
+                    request.extend_from_slice(&buf[..n]);
+                }
+                if served >= closing {
+                    let list = r#"{"apiVersion":"v1","kind":"PodList","metadata":{},"items":[]}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{list}",
+                        list.len()
+                    );
+                    stream.write_all(answer.as_bytes()).await.unwrap();
+                }
+            }
+        });
+        addr
+    }
+
+    async fn access_to(addr: SocketAddr) -> PodAccess {
+        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        PodAccess::new(
+            Client::try_from(config).unwrap(),
+            PodAccessConfig::default(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_list_that_met_a_closed_connection_is_sent_again_once() {
+        let access = access_to(closing_server(1).await).await;
+        let listed = access.list("app=x", None).await.unwrap();
+        assert!(listed.is_empty());
+
+        let access = access_to(closing_server(2).await).await;
+        let error = format!("{:#}", access.list("app=x", None).await.unwrap_err());
+        assert!(
+            error.contains("connection closed before message completed"),
+            "{error}"
+        );
     }
 }
