@@ -329,25 +329,40 @@ async fn flood_of_connections_from_one_address_is_bounded() {
 /// Wire form: magic, protocol 0, type Ack, one uncompressed block of delta ops
 /// (node, key-value, set-max-version), end of blocks.
 fn ack_lowering_max_version(about: &ChitchatId, key_version: u64, max_version: u64) -> Vec<u8> {
-    use chitchat::{Deserializable, Serializable};
+    use chitchat::Deserializable;
+    let bytes = raw_ack(about, "forged", "x", key_version, Some(max_version));
+    ChitchatMessage::deserialize(&mut &bytes[..]).expect("chitchat's decoder accepts it");
+    bytes
+}
+
+/// An Ack in one uncompressed block, written by hand: one node part about `about` with
+/// one key-value, then a set-max-version op when given one.
+fn raw_ack(
+    about: &ChitchatId,
+    key: &str,
+    value: &str,
+    version: u64,
+    max_version: Option<u64>,
+) -> Vec<u8> {
+    use chitchat::Serializable;
     let mut ops = vec![0u8];
     about.serialize(&mut ops);
     0u64.serialize(&mut ops); // last GC version
     0u64.serialize(&mut ops); // from version (excluded)
     ops.push(1);
-    "forged".to_string().serialize(&mut ops);
-    "x".to_string().serialize(&mut ops);
-    key_version.serialize(&mut ops);
+    key.to_string().serialize(&mut ops);
+    value.to_string().serialize(&mut ops);
+    version.serialize(&mut ops);
     ops.push(0); // set, not deleted
-    ops.push(2);
-    max_version.serialize(&mut ops);
-
+    if let Some(max_version) = max_version {
+        ops.push(2);
+        max_version.serialize(&mut ops);
+    }
     let mut bytes = 45_139u16.to_le_bytes().to_vec();
     bytes.extend([0u8, 2u8, 2u8]);
     (ops.len() as u16).serialize(&mut bytes);
     bytes.extend(ops);
     bytes.push(0);
-    ChitchatMessage::deserialize(&mut &bytes[..]).expect("chitchat's decoder accepts it");
     bytes
 }
 
@@ -498,26 +513,6 @@ async fn bad_pulses_are_refused_and_counted_and_liveness_lives_on() {
     assert_eq!(metrics.counter(NODES_SILENT, None), 0);
 }
 
-/// An Ack carrying one key of `value_bytes` about `about`, at `version`.
-fn ack_with_value(about: &ChitchatId, version: u64, value_bytes: usize) -> Vec<u8> {
-    use chitchat::Serializable;
-    let mut ops = vec![0u8];
-    about.serialize(&mut ops);
-    0u64.serialize(&mut ops); // last GC version
-    0u64.serialize(&mut ops); // from version (excluded)
-    ops.push(1);
-    "bulk".to_string().serialize(&mut ops);
-    "x".repeat(value_bytes).serialize(&mut ops);
-    version.serialize(&mut ops);
-    ops.push(0); // set, not deleted
-    let mut bytes = 45_139u16.to_le_bytes().to_vec();
-    bytes.extend([0u8, 2u8, 2u8]);
-    (ops.len() as u16).serialize(&mut bytes);
-    bytes.extend(ops);
-    bytes.push(0);
-    bytes
-}
-
 /// A peer whose messages come faster than the gossip loop takes them: what waits is
 /// held to the byte budget, the rest dropped and counted; taking them frees it.
 #[tokio::test]
@@ -540,7 +535,7 @@ async fn messages_waiting_for_the_gossip_loop_are_held_to_a_byte_budget() {
     let framed = |version: u64| {
         let mut body = vec![frame::FRAME_VERSION];
         chitchat::Serializable::serialize(&sender, &mut body);
-        body.extend(ack_with_value(&about, version, VALUE));
+        body.extend(raw_ack(&about, "bulk", &"x".repeat(VALUE), version, None));
         frame::encode_with_prefix(&body)
     };
     let config = client_config(pki.ca.cert_pem(), Some(&pki.issue("node-a")));
