@@ -292,10 +292,9 @@ impl Daemon {
         info
     }
 
-    /// Writes `run.json` and turns `/readyz` on (held while the kubelet has not
-    /// registered the plugin, where asked).
+    /// Turns `/readyz` on (held while the kubelet has not registered the plugin, where
+    /// asked), then writes `run.json`.
     fn announce_ready(&self) {
-        let info = self.write_run_info();
         if self.args.ready_needs_kubelet {
             let registration = self.plugin_server.registration();
             let socket = self.plugin_server.registration_socket().to_owned();
@@ -312,6 +311,10 @@ impl Daemon {
             ));
         }
         self.readiness.set(true);
+        // Only now: whoever finds run.json (the chaos harness, tests, an operator's
+        // script) may ask /readyz at once, and the file is visible from its rename,
+        // before the directory's fsync returns.
+        let info = self.write_run_info();
         info!(
             gossip = %info.gossip_addr,
             http = %info.http_addr,
