@@ -77,14 +77,7 @@ pub fn run(args: ControllerArgs) -> anyhow::Result<()> {
         .install_recorder()
         .context("cannot install the metrics recorder")?;
     describe_metrics();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        // A few threads, not one per CPU of the node it lands on (see the node daemon's).
-        .worker_threads(
-            std::thread::available_parallelism()
-                .map_or(1, usize::from)
-                .min(4),
-        )
-        .enable_all()
+    let runtime = domaind_kube_api::runtime::multi_thread()
         .build()
         .context("cannot build the tokio runtime")?;
     runtime.block_on(serve(args, metrics))

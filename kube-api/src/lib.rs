@@ -3,7 +3,7 @@
 //! and NVIDIA's tools see them, the names and labels other components match on, the one
 //! way to build an API client (timeout, metrics, failures sorted), the health and
 //! metrics endpoints the kubelet's probes and Prometheus read, and the flags both
-//! commands take.
+//! commands take and the runtime both run on.
 //!
 //! It knows no actix, tonic, gossip or NVML: the controller depends on it alone, and
 //! the node daemon maps its own model onto these types at its edge.
@@ -18,6 +18,7 @@ pub mod http_guard;
 pub mod metrics;
 pub mod names;
 pub mod reasons;
+pub mod runtime;
 #[cfg(feature = "testing")]
 pub mod testing;
 

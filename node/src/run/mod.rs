@@ -72,9 +72,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // actix actors stay on this thread; tokio::spawn work (gossip, gRPC, HTTP) runs on
     // the workers.
     let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(MAX_WORKER_THREADS.min(cpus()))
-            .enable_all()
+        domaind_kube_api::runtime::multi_thread()
             .build()
             .expect("cannot build the tokio runtime")
     });
@@ -89,16 +87,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let daemon = Daemon::start(args, metrics, vitals).await?;
         daemon.serve_until_stopped().await
     })
-}
-
-/// The daemon's work (gossip, a few gRPC calls, the API server's watches) needs few
-/// threads; tokio would start one per CPU, 144 on a GB200 node (a DaemonSet without a
-/// CPU limit sees them all).
-const MAX_WORKER_THREADS: usize = 4;
-
-/// The CPUs this process may use (its cgroup's quota counted), at least 1.
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// How often the heap gauges are refreshed: about a scrape's interval.
