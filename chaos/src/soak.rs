@@ -48,10 +48,14 @@ pub enum Vital {
     /// Bytes the daemon's live allocations hold (`domaind_heap_allocated_bytes` on its
     /// `/metrics`): what tells a leak from the allocator keeping pages.
     HeapAllocatedBytes,
+    /// Bytes of the allocator's pages in memory (`domaind_heap_resident_bytes`): beside
+    /// the allocated bytes, what tells fragmentation (pages kept for a few live
+    /// allocations) from memory outside the allocator (stacks, the binary's data).
+    HeapResidentBytes,
 }
 
 impl Vital {
-    pub const ALL: [Vital; 10] = [
+    pub const ALL: [Vital; 11] = [
         Vital::RssKib,
         Vital::RssAnonKib,
         Vital::Fds,
@@ -62,6 +66,7 @@ impl Vital {
         Vital::GossipKeys,
         Vital::GossipBytes,
         Vital::HeapAllocatedBytes,
+        Vital::HeapResidentBytes,
     ];
 
     pub fn from_name(name: &str) -> Option<Vital> {
@@ -80,6 +85,7 @@ impl Vital {
             Vital::GossipKeys => "gossip_keys",
             Vital::GossipBytes => "gossip_bytes",
             Vital::HeapAllocatedBytes => "heap_allocated_bytes",
+            Vital::HeapResidentBytes => "heap_resident_bytes",
         }
     }
 
@@ -90,7 +96,10 @@ impl Vital {
         match self {
             // Memory moves with the allocator and with what a fault made the daemon
             // hold for a while: a tenth.
-            Vital::RssKib | Vital::RssAnonKib | Vital::HeapAllocatedBytes => first * 0.10,
+            Vital::RssKib
+            | Vital::RssAnonKib
+            | Vital::HeapAllocatedBytes
+            | Vital::HeapResidentBytes => first * 0.10,
             // A peer's connection or a reload's file may be open at the moment of a
             // sample; a leak grows past a handful.
             Vital::Fds | Vital::Threads => 4.0_f64.max(first * 0.10),
@@ -715,8 +724,8 @@ mod tests {
         s.values.push((Vital::GossipKeys, None));
         assert_eq!(
             Sample::csv_header(),
-            "at_s,node,pid,rss_kib,rss_anon_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes,heap_allocated_bytes"
+            "at_s,node,pid,rss_kib,rss_anon_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes,heap_allocated_bytes,heap_resident_bytes"
         );
-        assert_eq!(s.csv_line(), "12.3,node-03,77,100,,9,,,,,,,");
+        assert_eq!(s.csv_line(), "12.3,node-03,77,100,,9,,,,,,,,");
     }
 }

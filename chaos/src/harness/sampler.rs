@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use domaind_checkpoint::JOURNAL_FILE;
 
-use domaind_heap::HEAP_ALLOCATED_BYTES;
+use domaind_heap::{HEAP_ALLOCATED_BYTES, HEAP_RESIDENT_BYTES};
 
 use super::Harness;
 use crate::invariants::Life;
@@ -114,9 +114,11 @@ impl Harness {
             None => None,
         };
         let series = exposition.as_deref().map(|text| metric_series(text) as f64);
-        let heap = exposition
-            .as_deref()
-            .and_then(|text| metric_value(text, HEAP_ALLOCATED_BYTES));
+        let heap = |name| {
+            exposition
+                .as_deref()
+                .and_then(|text| metric_value(text, name))
+        };
         let gossip = self
             .last
             .as_ref()
@@ -137,7 +139,8 @@ impl Harness {
                 (Vital::GossipNodes, gossip.map(|g| g.nodes as f64)),
                 (Vital::GossipKeys, gossip.map(|g| g.keys as f64)),
                 (Vital::GossipBytes, gossip.map(|g| g.bytes as f64)),
-                (Vital::HeapAllocatedBytes, heap),
+                (Vital::HeapAllocatedBytes, heap(HEAP_ALLOCATED_BYTES)),
+                (Vital::HeapResidentBytes, heap(HEAP_RESIDENT_BYTES)),
             ],
         }
     }
