@@ -52,10 +52,15 @@ pub enum Vital {
     /// the allocated bytes, what tells fragmentation (pages kept for a few live
     /// allocations) from memory outside the allocator (stacks, the binary's data).
     HeapResidentBytes,
+    /// Bytes of the pages holding live allocations (`domaind_heap_active_bytes`): above
+    /// the allocated bytes, fragmentation.
+    HeapActiveBytes,
+    /// Bytes of the allocator's bookkeeping (`domaind_heap_metadata_bytes`).
+    HeapMetadataBytes,
 }
 
 impl Vital {
-    pub const ALL: [Vital; 11] = [
+    pub const ALL: [Vital; 13] = [
         Vital::RssKib,
         Vital::RssAnonKib,
         Vital::Fds,
@@ -67,6 +72,8 @@ impl Vital {
         Vital::GossipBytes,
         Vital::HeapAllocatedBytes,
         Vital::HeapResidentBytes,
+        Vital::HeapActiveBytes,
+        Vital::HeapMetadataBytes,
     ];
 
     pub fn from_name(name: &str) -> Option<Vital> {
@@ -86,6 +93,8 @@ impl Vital {
             Vital::GossipBytes => "gossip_bytes",
             Vital::HeapAllocatedBytes => "heap_allocated_bytes",
             Vital::HeapResidentBytes => "heap_resident_bytes",
+            Vital::HeapActiveBytes => "heap_active_bytes",
+            Vital::HeapMetadataBytes => "heap_metadata_bytes",
         }
     }
 
@@ -99,7 +108,9 @@ impl Vital {
             Vital::RssKib
             | Vital::RssAnonKib
             | Vital::HeapAllocatedBytes
-            | Vital::HeapResidentBytes => first * 0.10,
+            | Vital::HeapResidentBytes
+            | Vital::HeapActiveBytes
+            | Vital::HeapMetadataBytes => first * 0.10,
             // A peer's connection or a reload's file may be open at the moment of a
             // sample; a leak grows past a handful.
             Vital::Fds | Vital::Threads => 4.0_f64.max(first * 0.10),
@@ -724,8 +735,8 @@ mod tests {
         s.values.push((Vital::GossipKeys, None));
         assert_eq!(
             Sample::csv_header(),
-            "at_s,node,pid,rss_kib,rss_anon_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes,heap_allocated_bytes,heap_resident_bytes"
+            "at_s,node,pid,rss_kib,rss_anon_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes,heap_allocated_bytes,heap_resident_bytes,heap_active_bytes,heap_metadata_bytes"
         );
-        assert_eq!(s.csv_line(), "12.3,node-03,77,100,,9,,,,,,,,");
+        assert_eq!(s.csv_line(), "12.3,node-03,77,100,,9,,,,,,,,,,");
     }
 }

@@ -390,7 +390,7 @@ fn a_soak_samples_every_daemon_and_passes_no_life_too_short_to_judge() {
     assert_eq!(
         lines.next(),
         Some(
-            "at_s,node,pid,rss_kib,rss_anon_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes,heap_allocated_bytes,heap_resident_bytes"
+            "at_s,node,pid,rss_kib,rss_anon_kib,fds,threads,journal_bytes,metric_series,gossip_nodes,gossip_keys,gossip_bytes,heap_allocated_bytes,heap_resident_bytes,heap_active_bytes,heap_metadata_bytes"
         )
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();

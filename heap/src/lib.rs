@@ -17,6 +17,11 @@ pub const HEAP_ALLOCATED_BYTES: &str = "domaind_heap_allocated_bytes";
 /// Bytes of the allocator's pages in memory: live allocations, the allocator's own
 /// bookkeeping, and freed pages not yet given back.
 pub const HEAP_RESIDENT_BYTES: &str = "domaind_heap_resident_bytes";
+/// Bytes of the pages that hold live allocations: beyond the allocated bytes, the free
+/// slots on pages a live allocation keeps (fragmentation).
+pub const HEAP_ACTIVE_BYTES: &str = "domaind_heap_active_bytes";
+/// Bytes of the allocator's own bookkeeping.
+pub const HEAP_METADATA_BYTES: &str = "domaind_heap_metadata_bytes";
 
 pub fn describe() {
     describe_gauge!(
@@ -29,6 +34,16 @@ pub fn describe() {
         "Bytes of the allocator's pages in memory (jemalloc's `stats.resident`): the live \
          allocations, the allocator's metadata, and freed pages not yet given back to the \
          system (within seconds)."
+    );
+    describe_gauge!(
+        HEAP_ACTIVE_BYTES,
+        "Bytes of the allocator's pages that hold live allocations (jemalloc's \
+         `stats.active`); above the allocated bytes, free slots on pages still in use: \
+         fragmentation."
+    );
+    describe_gauge!(
+        HEAP_METADATA_BYTES,
+        "Bytes of the allocator's own bookkeeping (jemalloc's `stats.metadata`)."
     );
 }
 
@@ -47,6 +62,8 @@ pub fn purge_in_background() -> Result<(), tikv_jemalloc_ctl::Error> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Heap {
     pub allocated: usize,
+    pub active: usize,
+    pub metadata: usize,
     pub resident: usize,
 }
 
@@ -55,6 +72,8 @@ pub fn read() -> Result<Heap, tikv_jemalloc_ctl::Error> {
     epoch::advance()?;
     Ok(Heap {
         allocated: stats::allocated::read()?,
+        active: stats::active::read()?,
+        metadata: stats::metadata::read()?,
         resident: stats::resident::read()?,
     })
 }
@@ -64,6 +83,8 @@ pub fn record() {
     match read() {
         Ok(heap) => {
             gauge!(HEAP_ALLOCATED_BYTES).set(heap.allocated as f64);
+            gauge!(HEAP_ACTIVE_BYTES).set(heap.active as f64);
+            gauge!(HEAP_METADATA_BYTES).set(heap.metadata as f64);
             gauge!(HEAP_RESIDENT_BYTES).set(heap.resident as f64);
         }
         Err(error) => tracing::warn!(%error, "cannot read the allocator's statistics"),
@@ -91,7 +112,11 @@ mod tests {
             "{before} before, {} with 64 MiB held",
             during.allocated
         );
-        assert!(during.resident >= SIZE, "{during:?}");
+        assert!(during.active >= SIZE, "{during:?}");
+        assert!(
+            during.resident >= during.active && during.metadata > 0,
+            "{during:?}"
+        );
         drop(block);
         let after = read().expect("jemalloc's statistics").allocated;
         assert!(

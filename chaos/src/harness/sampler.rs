@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use domaind_checkpoint::JOURNAL_FILE;
 
-use domaind_heap::{HEAP_ALLOCATED_BYTES, HEAP_RESIDENT_BYTES};
+use domaind_heap::{
+    HEAP_ACTIVE_BYTES, HEAP_ALLOCATED_BYTES, HEAP_METADATA_BYTES, HEAP_RESIDENT_BYTES,
+};
 
 use super::Harness;
 use crate::invariants::Life;
@@ -141,6 +143,8 @@ impl Harness {
                 (Vital::GossipBytes, gossip.map(|g| g.bytes as f64)),
                 (Vital::HeapAllocatedBytes, heap(HEAP_ALLOCATED_BYTES)),
                 (Vital::HeapResidentBytes, heap(HEAP_RESIDENT_BYTES)),
+                (Vital::HeapActiveBytes, heap(HEAP_ACTIVE_BYTES)),
+                (Vital::HeapMetadataBytes, heap(HEAP_METADATA_BYTES)),
             ],
         }
     }
