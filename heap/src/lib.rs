@@ -141,6 +141,17 @@ mod tests {
     }
 
     #[test]
+    fn jemalloc_is_built_with_one_arena() {
+        // The workspace's `.cargo/config.toml` sets it when jemalloc is built; a build
+        // without it would make four arenas per CPU. jemalloc counts one more in either
+        // setting: its own arena for allocations over 8 MiB (`narenas:3` reads 4).
+        assert_eq!(
+            tikv_jemalloc_ctl::arenas::narenas::read().expect("the arena count"),
+            2
+        );
+    }
+
+    #[test]
     fn background_purging_can_be_turned_on() {
         purge_in_background().expect("jemalloc's background threads");
         assert!(background_thread::read().expect("the background_thread setting"));
