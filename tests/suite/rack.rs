@@ -23,8 +23,28 @@ const LIMIT: Duration = Duration::from_secs(60);
 const CD_UID: &str = "0b7c2a8e-5d1f-4c39-9a64-e2e0c0ffee01";
 
 /// A rack running the `imex-sim` binary, or the simulator built into `domaind`.
-fn rack(nodes: usize, subnet: u8, builtin_imex_sim: bool) -> (tempfile::TempDir, LocalRack) {
-    let tmp = short_temp_dir("dmr").unwrap();
+/// The rack's directory: its daemons' and IMEX's logs, kept when the test fails so that
+/// the failure can be read afterwards.
+struct RackDir(Option<tempfile::TempDir>);
+
+impl RackDir {
+    fn path(&self) -> &std::path::Path {
+        self.0.as_ref().expect("the rack's directory").path()
+    }
+}
+
+impl Drop for RackDir {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(dir) = self.0.take()
+        {
+            eprintln!("the failed test's rack is kept in {}", dir.keep().display());
+        }
+    }
+}
+
+fn rack(nodes: usize, subnet: u8, builtin_imex_sim: bool) -> (RackDir, LocalRack) {
+    let tmp = RackDir(Some(short_temp_dir("dmr").unwrap()));
     let domaind = domaind_e2e::binaries().domaind.clone();
     let mut spec = if builtin_imex_sim {
         RackSpec::self_contained(nodes, domaind, tmp.path().into())
