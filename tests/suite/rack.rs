@@ -22,7 +22,6 @@ const START_LIMIT: Duration = Duration::from_secs(30);
 const LIMIT: Duration = Duration::from_secs(60);
 const CD_UID: &str = "0b7c2a8e-5d1f-4c39-9a64-e2e0c0ffee01";
 
-/// A rack running the `imex-sim` binary, or the simulator built into `domaind`.
 /// The rack's directory: its daemons' and IMEX's logs, kept when the test fails so that
 /// the failure can be read afterwards.
 struct RackDir(Option<tempfile::TempDir>);
@@ -43,6 +42,7 @@ impl Drop for RackDir {
     }
 }
 
+/// A rack running the `imex-sim` binary, or the simulator built into `domaind`.
 fn rack(nodes: usize, subnet: u8, builtin_imex_sim: bool) -> (RackDir, LocalRack) {
     let tmp = RackDir(Some(short_temp_dir("dmr").unwrap()));
     let domaind = domaind_e2e::binaries().domaind.clone();
